@@ -1,0 +1,44 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Suite-wide conventions: hardware skips, mark enforcement, logging capture."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+
+import pytest
+
+from tests.helpers.mark import HARDWARE_MARKS, LEVEL_MARKS, hardware_skip_reason
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Every test needs a level and a hardware mark (the pre-commit hook checks the same statically)."""
+    missing = []
+    for item in items:
+        names = {m.name for m in item.iter_markers()}
+        if not names & set(LEVEL_MARKS) or not names & set(HARDWARE_MARKS):
+            missing.append(item.nodeid)
+    if missing:
+        raise pytest.UsageError(
+            "tests without a level mark (core_model/advanced_model/full_model) and a hardware mark "
+            "(cpu or hardware_test): " + ", ".join(missing[:20])
+        )
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    marker = item.get_closest_marker("hardware")
+    if marker is None:
+        return
+    reason = hardware_skip_reason(marker.kwargs["res"], marker.kwargs.get("num_cards", 1))
+    if reason is not None:
+        pytest.skip(reason)
+
+
+@pytest.fixture(autouse=True)
+def _propagate_package_logs() -> Iterator[None]:
+    """Let caplog see `vllm_omni.*` records (the package root logger does not propagate by default)."""
+    root = logging.getLogger("vllm_omni")
+    previous = root.propagate
+    root.propagate = True
+    yield
+    root.propagate = previous

@@ -1,0 +1,48 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The console script: --help, --version, user errors without tracebacks."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from vllm_omni.version import __version__
+
+pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "vllm_omni", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_help_lists_bench() -> None:
+    proc = _cli("--help")
+    assert proc.returncode == 0, proc.stderr
+    assert "bench" in proc.stdout and "usage: vllm-omni" in proc.stdout
+
+
+def test_version() -> None:
+    proc = _cli("--version")
+    assert proc.returncode == 0
+    assert proc.stdout.strip() == f"vllm-omni {__version__}"
+
+
+def test_bench_without_benchmark_prints_usage_and_fails() -> None:
+    proc = _cli("bench")
+    assert proc.returncode == 2
+    assert "usage: vllm-omni bench" in proc.stderr
+
+
+def test_unknown_option_is_a_usage_error_without_traceback() -> None:
+    proc = _cli("--no-such-option")
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr and "unrecognized arguments" in proc.stderr
+
+
+def test_console_script_entry_point_is_declared() -> None:
+    from importlib.metadata import entry_points
+
+    scripts = {ep.name: ep.value for ep in entry_points(group="console_scripts")}
+    assert scripts.get("vllm-omni") == "vllm_omni.entrypoints.cli.main:main"

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# Create (or update) the project's virtual environment with everything the tests need, CPU only.
+# Usage: bash tools/dev_setup.sh [VENV_DIR]   (default .venv)
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+VENV_DIR="${1:-.venv}"
+PYTHON="${PYTHON:-python3}"
+
+[ -x "$VENV_DIR/bin/python" ] || "$PYTHON" -m venv "$VENV_DIR"
+PIP=("$VENV_DIR/bin/python" -m pip --disable-pip-version-check)
+# The CPU build of torch first: a bare `torch` requirement would pull a multi-GB CUDA build.
+"${PIP[@]}" install -q "torch==2.13.0"
+"${PIP[@]}" install -q -e ".[dev,bench]"

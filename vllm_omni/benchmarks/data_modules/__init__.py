@@ -1,0 +1,2 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Benchmark data sets (readers for meta files and bundled demo sets)."""

@@ -1,0 +1,19 @@
+# SPDX-License-Identifier: Apache-2.0
+"""`vllm-omni bench ...`: the benchmark subcommands.
+
+Each entry of `BENCH_SUBCOMMANDS` names a module exposing `SUBCOMMAND` (a `CLISubcommand`).
+Modules are imported when the parser is built, so they must keep heavy imports inside `run`.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from vllm_omni.entrypoints.cli.types import CLISubcommand
+
+# Order is the order shown in `vllm-omni bench --help`.
+BENCH_SUBCOMMANDS: tuple[str, ...] = ()
+
+
+def load_bench_subcommands() -> list[CLISubcommand]:
+    return [importlib.import_module(path).SUBCOMMAND for path in BENCH_SUBCOMMANDS]

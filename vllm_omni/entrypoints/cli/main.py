@@ -1,0 +1,58 @@
+# SPDX-License-Identifier: Apache-2.0
+"""`vllm-omni` console script: `--version`, `--help` and the `bench` subcommand group.
+
+User mistakes (bad options, missing files) exit with code 2 and one `vllm-omni: error: ...` line on
+stderr, never a traceback. Ctrl-C exits with 130 after the subcommand printed what it had.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from vllm_omni.entrypoints.cli.bench import load_bench_subcommands
+from vllm_omni.entrypoints.cli.types import CLIUsageError
+from vllm_omni.version import __version__
+
+PROG = "vllm-omni"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="vLLM-Omni Token2Wav stage tools: benchmarks and quality gates for the audio output stage.",
+    )
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    bench = commands.add_parser("bench", help="benchmarks and quality gates", description="Run a benchmark.")
+    bench_commands = bench.add_subparsers(dest="bench_command", metavar="BENCHMARK")
+    for sub in load_bench_subcommands():
+        sub_parser = bench_commands.add_parser(sub.name, help=sub.help, description=sub.help)
+        sub.add_cli_args(sub_parser)
+        sub_parser.set_defaults(_run=sub.run)
+    bench.set_defaults(_parser=bench)
+    parser.set_defaults(_parser=parser)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    run = getattr(args, "_run", None)
+    if run is None:
+        args._parser.print_help(sys.stderr)
+        return 2
+    try:
+        return int(run(args))
+    except CLIUsageError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
