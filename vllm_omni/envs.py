@@ -1,11 +1,11 @@
 # SPDX-License-Identifier: Apache-2.0
 """Environment variables read by vllm_omni, in one place (like vLLM's `vllm.envs`).
 
-| variable                  | meaning                                                        | default                     |
-|---------------------------|----------------------------------------------------------------|-----------------------------|
-| `VLLM_OMNI_PLATFORM`      | force the platform: auto, cpu, cuda, npu                       | auto                        |
-| `VLLM_OMNI_LOGGING_LEVEL` | level of the `vllm_omni` loggers                               | INFO                        |
-| `VLLM_OMNI_CACHE_DIR`     | generated stand-in assets, TensorRT engines, other file caches | `$XDG_CACHE_HOME/vllm_omni` |
+| variable                  | meaning                                                    | default                   |
+|---------------------------|------------------------------------------------------------|---------------------------|
+| `VLLM_OMNI_PLATFORM`      | force the platform: auto, cpu, cuda, npu                   | auto                      |
+| `VLLM_OMNI_LOGGING_LEVEL` | level of the `vllm_omni` loggers                           | INFO                      |
+| `VLLM_OMNI_CACHE_DIR`     | generated stand-in assets, TensorRT engines, file caches   | `$XDG_CACHE_HOME/vllm_omni` |
 
 Values are read on every call (not frozen at import) so tests and long-lived processes see changes.
 """
