@@ -1,0 +1,294 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Speech tokens + prompt -> mel frames: the top flow module of `flow.yaml` / `flow.pt`.
+
+Equivalent of the reference `CausalMaskedDiffWithXvec` (key names `input_embedding`, `spk_embed_affine_layer`,
+`encoder.*`, `encoder_proj`, `decoder.estimator.*`; 605 tensors, 155,802,352 parameters at the
+real config). Two ways to run it:
+
+- `inference(...)`: whole utterance. Tokens = [prompt | generated] -> encoder (bidirectional) -> `mu`;
+  the CFM conditions on the prompt mel in the first P frames and returns the frames after the prompt.
+- `setup_cache(...)` once per prompt, then `inference_chunk(...)` per chunk of tokens (+3 lookahead):
+  causal across chunks, so its output is not equal to `inference`'s (each is tested against its own
+  reference semantics). See `streaming.py` for the cache contract and the variants.
+
+Token ids: `inference` clamps negative ids to 0 (the reference's padding convention) and rejects ids
+>= vocab_size; the streaming path has no clamp in the reference, so any id outside [0, vocab_size) is
+rejected. All entry points take batch 1 (the reference asserts it).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from vllm_omni.logger import init_logger
+from vllm_omni.model_executor.models.cosyvoice2.flow.cfm import CausalConditionalCFM
+from vllm_omni.model_executor.models.cosyvoice2.flow.encoder import UpsampleConformerEncoderV2
+from vllm_omni.model_executor.models.cosyvoice2.flow.streaming import (
+    CACHE_TAIL_FRAMES,
+    ConformerTrim,
+    FlowStreamCache,
+    Lookahead,
+    trim_time,
+    with_lookahead,
+)
+
+logger = init_logger(__name__)
+
+
+def _check_tensor(name: str, x: torch.Tensor, dims: int, where: str) -> None:
+    if not isinstance(x, torch.Tensor) or x.dim() != dims:
+        shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+        raise ValueError(f"flow.{where}: {name} must be a {dims}-D tensor, got {shape}")
+    if x.size(0) != 1:
+        raise ValueError(f"flow.{where}: {name} has batch {x.size(0)}; the flow model runs batch 1 (as the reference)")
+
+
+def _check_len(name: str, length: torch.Tensor | int, want: int, where: str) -> None:
+    got = int(length.reshape(-1)[0]) if isinstance(length, torch.Tensor) else int(length)
+    if got != want:
+        raise ValueError(
+            f"flow.{where}: {name}={got} but the tensor holds {want} frames; batch-1 inputs carry no padding, "
+            "so the length must equal the tensor's time dimension"
+        )
+
+
+class CausalMaskedDiffWithXvec(nn.Module):
+    def __init__(
+        self,
+        input_size: int = 512,
+        output_size: int = 80,
+        spk_embed_dim: int = 192,
+        output_type: str = "mel",
+        vocab_size: int = 5121,
+        encoder: UpsampleConformerEncoderV2 | None = None,
+        decoder: CausalConditionalCFM | None = None,
+        input_embedding: nn.Module | None = None,
+        *,
+        dtype: torch.dtype = torch.float32,
+    ) -> None:
+        super().__init__()
+        if encoder is None or decoder is None:
+            raise ValueError("CausalMaskedDiffWithXvec: encoder and decoder are required (flow.yaml builds both)")
+        if output_type != "mel":
+            raise ValueError(f"CausalMaskedDiffWithXvec: output_type={output_type!r} is not supported (only 'mel')")
+        self.input_size = input_size
+        self.output_size = output_size
+        self.spk_embed_dim = spk_embed_dim
+        self.vocab_size = vocab_size
+        self.output_type = output_type
+        self.pre_lookahead_len = int(encoder.pre_lookahead_layer.pre_lookahead_len)
+        self.up_rate = int(encoder.up_layer.stride)
+        self.input_embedding = (
+            input_embedding if input_embedding is not None else nn.Embedding(vocab_size, input_size, dtype=dtype)
+        )
+        self.spk_embed_affine_layer = nn.Linear(spk_embed_dim, output_size, dtype=dtype)
+        self.encoder = encoder
+        self.encoder_proj = nn.Linear(encoder.output_size(), output_size, dtype=dtype)
+        self.decoder = decoder
+
+    # ------------------------------------------------------------------ helpers
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.spk_embed_affine_layer.weight.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.spk_embed_affine_layer.weight.device
+
+    def _speaker(self, spk: torch.Tensor, where: str) -> torch.Tensor:
+        _check_tensor("spk_emb", spk, 2, where)
+        if spk.size(1) != self.spk_embed_dim:
+            raise ValueError(
+                f"flow.{where}: speaker embedding has {spk.size(1)} dims, expected {self.spk_embed_dim} (CAM++ output)"
+            )
+        spk = spk.to(device=self.device, dtype=self.dtype)
+        return self.spk_embed_affine_layer(F.normalize(spk, dim=1))
+
+    def _tokens(self, tokens: torch.Tensor, name: str, where: str, *, clamp_negative: bool) -> torch.Tensor:
+        _check_tensor(name, tokens, 2, where)
+        if tokens.dtype.is_floating_point or tokens.dtype == torch.bool:
+            raise ValueError(f"flow.{where}: {name} must be an integer tensor, got {tokens.dtype}")
+        tokens = tokens.to(device=self.device, dtype=torch.long)
+        if tokens.numel():
+            lo, hi = int(tokens.min()), int(tokens.max())
+            if hi >= self.vocab_size or (lo < 0 and not clamp_negative):
+                allowed = f"[0, {self.vocab_size})" if not clamp_negative else f"(-inf, {self.vocab_size})"
+                raise ValueError(
+                    f"flow.{where}: {name} ids span [{lo}, {hi}], allowed {allowed}; speech tokens of the 25 Hz "
+                    f"tokenizer are 0..{self.vocab_size - 1}"
+                )
+        return tokens.clamp(min=0) if clamp_negative else tokens
+
+    def _mel(self, mel: torch.Tensor, name: str, where: str) -> torch.Tensor:
+        _check_tensor(name, mel, 3, where)
+        if mel.size(2) != self.output_size:
+            raise ValueError(
+                f"flow.{where}: {name} has shape {tuple(mel.shape)}, expected (1, T, {self.output_size}) "
+                "(frames first, 80 mel bins last)"
+            )
+        return mel.to(device=self.device, dtype=self.dtype)
+
+    # ------------------------------------------------------------------ whole utterance
+    @torch.inference_mode()
+    def inference(
+        self,
+        token: torch.Tensor,
+        token_len: torch.Tensor,
+        prompt_token: torch.Tensor,
+        prompt_token_len: torch.Tensor,
+        prompt_feat: torch.Tensor,
+        prompt_feat_len: torch.Tensor,
+        embedding: torch.Tensor,
+        n_timesteps: int = 10,
+    ) -> torch.Tensor:
+        """Mel `(1, 80, up * T)` of the generated tokens `(1, T)` in the voice of the prompt.
+
+        `prompt_feat (1, P, 80)` must hold exactly `up_rate * prompt tokens` frames (the facades
+        replicate-pad the 24 kHz prompt mel to that length, as upstream).
+        """
+        where = "inference"
+        token = self._tokens(token, "tokens", where, clamp_negative=True)
+        prompt_token = self._tokens(prompt_token, "prompt_tokens", where, clamp_negative=True)
+        prompt_feat = self._mel(prompt_feat, "prompt_mel", where)
+        _check_len("token_len", token_len, token.size(1), where)
+        _check_len("prompt_token_len", prompt_token_len, prompt_token.size(1), where)
+        _check_len("prompt_mel_len", prompt_feat_len, prompt_feat.size(1), where)
+        if token.size(1) == 0:
+            raise ValueError("flow.inference: no generated tokens")
+        if prompt_feat.size(1) != self.up_rate * prompt_token.size(1):
+            raise ValueError(
+                f"flow.inference: prompt_mel has {prompt_feat.size(1)} frames but {prompt_token.size(1)} prompt tokens "
+                f"need {self.up_rate * prompt_token.size(1)} (x{self.up_rate}); replicate-pad or trim the prompt mel"
+            )
+        spk = self._speaker(embedding, where)
+
+        tokens = torch.cat([prompt_token, token], dim=1)
+        lens = torch.tensor([tokens.size(1)], device=self.device)
+        h, _ = self.encoder(self.input_embedding(tokens), lens)
+        h = self.encoder_proj(h)
+        p = prompt_feat.size(1)
+        conds = torch.zeros_like(h)
+        conds[:, :p] = prompt_feat
+        mask = torch.ones(1, 1, h.size(1), device=self.device, dtype=h.dtype)
+        feat = self.decoder(
+            mu=h.transpose(1, 2).contiguous(),
+            mask=mask,
+            spks=spk,
+            cond=conds.transpose(1, 2).contiguous(),
+            n_timesteps=n_timesteps,
+        )
+        return feat[:, :, p:]
+
+    # ------------------------------------------------------------------ streaming
+    @torch.inference_mode()
+    def setup_cache(
+        self,
+        token: torch.Tensor,
+        mel: torch.Tensor,
+        spk: torch.Tensor,
+        n_timesteps: int = 10,
+        *,
+        lookahead: Lookahead = Lookahead.INCLUDED,
+        conformer_trim: ConformerTrim = ConformerTrim.NONE,
+        tail_frames: int = CACHE_TAIL_FRAMES,
+    ) -> FlowStreamCache:
+        """Run the prompt through encoder and estimator once and keep only their caches.
+
+        token `(1, T)`: prompt tokens, followed by `pre_lookahead_len` lookahead tokens unless
+        `lookahead` says which to append; mel `(1, P, 80)` with `P == up_rate * (T - lookahead)`.
+        """
+        where = "setup_cache"
+        token = self._tokens(token, "prompt tokens", where, clamp_negative=False)
+        token = with_lookahead(token, lookahead, self.pre_lookahead_len)
+        mel = self._mel(mel, "prompt_mel", where)
+        if (token.size(1) - self.pre_lookahead_len) * self.up_rate != mel.size(1):
+            raise ValueError(
+                f"flow.setup_cache: {token.size(1)} tokens including {self.pre_lookahead_len} lookahead need "
+                f"{(token.size(1) - self.pre_lookahead_len) * self.up_rate} prompt mel frames, got {mel.size(1)}; "
+                "did you forget the lookahead tokens (pass lookahead=Lookahead.PROMPT_HEAD or SILENCE)?"
+            )
+        if mel.size(1) < 2:
+            raise ValueError("flow.setup_cache: the prompt must hold at least one token (2 mel frames)")
+        spk_p = self._speaker(spk, where)
+        h, cnn, att = self.encoder.forward_chunk(self.input_embedding(token), False, None, None)
+        h = self.encoder_proj(h)
+        _, est_cnn, est_att = self.decoder.forward_chunk(
+            mu=h.transpose(1, 2).contiguous(),
+            spks=spk_p,
+            cond=mel.transpose(1, 2).contiguous(),
+            n_timesteps=n_timesteps,
+            cnn_cache=None,
+            att_cache=None,
+        )
+        return FlowStreamCache(
+            conformer_cnn_cache=cnn,
+            conformer_att_cache=att,
+            estimator_cnn_cache=est_cnn,
+            estimator_att_cache=est_att,
+            prompt_frames=mel.size(1),
+            n_timesteps=n_timesteps,
+            conformer_trim=conformer_trim,
+            tail_frames=tail_frames,
+        )
+
+    @torch.inference_mode()
+    def inference_chunk(
+        self,
+        token: torch.Tensor,
+        spk: torch.Tensor,
+        cache: FlowStreamCache,
+        last_chunk: bool = False,
+        n_timesteps: int = 10,
+    ) -> tuple[torch.Tensor, FlowStreamCache]:
+        """Mel `(1, 80, up * T')` of one chunk and the next cache (the input cache is not modified).
+
+        token `(1, T)`: the chunk's tokens followed by `pre_lookahead_len` lookahead tokens
+        (T' = T - 3), or for the last chunk just its tokens (T' = T, zero-padded lookahead).
+        """
+        where = "inference_chunk"
+        if not isinstance(cache, FlowStreamCache):
+            raise TypeError(
+                f"flow.inference_chunk: cache must be a FlowStreamCache from setup_cache, got {type(cache)}"
+            )
+        if n_timesteps != cache.n_timesteps:
+            raise ValueError(
+                f"flow.inference_chunk: n_timesteps={n_timesteps} but the cache was set up with {cache.n_timesteps}"
+            )
+        token = self._tokens(token, "tokens", where, clamp_negative=False)
+        emitted = token.size(1) if last_chunk else token.size(1) - self.pre_lookahead_len
+        if emitted < (1 if last_chunk else 2):
+            raise ValueError(
+                f"flow.inference_chunk: {token.size(1)} tokens; a non-final chunk needs at least 2 tokens plus "
+                f"{self.pre_lookahead_len} lookahead tokens, a final chunk at least 1 token"
+            )
+        spk_p = self._speaker(spk, where)
+        h, cnn, att = self.encoder.forward_chunk(
+            self.input_embedding(token), last_chunk, cache.conformer_cnn_cache, cache.conformer_att_cache
+        )
+        h = self.encoder_proj(h)
+        mu = h.transpose(1, 2).contiguous()
+        feat, est_cnn, est_att = self.decoder.forward_chunk(
+            mu=mu,
+            spks=spk_p,
+            cond=torch.zeros_like(mu),
+            n_timesteps=n_timesteps,
+            cnn_cache=cache.estimator_cnn_cache,
+            att_cache=cache.estimator_att_cache,
+        )
+        p, tail = cache.prompt_frames, cache.tail_frames
+        est_att = trim_time(est_att, 4, p, tail)
+        if cache.conformer_trim is ConformerTrim.PROMPT_PLUS_TAIL:
+            att = trim_time(att, 3, p, tail)
+        new_cache = FlowStreamCache(
+            conformer_cnn_cache=cnn,
+            conformer_att_cache=att,
+            estimator_cnn_cache=est_cnn,
+            estimator_att_cache=est_att,
+            prompt_frames=p,
+            n_timesteps=n_timesteps,
+            conformer_trim=cache.conformer_trim,
+            tail_frames=tail,
+        )
+        return feat, new_cache
