@@ -1,0 +1,129 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Neural-source-filter excitation of HiFT: F0 -> harmonic sine source at 24 kHz.
+
+The reference sine generator integrates the per-sample phase increment at the mel rate: it
+linearly interpolates the increments down by 1/480, takes the cumulative sum, and interpolates
+the phase back up by 480. The down-interpolation (`F.interpolate(..., scale_factor=1/480,
+mode="linear")`) does not run on Ascend (error 507015), so this module uses its closed form.
+
+With `align_corners=False` output frame j of a 1/s linear down-interpolation samples the input at
+coordinate (j + 0.5) * s - 0.5. For even s that is the midpoint between samples s*j + s/2 - 1 and
+s*j + s/2, with both weights exactly 0.5, so
+
+    down[j] = 0.5 * x[s*j + s/2 - 1] + 0.5 * x[s*j + s/2]        (s = 480: x[239::480], x[240::480])
+
+is the same arithmetic the interpolation kernel performs (validated bit-equal against torch 2.13
+CPU `F.interpolate`; the tests require 1e-6). For odd s the coordinate is the integer s*j + (s-1)/2.
+
+Consequence worth knowing: sample 0 never enters the down-interpolation, so the reference's
+random initial phase (added to sample 0 only) does not reach the output. It is still drawn, to keep
+the RNG stream identical to the reference: per call `rand(B, H)` (initial phases), then
+`randn(B, L, H)` (additive noise of the harmonics), then `randn(B, L, 1)` (the source module's
+noise output, unused by HiFT).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+def midpoint_downsample(x: torch.Tensor, scale: int) -> torch.Tensor:
+    """Closed form of `F.interpolate(x, scale_factor=1/scale, mode="linear")` on the last dim.
+
+    `x` is [..., L] with L a multiple of `scale`; returns [..., L // scale].
+    """
+    if scale < 1:
+        raise ValueError(f"midpoint_downsample: scale must be >= 1, got {scale}")
+    length = x.shape[-1]
+    if length % scale:
+        raise ValueError(f"midpoint_downsample: length {length} is not a multiple of the scale {scale}")
+    if scale % 2:
+        return x[..., (scale - 1) // 2 :: scale]
+    half = scale // 2
+    return x[..., half - 1 :: scale] * 0.5 + x[..., half::scale] * 0.5
+
+
+class SineGen(nn.Module):
+    """Harmonic sine generator (fundamental + `harmonic_num` overtones), no parameters.
+
+    Input f0 [B, L, 1] at the waveform rate; returns (sines [B, L, H], uv [B, L, 1]) with
+    H = harmonic_num + 1. Unvoiced samples (f0 <= threshold) carry only noise of std sine_amp / 3.
+    """
+
+    def __init__(
+        self,
+        sampling_rate: int,
+        upsample_scale: int,
+        harmonic_num: int,
+        sine_amp: float,
+        noise_std: float,
+        voiced_threshold: float,
+        use_interpolate: bool = False,
+    ) -> None:
+        super().__init__()
+        self.sampling_rate = sampling_rate
+        self.upsample_scale = upsample_scale
+        self.harmonic_num = harmonic_num
+        self.sine_amp = sine_amp
+        self.noise_std = noise_std
+        self.voiced_threshold = voiced_threshold
+        # False: closed-form midpoint (runs everywhere). True: the reference's F.interpolate.
+        self.use_interpolate = use_interpolate
+
+    def _phase(self, f0_harmonics: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+        batch, _, dim = f0_harmonics.shape
+        # Only the fractional part of the per-sample increment matters for the phase.
+        rad = torch.remainder(f0_harmonics / self.sampling_rate, 1.0)
+        rand_ini = torch.rand(batch, dim, generator=generator, device=rad.device, dtype=rad.dtype)
+        rand_ini[:, 0] = 0.0
+        rad[:, 0, :] = rad[:, 0, :] + rand_ini
+        rad = rad.transpose(1, 2)  # [B, H, L]
+        if self.use_interpolate:
+            down = F.interpolate(rad, scale_factor=1.0 / self.upsample_scale, mode="linear")
+        else:
+            down = midpoint_downsample(rad, self.upsample_scale)
+        phase = torch.cumsum(down, dim=-1) * (2.0 * math.pi)
+        phase = F.interpolate(phase * self.upsample_scale, scale_factor=float(self.upsample_scale), mode="linear")
+        return phase.transpose(1, 2)  # [B, L, H]
+
+    def forward(self, f0: torch.Tensor, generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        harmonics = torch.arange(1, self.harmonic_num + 2, device=f0.device, dtype=f0.dtype)
+        sines = torch.sin(self._phase(f0 * harmonics, generator)) * self.sine_amp
+        uv = (f0 > self.voiced_threshold).to(f0.dtype)
+        noise_amp = uv * self.noise_std + (1.0 - uv) * (self.sine_amp / 3.0)
+        noise = noise_amp * torch.randn(sines.shape, generator=generator, device=sines.device, dtype=sines.dtype)
+        return sines * uv + noise, uv
+
+
+class SourceModuleHnNSF(nn.Module):
+    """Merge the harmonics into one excitation channel: tanh(Linear(H -> 1)). Key: `l_linear`."""
+
+    def __init__(
+        self,
+        sampling_rate: int,
+        upsample_scale: int,
+        harmonic_num: int,
+        sine_amp: float,
+        add_noise_std: float,
+        voiced_threshold: float,
+        *,
+        dtype: torch.dtype = torch.float32,
+    ) -> None:
+        super().__init__()
+        self.sine_amp = sine_amp
+        self.l_sin_gen = SineGen(sampling_rate, upsample_scale, harmonic_num, sine_amp, add_noise_std, voiced_threshold)
+        self.l_linear = nn.Linear(harmonic_num + 1, 1, dtype=dtype)
+
+    def forward(self, f0: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+        """f0 [B, L, 1] at the waveform rate -> source [B, L, 1]."""
+        with torch.no_grad():
+            sines, uv = self.l_sin_gen(f0, generator)
+        merged = torch.tanh(self.l_linear(sines))
+        # The reference also returns this noise; HiFT ignores it, but drawing it keeps the RNG
+        # stream (and so every later call) identical to the reference.
+        torch.randn(uv.shape, generator=generator, device=uv.device, dtype=uv.dtype)
+        return merged
