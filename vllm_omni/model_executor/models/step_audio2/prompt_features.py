@@ -1,0 +1,110 @@
+# SPDX-License-Identifier: Apache-2.0
+"""What a reference voice turns into before synthesis, as data: `PromptFeatures`.
+
+The Token2Wav facades compute these once per distinct prompt waveform and cache them, so the
+dataclass is also the unit of caching: `clone()` gives a caller tensors it may modify without
+corrupting the cache. `waveform_digest` is the content key: the same audio gives the same digest
+whether it arrives as int16 PCM, float32, float64 or a decoded file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+EMBEDDING_DIM = 192
+MEL_BINS = 80
+PROMPT_MEL_RATE = 24_000
+SPEAKER_RATE = 16_000
+
+
+@dataclass(frozen=True, kw_only=True)
+class PromptFeatures:
+    """Prompt-side inputs of the flow model for one reference voice, all on the facade's device.
+
+    Fields (keyword-only, so new fields can be added without breaking callers):
+    - `speaker_embedding`: CAM++ embedding `[1, 192]` float32 of the 16 kHz prompt (fbank minus
+      its per-utterance mean), NOT L2-normalised (the flow model normalises it).
+    - `prompt_mel`: log-mel of the 24 kHz prompt `[1, T, 80]` float32 at 50 frames/s (n_fft 1920,
+      hop 480, fmin 0, fmax 8000, center False).
+    - `prompt_mel_len`: `[1]` int32 tensor holding T.
+    - `digest`: content key of the decoded prompt waveform (see `waveform_digest`).
+    - `backend`: `name` of the speaker-embedding backend that produced the embedding.
+
+    Reserved for the synthesis issue (added as optional fields defaulting to None):
+    `prompt_tokens` `[1, N]` int32 speech tokens of the 16 kHz prompt and `prompt_token_len` `[1]`;
+    once they exist, `prompt_mel` gets replicate-padded to `2 * N` frames as upstream does.
+    """
+
+    speaker_embedding: torch.Tensor
+    prompt_mel: torch.Tensor
+    prompt_mel_len: torch.Tensor
+    digest: str
+    backend: str
+
+    def __post_init__(self) -> None:
+        emb, mel, mel_len = self.speaker_embedding, self.prompt_mel, self.prompt_mel_len
+        if tuple(emb.shape) != (1, EMBEDDING_DIM) or emb.dtype != torch.float32:
+            raise ValueError(
+                f"speaker_embedding must be [1, {EMBEDDING_DIM}] float32, got {list(emb.shape)} {emb.dtype}"
+            )
+        if mel.dim() != 3 or mel.shape[0] != 1 or mel.shape[2] != MEL_BINS or mel.dtype != torch.float32:
+            raise ValueError(f"prompt_mel must be [1, T, {MEL_BINS}] float32, got {list(mel.shape)} {mel.dtype}")
+        if tuple(mel_len.shape) != (1,) or int(mel_len[0]) != mel.shape[1]:
+            raise ValueError(f"prompt_mel_len must be [1] holding {mel.shape[1]}, got {mel_len.tolist()}")
+
+    @property
+    def device(self) -> torch.device:
+        return self.speaker_embedding.device
+
+    def clone(self) -> PromptFeatures:
+        """A deep copy: every tensor cloned, so the copy shares no storage with `self`."""
+        changes = {
+            f.name: getattr(self, f.name).clone()
+            for f in dataclasses.fields(self)
+            if isinstance(getattr(self, f.name), torch.Tensor)
+        }
+        return dataclasses.replace(self, **changes)
+
+
+def canonical_waveform(waveform: np.ndarray | torch.Tensor) -> np.ndarray:
+    """`waveform` as C-contiguous little-endian float32, integer PCM scaled by its full range.
+
+    The scaling is the audio front end's (`audio.loading`): int16 / 2^15, int32 / 2^31, int8 / 2^7,
+    uint8 (x - 128) / 128, floats kept. So int16 `x` and float `x / 32768` give identical arrays,
+    and for mono audio within [-1, 1] the result equals the front end's decoded samples.
+    Raises ValueError for dtypes that are not audio samples (bool, complex, object).
+    """
+    array = waveform.detach().cpu().numpy() if isinstance(waveform, torch.Tensor) else np.asarray(waveform)
+    if array.dtype == np.int16:
+        return (array.astype(np.float64) / 32768.0).astype("<f4")
+    if array.dtype == np.int32:
+        return (array.astype(np.float64) / 2147483648.0).astype("<f4")
+    if array.dtype == np.int8:
+        return (array.astype(np.float64) / 128.0).astype("<f4")
+    if array.dtype == np.uint8:  # 8-bit WAV is unsigned with a 128 offset
+        return ((array.astype(np.float64) - 128.0) / 128.0).astype("<f4")
+    if array.dtype.kind == "f":
+        return np.ascontiguousarray(array, dtype="<f4")
+    raise ValueError(
+        f"prompt waveform has dtype {array.dtype}; expected float32/float64 in [-1, 1] or int16/int32/int8/uint8 PCM"
+    )
+
+
+def waveform_digest(waveform: np.ndarray | torch.Tensor, sample_rate: int) -> str:
+    """Content key of a mono waveform: sha256 over `f"{rate}:"` and its canonical float32 samples.
+
+    Same format as the front end's `DecodedAudio.digest()`, so a mono array hashes like the file
+    it came from, without paying for decoding or resampling on a cache hit.
+    """
+    array = canonical_waveform(waveform)
+    if array.ndim != 1:
+        raise ValueError(f"waveform_digest expects a mono [N] waveform, got shape {list(array.shape)}")
+    hasher = hashlib.sha256()
+    hasher.update(f"{int(sample_rate)}:".encode())
+    hasher.update(memoryview(array).cast("B"))
+    return hasher.hexdigest()
