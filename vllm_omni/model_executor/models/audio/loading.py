@@ -1,0 +1,269 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Prompt audio loading: a path, encoded bytes or an array -> mono float32 in [-1, 1] at a given rate.
+
+A voice-cloning request carries its prompt as a file, as uploaded bytes, or as an in-memory array at
+some native rate. The front end needs the same prompt at 16 kHz (speaker fbank, speech tokens) and at
+24 kHz (flow prompt mel), both converted from the ORIGINAL decoded audio rather than one from the
+other, so that the 24 kHz copy keeps the 8-12 kHz band a 16 kHz copy has already discarded.
+
+Normalisation rules (every other input is a ValueError that names the problem):
+- decoding: libsndfile via `soundfile` (WAV, FLAC, OGG/Vorbis, MP3 with libsndfile >= 1.1, ...);
+  integer PCM is scaled by 1 / 2^(bits-1) (uint8: (x - 128) / 128);
+- arrays: int16 / 32768, int32 / 2^31, int8 / 128, uint8 as above, float32 / float64 kept and
+  required to lie in [-1, 1] (a peak above 1 is almost always int16 values stored as floats);
+- channels are averaged (stereo mix-down); a 2-D array's channel axis is its shorter one;
+- a limit on the duration (default 30 s for prompts): longer audio is rejected unless the caller
+  asked for `truncate=True`, which keeps the first `max_seconds`;
+- resampling: `resample.resample` (libsoxr, band-limited), then clipped to [-1, 1] since the
+  band-limiting can overshoot a full-scale input by a few percent.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from vllm_omni.logger import init_logger
+from vllm_omni.model_executor.models.audio.resample import check_sample_rate, resample
+from vllm_omni.model_executor.models.audio.speaker import SPEAKER_SAMPLE_RATE, min_speaker_samples
+
+logger = init_logger(__name__)
+
+DEFAULT_MAX_PROMPT_SECONDS = 30.0
+PROMPT_MEL_RATE = 24000
+# Channels beyond this on the shorter axis of a 2-D array mean the layout is not (samples, channels).
+_MAX_CHANNELS = 16
+# Float input may exceed 1.0 by rounding (a float WAV written from int16 data); more is a scaling bug.
+_FLOAT_PEAK_TOLERANCE = 1e-4
+
+AudioSource = str | os.PathLike[str] | bytes | bytearray | memoryview | tuple[Any, int]
+
+
+@dataclass(frozen=True)
+class DecodedAudio:
+    """The original prompt after decoding, normalisation and mix-down (before any resampling)."""
+
+    waveform: np.ndarray  # float32 [N] in [-1, 1]
+    sample_rate: int
+    origin: str  # for messages: the path, "<bytes>" or "<array>"
+    truncated: bool
+
+    @property
+    def seconds(self) -> float:
+        return self.waveform.shape[0] / self.sample_rate
+
+    def digest(self) -> str:
+        """sha256 over the sample rate and the float32 samples: identical audio, identical key."""
+        h = hashlib.sha256()
+        h.update(f"{self.sample_rate}:".encode())
+        h.update(np.ascontiguousarray(self.waveform, dtype="<f4").tobytes())
+        return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class PromptAudio:
+    """One decoded prompt at the two rates the front end needs, both resampled from the original.
+
+    `digest` identifies the decoded original (rate + samples after mix-down/truncation), so it is a
+    content key for prompt-feature caches: the same audio sent as a path, as bytes or as an array with
+    the same samples hashes the same.
+    """
+
+    wav_16k: torch.Tensor  # float32 [N16] CPU, in [-1, 1]
+    wav_24k: torch.Tensor  # float32 [N24] CPU, in [-1, 1]
+    sample_rate: int  # of the original audio
+    num_samples: int  # of the original audio (after truncation)
+    digest: str
+    truncated: bool
+
+    @property
+    def seconds(self) -> float:
+        return self.num_samples / self.sample_rate
+
+
+def _normalise_array(array: Any, origin: str) -> np.ndarray:
+    """Any supported array -> float64 [N, C] in [-1, 1] (channels last)."""
+    if isinstance(array, torch.Tensor):
+        array = array.detach().to("cpu").numpy()
+    if not isinstance(array, np.ndarray):
+        raise ValueError(f"{origin}: audio array must be a numpy array or torch tensor, got {type(array).__name__}")
+    if array.ndim == 1:
+        array = array[:, None]
+    elif array.ndim == 2:
+        if min(array.shape) > _MAX_CHANNELS:
+            raise ValueError(
+                f"{origin}: 2-D audio of shape {array.shape} has no channel axis (both axes > {_MAX_CHANNELS}); "
+                "pass [N] mono or [N, C] / [C, N] with a few channels"
+            )
+        if array.shape[0] < array.shape[1]:
+            array = array.T  # [C, N] -> [N, C]
+    else:
+        raise ValueError(f"{origin}: audio must be [N] or 2-D with a channel axis, got shape {array.shape}")
+    kind = array.dtype
+    if kind == np.int16:
+        out = array.astype(np.float64) / 32768.0
+    elif kind == np.int32:
+        out = array.astype(np.float64) / 2147483648.0
+    elif kind == np.int8:
+        out = array.astype(np.float64) / 128.0
+    elif kind == np.uint8:
+        out = (array.astype(np.float64) - 128.0) / 128.0
+    elif kind in (np.float16, np.float32, np.float64):
+        out = array.astype(np.float64)
+    else:
+        raise ValueError(
+            f"{origin}: unsupported audio dtype {kind}; expected int16, int32, int8, uint8, float32 or float64"
+        )
+    return out
+
+
+def _check_samples(samples: np.ndarray, origin: str) -> None:
+    """Reject empty, non-finite and out-of-range float audio ([N, C] float64)."""
+    if samples.shape[0] == 0:
+        raise ValueError(f"{origin}: audio is empty (0 samples)")
+    finite = np.isfinite(samples)
+    if not finite.all():
+        raise ValueError(f"{origin}: audio contains {int((~finite).sum())} NaN/Inf sample(s)")
+    peak = float(np.abs(samples).max())
+    if peak > 1.0 + _FLOAT_PEAK_TOLERANCE:
+        raise ValueError(
+            f"{origin}: float audio peaks at {peak:.4g}, outside [-1, 1]; if these are int16 values stored as "
+            "floats, divide by 32768 (or pass the int16 array itself)"
+        )
+
+
+def _limit(num_samples: int, rate: int, max_seconds: float | None, truncate: bool, origin: str) -> int:
+    """How many samples to keep under the duration limit (raises unless truncation was asked for)."""
+    if max_seconds is None:
+        return num_samples
+    limit = int(max_seconds * rate)
+    if num_samples <= limit:
+        return num_samples
+    if not truncate:
+        raise ValueError(
+            f"{origin}: audio is {num_samples / rate:.2f} s long, over the {max_seconds:g} s limit; "
+            f"trim it, raise max_seconds, or pass truncate=True to keep the first {max_seconds:g} s"
+        )
+    logger.info("%s: truncating %.2f s of audio to the first %.2f s", origin, num_samples / rate, max_seconds)
+    return limit
+
+
+def _decode_file(source: Any, origin: str, max_seconds: float | None, truncate: bool) -> tuple[np.ndarray, int, bool]:
+    try:
+        import soundfile
+    except ImportError as exc:  # pragma: no cover - depends on the install
+        raise ImportError("decoding audio needs soundfile: pip install 'vllm-omni[bench]'") from exc
+    try:
+        with soundfile.SoundFile(source) as f:
+            rate = check_sample_rate(f.samplerate, origin)
+            total = int(f.frames)
+            keep = _limit(total, rate, max_seconds, truncate, origin)
+            samples = f.read(frames=keep, dtype="float64", always_2d=True)
+    except soundfile.LibsndfileError as exc:
+        raise ValueError(
+            f"{origin}: cannot decode audio ({exc}); supported containers are libsndfile's "
+            f"({', '.join(sorted(soundfile.available_formats()))})"
+        ) from exc
+    return samples, rate, keep < total
+
+
+def decode_audio(source: AudioSource, *, max_seconds: float | None = None, truncate: bool = False) -> DecodedAudio:
+    """Decode `source` to mono float32 at its native rate (rules in the module docstring)."""
+    if max_seconds is not None and not (np.isfinite(max_seconds) and max_seconds > 0):
+        raise ValueError(f"decode_audio: max_seconds must be a positive number or None, got {max_seconds!r}")
+    if isinstance(source, str | os.PathLike):
+        path = Path(source)
+        origin = str(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"{origin}: no such audio file")
+        samples, rate, truncated = _decode_file(str(path), origin, max_seconds, truncate)
+    elif isinstance(source, bytes | bytearray | memoryview):
+        origin = "<bytes>"
+        if len(source) == 0:
+            raise ValueError("<bytes>: audio is empty (0 bytes)")
+        samples, rate, truncated = _decode_file(io.BytesIO(bytes(source)), origin, max_seconds, truncate)
+    elif isinstance(source, tuple):
+        origin = "<array>"
+        if len(source) != 2:
+            raise ValueError(f"<array>: expected an (array, sample_rate) tuple, got a tuple of {len(source)} items")
+        array, rate_value = source
+        rate = check_sample_rate(rate_value, origin)
+        samples = _normalise_array(array, origin)
+        keep = _limit(samples.shape[0], rate, max_seconds, truncate, origin)
+        truncated = keep < samples.shape[0]
+        samples = samples[:keep]
+    else:
+        raise ValueError(
+            f"audio source must be a path, encoded bytes or an (array, sample_rate) tuple, got {type(source).__name__}"
+        )
+    _check_samples(samples, origin)
+    mono = samples.mean(axis=1) if samples.shape[1] > 1 else samples[:, 0]
+    waveform = np.clip(mono, -1.0, 1.0).astype(np.float32)
+    return DecodedAudio(waveform=waveform, sample_rate=rate, origin=origin, truncated=truncated)
+
+
+def _at_rate(decoded: DecodedAudio, target_rate: int) -> torch.Tensor:
+    out = resample(decoded.waveform, decoded.sample_rate, target_rate)
+    np.clip(out, -1.0, 1.0, out=out)
+    return torch.from_numpy(out)
+
+
+def load_audio(
+    source: AudioSource, target_rate: int, *, max_seconds: float | None = 30.0, truncate: bool = False
+) -> torch.Tensor:
+    """Mono float32 [N] CPU tensor in [-1, 1] at `target_rate`, resampled from the decoded original.
+
+    Args:
+        source: a file path, encoded bytes (any libsndfile format), or (array, sample_rate).
+        target_rate: output rate in Hz.
+        max_seconds: duration limit of the original audio (None: no limit).
+        truncate: keep the first `max_seconds` instead of raising when the audio is longer.
+
+    Raises:
+        ValueError: undecodable/unsupported data, bad dtype or layout, implausible sample rate, empty,
+            NaN/Inf, float audio outside [-1, 1], over the duration limit.
+        FileNotFoundError: a path that is not a file.
+    """
+    target = check_sample_rate(target_rate, "load_audio (target_rate)")
+    return _at_rate(decode_audio(source, max_seconds=max_seconds, truncate=truncate), target)
+
+
+def load_prompt_audio(
+    source: AudioSource, *, max_seconds: float | None = DEFAULT_MAX_PROMPT_SECONDS, truncate: bool = False
+) -> PromptAudio:
+    """Decode a voice prompt once and resample the original to 16 kHz and 24 kHz.
+
+    On top of `load_audio`'s checks, rejects prompts the speaker model cannot use: digital silence
+    (an all-zero prompt has no speaker information; its fbank is the constant log floor) and prompts
+    shorter than the 4 fbank frames CAM++ needs (55 ms).
+    """
+    decoded = decode_audio(source, max_seconds=max_seconds, truncate=truncate)
+    need = min_speaker_samples() / SPEAKER_SAMPLE_RATE
+    if decoded.seconds < need:
+        raise ValueError(
+            f"{decoded.origin}: prompt is {1000.0 * decoded.seconds:.1f} ms long; the speaker model needs at least "
+            f"{1000.0 * need:.0f} ms (4 fbank frames of 25 ms every 10 ms)"
+        )
+    if not np.any(decoded.waveform):
+        raise ValueError(f"{decoded.origin}: prompt is digital silence (all samples are zero)")
+    wav_16k = _at_rate(decoded, SPEAKER_SAMPLE_RATE)
+    if wav_16k.shape[0] < min_speaker_samples():
+        raise ValueError(
+            f"{decoded.origin}: prompt gives {wav_16k.shape[0]} samples at 16 kHz; the speaker model needs "
+            f"{min_speaker_samples()}"
+        )
+    return PromptAudio(
+        wav_16k=wav_16k,
+        wav_24k=_at_rate(decoded, PROMPT_MEL_RATE),
+        sample_rate=decoded.sample_rate,
+        num_samples=int(decoded.waveform.shape[0]),
+        digest=decoded.digest(),
+        truncated=decoded.truncated,
+    )
