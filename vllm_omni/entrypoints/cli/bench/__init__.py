@@ -12,7 +12,9 @@ import importlib
 from vllm_omni.entrypoints.cli.types import CLISubcommand
 
 # Order is the order shown in `vllm-omni bench --help`.
-BENCH_SUBCOMMANDS: tuple[str, ...] = ()
+BENCH_SUBCOMMANDS: tuple[str, ...] = (
+    "vllm_omni.entrypoints.cli.bench.spk_embedding",
+)
 
 
 def load_bench_subcommands() -> list[CLISubcommand]:

@@ -1,0 +1,258 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Render a speaker-embedding benchmark report: terminal table, JSON file and PNG plot.
+
+Kept apart from the measurement (`spk_embedding`) so a partial report from an interrupted run, or a
+JSON file from another machine, renders the same way. Files are written atomically (tmp file in the
+target folder + `os.replace`), so a reader never sees half a report. matplotlib is imported only
+when a plot is written, and only through its Agg canvas (no pyplot, no global backend switch).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from vllm_omni.benchmarks.spk_embedding import BenchReport, CellResult
+
+_BACKEND_ORDER = {"ort": 0, "torch": 1, "trt": 2}
+
+
+def _fmt(value: float | None, spec: str, missing: str = "-") -> str:
+    return missing if value is None or not math.isfinite(value) else format(value, spec)
+
+
+def _ratio_text(ratio: float | None) -> str:
+    if ratio is None or not math.isfinite(ratio) or ratio <= 0:
+        return "-"
+    if abs(ratio - 1.0) < 5e-3:
+        return "1.00"
+    return f"{ratio:.2f} ({1 / ratio:.1f}x faster)" if ratio < 1 else f"{ratio:.2f} ({ratio:.1f}x slower)"
+
+
+def _sorted_cells(report: BenchReport) -> list[CellResult]:
+    return sorted(report.results, key=lambda c: (c.frames, _BACKEND_ORDER.get(c.backend, 9)))
+
+
+def header_lines(report: BenchReport) -> list[str]:
+    lines = ["vllm-omni bench spk-embedding: CAM++ speaker embedding, onnxruntime CPU vs device backends"]
+    w = report.weights
+    if w is not None:
+        if w.kind == "stand-in":
+            lines.append(f"weights : STAND-IN campplus.onnx (sha256 {w.sha256[:16]}...): {w.path}")
+            lines.append("          random weights: embeddings are NOT a real speaker space; latency of the")
+            lines.append("          full-size stand-in is representative of the shipped file (same graph)")
+        else:
+            verdict = "the known shipped file" if w.matches_known_shipped else "NOT the known shipped file"
+            lines.append(f"weights : {w.path}")
+            lines.append(f"          sha256 {w.sha256} ({verdict})")
+    env = report.environment
+    cfg = report.config
+    if env is not None:
+        lines.append(
+            f"device  : {env.device} ({env.device_name}); threads {env.threads} "
+            f"(torch {env.torch_num_threads}, onnxruntime intra-op {env.ort_intra_op_num_threads}); "
+            f"batch {cfg.get('batch')}"
+        )
+        trt = f", tensorrt {env.tensorrt_version}" if env.tensorrt_version else ""
+        lines.append(
+            f"versions: torch {env.torch_version}, onnxruntime {env.onnxruntime_version}{trt}; seg-pool: "
+            f"onnxruntime {env.ort_seg_pool_mode}, torch {env.torch_seg_pool_mode or '-'}"
+        )
+        load = env.load_average_start
+        end = env.load_average_end
+        lines.append(
+            f"load avg: {' '.join(map(str, load)) if load else '-'} at start, {' '.join(map(str, end)) if end else '-'}"
+            f" at end ({env.usable_cores} usable cores, {env.cpu})"
+        )
+    if report.audio is not None:
+        a = report.audio
+        lines.append(f"audio   : {a.source} ({a.duration_s:.2f} s), tiled/cropped to T frames; {a.transform}")
+    lines.append(
+        f"timing  : {cfg.get('warmup')} warm-up + {cfg.get('iters')} timed calls per backend and T, interleaved"
+    )
+    return lines
+
+
+def table_lines(report: BenchReport) -> list[str]:
+    cols = (
+        ("T", 5),
+        ("backend", 16),
+        ("median ms", 10),
+        ("p90 ms", 8),
+        ("p99 ms", 8),
+        ("host ms", 8),
+        ("cpu ms", 8),
+        ("ratio vs ORT", 22),
+        ("cosine", 10),
+        ("max|diff|", 9),
+        ("parity", 8),
+    )
+    head = "  ".join(name.rjust(width) if i != 1 else name.ljust(width) for i, (name, width) in enumerate(cols))
+    lines = [head, "-" * len(head)]
+    for c in _sorted_cells(report):
+        parity = "ref" if c.backend == "ort" else {True: "ok", False: "MISMATCH", None: "-"}[c.parity_ok]
+        values = (
+            str(c.frames),
+            c.backend_name,
+            _fmt(c.wall.median_ms, ".2f"),
+            _fmt(c.wall.p90_ms, ".2f"),
+            _fmt(c.wall.p99_ms, ".2f"),
+            _fmt(c.host.median_ms, ".2f"),
+            _fmt(c.host_cpu.median_ms, ".2f"),
+            "1.00 (reference)" if c.backend == "ort" else _ratio_text(c.ratio_vs_ort),
+            _fmt(c.cosine_vs_ort, ".7f"),
+            _fmt(c.max_abs_diff_vs_ort, ".1e"),
+            parity,
+        )
+        lines.append(
+            "  ".join(
+                v.rjust(w) if i != 1 else v.ljust(w) for i, (v, (_, w)) in enumerate(zip(values, cols, strict=True))
+            )
+        )
+    if not report.results:
+        lines.append("(no latency measured)")
+    return lines
+
+
+def ratio_rows(report: BenchReport) -> list[str]:
+    """One line per non-reference backend: its `ratio_vs_ort` at every T (the line the README quotes)."""
+    rows = []
+    names = {c.backend: c.backend_name for c in report.results}
+    for key in sorted(names, key=lambda k: _BACKEND_ORDER.get(k, 9)):
+        if key == "ort":
+            continue
+        cells = sorted((c for c in report.results if c.backend == key), key=lambda c: c.frames)
+        parts = "  ".join(f"T={c.frames}: {_fmt(c.ratio_vs_ort, '.2f')}" for c in cells)
+        rows.append(f"ratio vs ORT ({names[key]} / onnxruntime-cpu median, below 1 = faster): {parts}")
+    return rows
+
+
+def footer_lines(report: BenchReport) -> list[str]:
+    b = report.build
+    lines = []
+    if b.torch_cold_build_ms is not None:
+        hit = _fmt(b.torch_cache_hit_us, ".1f")
+        lines.append(f"get_campplus_torch: cold build {b.torch_cold_build_ms:.1f} ms, cache hit {hit} us")
+    if b.ort_session_build_ms is not None:
+        lines.append(f"onnxruntime session build: {b.ort_session_build_ms:.1f} ms")
+    if b.trt_build_or_load_s is not None:
+        lines.append(f"TensorRT engine build or load: {b.trt_build_or_load_s:.2f} s ({b.trt_backend_name})")
+    p = report.prompt_cache
+    if p is not None:
+        if p.unavailable:
+            lines.append(f"prompt cache: not measured ({p.unavailable})")
+        elif p.hit is not None:
+            lines.append(
+                f"prompt cache (prepare_prompt, {_fmt(p.prompt_seconds, '.2f')} s prompt, {p.backend}): "
+                f"miss {_fmt(p.miss_ms, '.1f')} ms, hit median {p.hit.median_ms:.3f} ms (p99 {p.hit.p99_ms:.3f} ms)"
+            )
+    if report.weights is not None and report.weights.standin_generated_s is not None:
+        lines.append(f"stand-in generated in {report.weights.standin_generated_s:.1f} s (first use; cached now)")
+    failures = report.parity_failures
+    if failures:
+        tol = report.tolerances
+        where = ", ".join(f"{c.backend_name} T={c.frames}" for c in failures)
+        lines.append(
+            f"PARITY MISMATCH vs onnxruntime (tolerance max|diff| <= {tol.get('max_abs_diff')}, "
+            f"cosine >= {tol.get('min_cosine')}): {where}"
+        )
+    if not report.complete:
+        lines.append(f"PARTIAL REPORT: the run was interrupted after {report.elapsed_s:.1f} s")
+    else:
+        lines.append(f"total {report.elapsed_s:.1f} s")
+    return lines
+
+
+def render_text(report: BenchReport) -> str:
+    parts = [*header_lines(report), "", *table_lines(report), ""]
+    rows = ratio_rows(report)
+    if rows:
+        parts += [*rows, ""]
+    parts += footer_lines(report)
+    return "\n".join(parts) + "\n"
+
+
+def _finite(value: Any) -> Any:
+    # JSON has no NaN/Infinity: a non-finite measurement is written as null.
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
+def report_json(report: BenchReport) -> str:
+    return json.dumps(_finite(report.to_dict()), indent=2, allow_nan=False) + "\n"
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write `data` to `path` via a tmp file in the same folder and `os.replace` (creates the folder)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_json(report: BenchReport, path: Path) -> None:
+    atomic_write_bytes(path, report_json(report).encode())
+
+
+def plot_png(report: BenchReport) -> bytes:
+    """PNG bytes: median latency vs T per backend (bars to p90), and each backend's ratio vs onnxruntime."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(11, 4.5), dpi=100)
+    FigureCanvasAgg(fig)
+    lat, ratio = fig.subplots(1, 2)
+    names = {c.backend: c.backend_name for c in report.results}
+    for key in sorted(names, key=lambda k: _BACKEND_ORDER.get(k, 9)):
+        cells = sorted((c for c in report.results if c.backend == key), key=lambda c: c.frames)
+        xs = [c.frames for c in cells]
+        med = [c.wall.median_ms for c in cells]
+        up = [max(c.wall.p90_ms - c.wall.median_ms, 0.0) for c in cells]
+        lat.errorbar(xs, med, yerr=[[0.0] * len(xs), up], marker="o", capsize=3, label=names[key])
+        if key != "ort":
+            ratio.plot(xs, [c.ratio_vs_ort for c in cells], marker="o", label=f"{names[key]} / onnxruntime")
+    lat.set_xlabel("T (fbank frames, 10 ms each)")
+    lat.set_ylabel("latency per call, ms (median, bar to p90)")
+    lat.set_title("latency vs T")
+    lat.grid(True, alpha=0.3)
+    ratio.axhline(1.0, color="gray", linestyle="--", linewidth=1)
+    ratio.set_xlabel("T (fbank frames, 10 ms each)")
+    ratio.set_ylabel("median latency / onnxruntime (below 1 = faster)")
+    ratio.set_title("ratio vs onnxruntime CPU, same threads")
+    ratio.grid(True, alpha=0.3)
+    for axes in (lat, ratio):
+        if axes.get_legend_handles_labels()[0]:
+            axes.legend(fontsize=8)
+    env = report.environment
+    where = f"{env.device} ({env.device_name}), {env.threads} threads" if env is not None else ""
+    standin = report.weights is not None and report.weights.kind == "stand-in"
+    title = f"CAM++ speaker embedding on {where}"
+    if standin:
+        title += "  |  STAND-IN weights: latency only, not a real speaker space"
+    if not report.complete:
+        title += "  |  PARTIAL"
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png")
+    return buffer.getvalue()
+
+
+def write_plot(report: BenchReport, path: Path) -> None:
+    atomic_write_bytes(path, plot_png(report))

@@ -1,0 +1,247 @@
+# SPDX-License-Identifier: Apache-2.0
+"""`vllm-omni bench spk-embedding`: does the device speaker embedding match onnxruntime here, and how fast is it?
+
+The README's first command. With no options it measures the embedded default: a deterministic
+full-size stand-in `campplus.onnx` (generated on first use and cached under
+`vllm_omni.envs.cache_dir("campplus")`) on the project's speech clip, on the serving device. It
+prints a table, and writes `spk_embedding_report.json` and `spk_embedding_report.png` to the current
+folder unless `--json` / `--plot` say elsewhere.
+
+Exit codes: 0 done; 1 some backend is outside the parity tolerance against onnxruntime; 2 usage
+error (bad option, unusable file, unavailable backend); 130 interrupted (the partial report is
+printed and its JSON written).
+
+This module only parses options (argparse); torch, onnxruntime, tqdm and matplotlib are imported
+inside `run`, so `vllm-omni --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from vllm_omni.entrypoints.cli.types import CLIUsageError
+
+BACKEND_CHOICES = ("ort", "torch", "trt")
+DEFAULT_JSON = "spk_embedding_report.json"
+DEFAULT_PLOT = "spk_embedding_report.png"
+MAX_DEFAULT_THREADS = 8
+MIN_FRAMES = 4
+# (lengths, warmup, iters, prompt-cache hits) of the default run and of --fast; explicit options win.
+DEFAULT_PLAN = ((97, 200, 501, 1000), 5, 50, 200)
+FAST_PLAN = ((97, 200), 2, 10, 50)
+
+
+def default_threads() -> int:
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, MAX_DEFAULT_THREADS))
+
+
+def parse_backends(text: str) -> tuple[str, ...]:
+    names = [part.strip() for part in text.split(",") if part.strip()]
+    if not names:
+        raise CLIUsageError("--backends needs at least one of ort, torch, trt (comma separated)")
+    unknown = [n for n in names if n not in BACKEND_CHOICES]
+    if unknown:
+        raise CLIUsageError(
+            f"--backends: unknown backend(s) {', '.join(unknown)}; choose from {', '.join(BACKEND_CHOICES)}"
+        )
+    if len(set(names)) != len(names):
+        raise CLIUsageError(f"--backends lists a backend twice: {text!r}")
+    # onnxruntime is the reference every ratio and parity number is computed against.
+    return tuple(["ort"] + [n for n in names if n != "ort"])
+
+
+def parse_lengths(text: str) -> tuple[int, ...]:
+    values = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        try:
+            value = int(part)
+        except ValueError:
+            raise CLIUsageError(
+                f"--lengths: {part!r} is not an integer frame count (e.g. --lengths 97,200,501)"
+            ) from None
+        if value < MIN_FRAMES:
+            raise CLIUsageError(f"--lengths: T={value} is too short; CAM++ needs at least {MIN_FRAMES} frames")
+        values.append(value)
+    if not values:
+        raise CLIUsageError("--lengths needs at least one frame count, e.g. --lengths 97,200,501,1000")
+    return tuple(sorted(set(values)))
+
+
+def _check_at_least(name: str, value: int | None, low: int) -> None:
+    if value is not None and value < low:
+        raise CLIUsageError(f"{name} must be >= {low}, got {value}")
+
+
+def _existing_file(option: str, value: str | None) -> Path | None:
+    if value is None:
+        return None
+    path = Path(value).expanduser()
+    if not path.exists():
+        raise CLIUsageError(f"{option} {value}: no such file")
+    if not path.is_file():
+        raise CLIUsageError(f"{option} {value}: not a regular file")
+    return path
+
+
+def _check_device(text: str) -> str:
+    text = text.strip()
+    if text == "auto" or text == "cpu":
+        return text
+    head, _, index = text.partition(":")
+    if head not in ("cuda", "npu") or (index and not index.isdigit()):
+        raise CLIUsageError(f"--device {text!r}: expected auto, cpu, cuda[:i] or npu[:i]")
+    return text
+
+
+def build_config(args: argparse.Namespace) -> Any:
+    """The validated `BenchConfig` for `args` (raises `CLIUsageError` for user mistakes)."""
+    from vllm_omni.benchmarks.spk_embedding import BenchConfig
+
+    plan = FAST_PLAN if args.fast else DEFAULT_PLAN
+    for name in ("batch", "threads", "iters"):
+        _check_at_least(f"--{name}", getattr(args, name), 1)
+    _check_at_least("--warmup", args.warmup, 0)
+    device = _check_device(args.device)
+    if args.backends is None:
+        backends: tuple[str, ...] = ("ort", "torch")
+    else:
+        backends = parse_backends(args.backends)
+    lengths = parse_lengths(args.lengths) if args.lengths is not None else plan[0]
+    if "trt" in backends and max(lengths) > 3000:
+        raise CLIUsageError(f"--lengths: T={max(lengths)} exceeds the TensorRT profile (4..3000 frames)")
+    for option in ("json", "plot"):
+        value = getattr(args, option)
+        if value is not None and Path(value).is_dir():
+            raise CLIUsageError(f"--{option} {value}: is a folder; give a file name")
+    return BenchConfig(
+        onnx=_existing_file("--onnx", args.onnx),
+        device=device,
+        backends=backends,
+        lengths=lengths,
+        batch=args.batch,
+        warmup=plan[1] if args.warmup is None else args.warmup,
+        iters=plan[2] if args.iters is None else args.iters,
+        threads=default_threads() if args.threads is None else args.threads,
+        audio=_existing_file("--audio", args.audio),
+        prompt_cache_iters=plan[3],
+        add_trt_when_available=args.backends is None,
+    )
+
+
+class _BarProgress:
+    """`Progress` for a terminal: setup steps as lines on stderr, the timed loop as a tqdm bar."""
+
+    def __init__(self) -> None:
+        self._bar: Any = None
+
+    def stage(self, text: str) -> None:
+        self._write(f"[spk-embedding] {text} ...")
+
+    def start(self, total: int) -> None:
+        try:
+            from tqdm import tqdm
+        except ImportError:  # the bench extra is not installed: plain lines only
+            self._write(f"[spk-embedding] timing {total} calls ...")
+            return
+        self._bar = tqdm(total=total, desc="timing", unit="call", file=sys.stderr, dynamic_ncols=True, leave=False)
+
+    def advance(self, calls: int, text: str) -> None:
+        if self._bar is not None:
+            self._bar.set_postfix_str(text, refresh=False)
+            self._bar.update(calls)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
+    def _write(self, text: str) -> None:
+        if self._bar is not None:
+            self._bar.write(text, file=sys.stderr)
+        else:
+            print(text, file=sys.stderr, flush=True)
+
+
+class SpkEmbeddingSubcommand:
+    name = "spk-embedding"
+    help = "CAM++ speaker embedding: parity with onnxruntime and latency of each backend, side by side"
+
+    def add_cli_args(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument(
+            "--onnx",
+            metavar="PATH",
+            help="campplus.onnx to measure (default: a deterministic full-size stand-in, generated on first use "
+            "and cached under the vllm_omni cache folder; its embeddings are not a real speaker space)",
+        )
+        parser.add_argument("--device", default="auto", help="auto (serving device), cpu, cuda[:i] or npu[:i]")
+        parser.add_argument(
+            "--backends",
+            metavar="LIST",
+            help="comma-separated from ort,torch,trt (default ort,torch, plus trt on CUDA hosts with TensorRT); "
+            "ort is always measured: it is the reference",
+        )
+        parser.add_argument(
+            "--lengths", metavar="T,...", help="feature lengths in fbank frames (default 97,200,501,1000)"
+        )
+        parser.add_argument("--batch", type=int, default=1, help="utterances per call (default 1)")
+        parser.add_argument("--warmup", type=int, metavar="N", help="untimed calls per backend and T (default 5)")
+        parser.add_argument("--iters", type=int, metavar="N", help="timed calls per backend and T (default 50)")
+        parser.add_argument(
+            "--threads",
+            type=int,
+            metavar="N",
+            help=f"torch threads and onnxruntime intra-op threads (default: usable cores, <= {MAX_DEFAULT_THREADS})",
+        )
+        parser.add_argument("--audio", metavar="PATH", help="speech file to cut features from (default: shipped clip)")
+        parser.add_argument("--json", metavar="OUT", help=f"JSON report path (default ./{DEFAULT_JSON})")
+        parser.add_argument("--plot", metavar="OUT.png", help=f"PNG plot path (default ./{DEFAULT_PLOT})")
+        parser.add_argument(
+            "--fast",
+            action="store_true",
+            help="quick look: T 97,200, 2 warm-up + 10 timed calls (explicit options win)",
+        )
+
+    def run(self, args: argparse.Namespace) -> int:
+        config = build_config(args)
+        from vllm_omni.benchmarks.spk_embedding import BenchSetupError, SpkEmbeddingBenchmark
+        from vllm_omni.benchmarks.spk_embedding_report import render_text, write_json, write_plot
+
+        json_path = Path(args.json or DEFAULT_JSON)
+        plot_path = Path(args.plot or DEFAULT_PLOT)
+        progress = _BarProgress()
+        bench = SpkEmbeddingBenchmark(config, progress)
+        interrupted = False
+        try:
+            bench.run()
+        except BenchSetupError as exc:
+            raise CLIUsageError(str(exc)) from None
+        except KeyboardInterrupt:
+            interrupted = True
+        finally:
+            progress.close()
+        report = bench.report
+        sys.stdout.write(render_text(report))
+        write_json(report, json_path)
+        written = [str(json_path)]
+        if report.results:
+            write_plot(report, plot_path)
+            written.append(str(plot_path))
+        print(f"wrote {' and '.join(written)}", flush=True)
+        if interrupted:
+            print("vllm-omni: interrupted; the report above and the JSON are partial", file=sys.stderr)
+            return 130
+        return 1 if report.parity_failures else 0
+
+
+SUBCOMMAND = SpkEmbeddingSubcommand()
