@@ -1,0 +1,42 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Stand-in flow assets for the flow tests: a reduced flow.yaml + seeded flow.pt, written once per session."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+
+from vllm_omni.model_executor.models.cosyvoice2.flow import CausalMaskedDiffWithXvec, load_flow, write_standin_flow
+
+STANDIN_SEED = 1234
+
+
+@pytest.fixture(scope="session")
+def reduced_flow_files(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    return write_standin_flow(tmp_path_factory.mktemp("flow_reduced"), reduced=True, seed=STANDIN_SEED)
+
+
+@pytest.fixture(scope="session")
+def reduced_flow(reduced_flow_files: tuple[Path, Path]) -> CausalMaskedDiffWithXvec:
+    """Shared read-only model; tests that change its state (noise) use `fresh_reduced_flow`."""
+    return load_flow(reduced_flow_files, device="cpu")
+
+
+@pytest.fixture
+def fresh_reduced_flow(reduced_flow_files: tuple[Path, Path]) -> CausalMaskedDiffWithXvec:
+    return load_flow(reduced_flow_files, device="cpu")
+
+
+@pytest.fixture(autouse=True)
+def _single_intra_op_thread() -> Iterator[None]:
+    """The reduced models run tiny ops: with 2 OpenMP threads on a busy 2-core host each op can wait tens
+    of ms for a spinning peer (measured 30x slower). One thread per test, restored afterwards."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
