@@ -46,7 +46,7 @@ def test_minimum_length_is_four_frames() -> None:
     assert speaker_features(noise).shape == (MIN_SPEAKER_FRAMES, 80)
     with pytest.raises(ValueError, match=r"879 samples .* needs >= 4"):
         speaker_features(noise[: need - 1])
-    with pytest.raises(ValueError, match="item 1 gives 3 fbank frame"):
+    with pytest.raises(ValueError, match=r"item 1 has 879 samples .* give 3 fbank frame"):
         speaker_features(torch.stack([noise, noise]), lengths=[need, need - 1])
 
 

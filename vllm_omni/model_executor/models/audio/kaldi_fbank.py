@@ -194,7 +194,7 @@ def _mel_banks(opts: FbankOptions) -> torch.Tensor:
     return torch.where(inside, weights, torch.zeros_like(weights))
 
 
-def _host_lengths(lengths: Sequence[int] | torch.Tensor, batch: int, num_samples: int) -> list[int]:
+def host_lengths(lengths: Sequence[int] | torch.Tensor, batch: int, num_samples: int) -> list[int]:
     """Validate per-item lengths (host metadata: Python ints or a CPU integer tensor)."""
     if isinstance(lengths, torch.Tensor):
         if lengths.device.type != "cpu":
@@ -340,7 +340,7 @@ def kaldi_fbank(
         raise ValueError(f"kaldi_fbank: waveform is empty (shape {tuple(waveform.shape)})")
     _check_finite(x, check_finite)
 
-    item_lengths = [num_samples] * batch if lengths is None else _host_lengths(lengths, batch, num_samples)
+    item_lengths = [num_samples] * batch if lengths is None else host_lengths(lengths, batch, num_samples)
     frame_counts = [opts.num_frames(n) for n in item_lengths]
     if min(frame_counts) < 1:
         i = frame_counts.index(min(frame_counts))

@@ -52,6 +52,18 @@ class MelConfig:
     def pad(self) -> int:
         return (self.n_fft - self.hop_length) // 2
 
+    def validate(self) -> None:
+        if not (0 < self.hop_length <= self.n_fft and 0 < self.win_length <= self.n_fft and self.n_mels > 0):
+            raise ValueError(
+                f"MelConfig: need 0 < hop_length, win_length <= n_fft and n_mels > 0, got hop {self.hop_length}, "
+                f"win {self.win_length}, n_fft {self.n_fft}, n_mels {self.n_mels}"
+            )
+        if not 0.0 <= self.fmin < self.fmax <= 0.5 * self.sample_rate:
+            raise ValueError(
+                f"MelConfig: need 0 <= fmin < fmax <= Nyquist ({0.5 * self.sample_rate:g} Hz), got fmin {self.fmin}, "
+                f"fmax {self.fmax}"
+            )
+
 
 PROMPT_MEL_CONFIG = MelConfig()
 
@@ -118,6 +130,7 @@ def log_mel_spectrogram(
         ValueError: non-float / wrong-rank / empty input, a waveform not longer than the reflect pad
             (pad + 1 samples needed), NaN/Inf (checked on CPU tensors by default, see `kaldi_fbank`).
     """
+    cfg.validate()
     impl: DftImpl = default_dft_impl() if dft_impl is None else dft_impl
     if impl not in DFT_IMPLS:
         raise ValueError(f"log_mel_spectrogram: dft_impl must be one of {DFT_IMPLS}, got {dft_impl!r}")

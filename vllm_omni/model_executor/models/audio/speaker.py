@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import torch
 
-from vllm_omni.model_executor.models.audio.kaldi_fbank import FbankOptions, kaldi_fbank
+from vllm_omni.model_executor.models.audio.kaldi_fbank import FbankOptions, host_lengths, kaldi_fbank
 
 SPEAKER_SAMPLE_RATE = 16000
 SPEAKER_NUM_MEL_BINS = 80
@@ -74,13 +74,22 @@ def speaker_features(
         ValueError: everything `kaldi_fbank` rejects, and audio giving fewer than `min_frames` frames.
     """
     opts = _speaker_opts()
-    if isinstance(waveform_16k, torch.Tensor) and waveform_16k.ndim in (1, 2) and lengths is None:
+    if isinstance(waveform_16k, torch.Tensor) and waveform_16k.ndim in (1, 2) and waveform_16k.shape[-1] > 0:
+        batch = waveform_16k.shape[0] if waveform_16k.ndim == 2 else 1
         n = waveform_16k.shape[-1]
-        if 0 < n and opts.num_frames(n) < min_frames:
+        # Host ints only: the length checks never read device memory.
+        items = [n] * batch if lengths is None else host_lengths(lengths, batch, n)
+        lengths = None if lengths is None else items
+        short = [i for i, m in enumerate(items) if opts.num_frames(m) < min_frames]
+        if short:
+            i = short[0]
+            m = items[i]
+            need = opts.min_samples(min_frames)
+            need_ms = 1000.0 * need / SPEAKER_SAMPLE_RATE
             raise ValueError(
-                f"speaker_features: {n} samples ({1000.0 * n / SPEAKER_SAMPLE_RATE:.1f} ms at 16 kHz) give "
-                f"{opts.num_frames(n)} fbank frame(s); the speaker model needs >= {min_frames} "
-                f"({opts.min_samples(min_frames)} samples, {1000.0 * opts.min_samples(min_frames) / 16000:.0f} ms)"
+                f"speaker_features: {'item ' + str(i) + ' has ' if lengths is not None else ''}{m} samples "
+                f"({1000.0 * m / SPEAKER_SAMPLE_RATE:.1f} ms at 16 kHz) give {opts.num_frames(m)} fbank frame(s); "
+                f"the speaker model needs >= {min_frames} ({need} samples, {need_ms:.0f} ms)"
             )
     result = kaldi_fbank(
         waveform_16k,
@@ -93,12 +102,6 @@ def speaker_features(
     if not isinstance(result, tuple):
         return result - result.mean(dim=-2, keepdim=True)
     feats, counts = result
-    if int(counts.min()) < min_frames:
-        i = int(counts.argmin())
-        raise ValueError(
-            f"speaker_features: item {i} gives {int(counts[i])} fbank frame(s); the speaker model needs >= "
-            f"{min_frames} ({opts.min_samples(min_frames)} samples at 16 kHz)"
-        )
     # Padding frames are zero, so the sum over all frames is the sum over the valid ones.
     batch_feats = feats if feats.ndim == 3 else feats.unsqueeze(0)
     denom = counts.to(device=feats.device, dtype=feats.dtype)

@@ -1,0 +1,177 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Prompt audio loading: every source kind, normalisation, mix-down, resampling from the original, bad input."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile
+import torch
+
+from vllm_omni.assets.audio import speech_sample_path
+from vllm_omni.model_executor.models.audio import load_audio, load_prompt_audio
+
+pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
+
+
+@pytest.fixture(scope="module")
+def speech_int16() -> np.ndarray:
+    samples, rate = soundfile.read(str(speech_sample_path()), dtype="int16")
+    assert rate == 16000
+    return samples
+
+
+def _encode(samples: np.ndarray, rate: int, fmt: str = "WAV", subtype: str | None = None) -> bytes:
+    buf = io.BytesIO()
+    soundfile.write(buf, samples, rate, format=fmt, subtype=subtype)
+    return buf.getvalue()
+
+
+def _tone(freq: float, rate: int, seconds: float = 1.0, amplitude: float = 0.4) -> np.ndarray:
+    t = np.arange(int(seconds * rate)) / rate
+    return amplitude * np.sin(2 * np.pi * freq * t)
+
+
+def _level_at(x: torch.Tensor, rate: int, freq: float) -> float:
+    spec = np.abs(np.fft.rfft(x.numpy().astype(np.float64) * np.hanning(len(x))))
+    k = int(round(freq * len(x) / rate))
+    return float(spec[k - 2 : k + 3].max() / (len(x) / 4))
+
+
+def test_path_bytes_and_int16_array_load_to_the_same_normalised_samples(speech_int16: np.ndarray) -> None:
+    expected = torch.from_numpy(speech_int16.astype(np.float32) / 32768.0)
+    from_path = load_audio(speech_sample_path(), 16000)
+    from_str = load_audio(str(speech_sample_path()), 16000)
+    from_bytes = load_audio(speech_sample_path().read_bytes(), 16000)
+    from_array = load_audio((speech_int16, 16000), 16000)
+    for got in (from_path, from_str, from_bytes, from_array):
+        assert got.dtype == torch.float32 and got.ndim == 1
+        assert torch.equal(got, expected)
+
+
+@pytest.mark.parametrize(
+    "convert",
+    [
+        lambda x: x.astype(np.int32) << 16,
+        lambda x: x.astype(np.float64) / 32768.0,
+        lambda x: x.astype(np.float32) / 32768.0,
+        lambda x: torch.from_numpy(x.astype(np.float32) / 32768.0),
+    ],
+    ids=["int32", "float64", "float32", "torch_float32"],
+)
+def test_int32_and_float_arrays_are_normalised_like_int16(convert, speech_int16: np.ndarray) -> None:  # type: ignore[no-untyped-def]
+    expected = torch.from_numpy(speech_int16.astype(np.float32) / 32768.0)
+    torch.testing.assert_close(load_audio((convert(speech_int16), 16000), 16000), expected, atol=1e-7, rtol=0)
+
+
+def test_uint8_pcm_is_centred_at_128() -> None:
+    got = load_audio((np.array([0, 64, 128, 192, 255] * 200, dtype=np.uint8), 16000), 16000)
+    np.testing.assert_allclose(got[:5].numpy(), [-1.0, -0.5, 0.0, 0.5, 127 / 128], atol=1e-7)
+
+
+@pytest.mark.parametrize("layout", ["channels_last", "channels_first", "file"])
+def test_stereo_is_mixed_down_to_the_channel_mean(layout: str) -> None:
+    left, right = _tone(440.0, 16000, 0.5), _tone(660.0, 16000, 0.5, amplitude=0.2)
+    stereo = np.stack([left, right], axis=1).astype(np.float32)
+    if layout == "channels_last":
+        source: object = (stereo, 16000)
+    elif layout == "channels_first":
+        source = (stereo.T.copy(), 16000)
+    else:
+        source = _encode(stereo, 16000, "FLAC", "PCM_24")
+    got = load_audio(source, 16000)  # type: ignore[arg-type]
+    np.testing.assert_allclose(got.numpy(), (left + right) / 2, atol=1e-6)
+
+
+def test_prompt_24k_copy_is_resampled_from_the_original_not_from_16k() -> None:
+    # A 10 kHz tone exists at 48 kHz and 24 kHz but not at 16 kHz (Nyquist 8 kHz).
+    original = (_tone(10000.0, 48000) + _tone(1000.0, 48000)).astype(np.float32)
+    prompt = load_prompt_audio(_encode(original, 48000, "WAV", "FLOAT"))
+    assert prompt.sample_rate == 48000 and prompt.num_samples == 48000
+    assert prompt.wav_16k.shape == (16000,) and prompt.wav_24k.shape == (24000,)
+    assert _level_at(prompt.wav_24k, 24000, 10000.0) == pytest.approx(0.4, rel=0.05)
+    assert _level_at(prompt.wav_16k, 16000, 1000.0) == pytest.approx(0.4, rel=0.05)
+    assert prompt.wav_16k.abs().max() <= 1.0 and prompt.wav_24k.abs().max() <= 1.0
+
+
+def test_prompt_digest_is_a_content_key(speech_int16: np.ndarray) -> None:
+    a = load_prompt_audio(speech_sample_path())
+    b = load_prompt_audio(speech_sample_path().read_bytes())
+    c = load_prompt_audio((speech_int16, 16000))
+    assert a.digest == b.digest == c.digest
+    assert load_prompt_audio((speech_int16, 22050)).digest != a.digest, "the rate is part of the content"
+    louder = (np.clip(speech_int16.astype(np.int32) * 2, -32768, 32767)).astype(np.int16)
+    assert load_prompt_audio((louder, 16000)).digest != a.digest
+
+
+def test_long_audio_is_rejected_unless_truncation_is_asked_for(tmp_path: Path) -> None:
+    long = _tone(300.0, 16000, seconds=31.0).astype(np.float32)
+    path = tmp_path / "long.wav"
+    soundfile.write(path, long, 16000)
+    for source in (path, (long, 16000)):
+        with pytest.raises(ValueError, match=r"31.00 s long, over the 30 s limit"):
+            load_audio(source, 16000)  # type: ignore[arg-type]
+        cut = load_audio(source, 16000, truncate=True)  # type: ignore[arg-type]
+        assert cut.shape == (30 * 16000,)
+        np.testing.assert_allclose(cut.numpy(), long[: 30 * 16000], atol=1e-4)
+    assert load_prompt_audio(path, truncate=True).truncated
+    assert load_audio(path, 16000, max_seconds=None).shape == (31 * 16000,)
+    with pytest.raises(ValueError, match="over the 2 s limit"):
+        load_prompt_audio(path, max_seconds=2.0)
+
+
+def test_all_zero_audio_loads_but_is_not_a_usable_prompt() -> None:
+    silence = np.zeros(16000, dtype=np.int16)
+    assert not load_audio((silence, 16000), 16000).any()
+    with pytest.raises(ValueError, match="digital silence"):
+        load_prompt_audio((silence, 16000))
+
+
+def test_prompt_shorter_than_four_fbank_frames_is_rejected() -> None:
+    with pytest.raises(ValueError, match=r"50.0 ms long; the speaker model needs at least 55 ms"):
+        load_prompt_audio((_tone(300.0, 16000, seconds=0.05), 16000))
+    assert load_prompt_audio((_tone(300.0, 16000, seconds=0.055), 16000)).wav_16k.shape == (880,)
+
+
+@pytest.mark.parametrize(
+    ("source", "match"),
+    [
+        (b"", "empty"),
+        (b"RIFF\x00\x00\x00\x00WAVEjunkjunkjunk", "cannot decode"),
+        (b"this is not audio at all" * 10, "cannot decode"),
+        ((np.zeros(0, dtype=np.int16), 16000), "empty"),
+        ((np.array([0.0, np.nan] * 100), 16000), "NaN/Inf"),
+        ((np.array([0.0, np.inf] * 100), 16000), "NaN/Inf"),
+        ((np.array([0.0, 3000.0] * 100), 16000), "peaks at 3000.*int16 values stored as floats"),
+        ((np.zeros(1000, dtype=np.int64), 16000), "unsupported audio dtype int64"),
+        ((np.zeros((2, 2, 100), dtype=np.int16), 16000), "shape"),
+        ((np.zeros((100, 200), dtype=np.int16), 16000), "no channel axis"),
+        ((np.zeros(1000, dtype=np.int16), 16), "16 Hz is outside"),
+        ((np.zeros(1000, dtype=np.int16), 48_000_000), "outside"),
+        ((np.zeros(1000, dtype=np.int16), "16000"), "number of Hz"),
+        ((np.zeros(1000, dtype=np.int16), 16000, 1), "tuple of 3 items"),
+        (([0.0] * 1000, 16000), "numpy array or torch tensor"),
+        (12345, "path, encoded bytes or an"),
+    ],
+)
+def test_bad_sources_raise_value_error(source: object, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        load_audio(source, 16000)  # type: ignore[arg-type]
+
+
+def test_unsupported_file_names_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "notes.txt"
+    path.write_text("not audio\n" * 100)
+    with pytest.raises(ValueError, match=r"notes.txt: cannot decode audio"):
+        load_audio(path, 16000)
+    with pytest.raises(FileNotFoundError, match="missing.wav"):
+        load_audio(tmp_path / "missing.wav", 16000)
+
+
+@pytest.mark.parametrize(("target", "max_seconds"), [(100, 30.0), (16000, 0.0), (16000, float("nan"))])
+def test_bad_target_rate_or_limit_raises_value_error(target: int, max_seconds: float) -> None:
+    with pytest.raises(ValueError):
+        load_audio((np.zeros(1000, dtype=np.int16), 16000), target, max_seconds=max_seconds)
