@@ -146,7 +146,7 @@ class HiFTGenerator(nn.Module):
         self.f0_predictor = ConvRNNF0Predictor(cfg.in_channels, cfg.f0_channels, cfg.f0_layers, dtype=dtype)
         # Periodic Hann computed in float64 then rounded, like scipy's get_window("hann", 16).
         # Non-persistent: the shipped state_dict has no window, and strict loading must stay strict.
-        window = torch.hann_window(n_fft, periodic=True, dtype=torch.float64).to(torch.float32)
+        window = torch.hann_window(n_fft, periodic=True, dtype=torch.float64, device="cpu").to(torch.float32)
         self.register_buffer("stft_window", window, persistent=False)
 
     @property
