@@ -54,21 +54,27 @@ class PromptFeatures:
             )
         if mel.dim() != 3 or mel.shape[0] != 1 or mel.shape[2] != MEL_BINS or mel.dtype != torch.float32:
             raise ValueError(f"prompt_mel must be [1, T, {MEL_BINS}] float32, got {list(mel.shape)} {mel.dtype}")
-        if tuple(mel_len.shape) != (1,) or int(mel_len[0]) != mel.shape[1]:
-            raise ValueError(f"prompt_mel_len must be [1] holding {mel.shape[1]}, got {mel_len.tolist()}")
+        if tuple(mel_len.shape) != (1,) or mel_len.dtype != torch.int32:
+            raise ValueError(f"prompt_mel_len must be a [1] int32 tensor, got {list(mel_len.shape)} {mel_len.dtype}")
+        # The value check reads the tensor, which would synchronise a device stream: CPU only.
+        if mel_len.device.type == "cpu" and int(mel_len[0]) != mel.shape[1]:
+            raise ValueError(f"prompt_mel_len must hold the mel length {mel.shape[1]}, got {int(mel_len[0])}")
 
     @property
     def device(self) -> torch.device:
         return self.speaker_embedding.device
 
     def clone(self) -> PromptFeatures:
-        """A deep copy: every tensor cloned, so the copy shares no storage with `self`."""
-        changes = {
-            f.name: getattr(self, f.name).clone()
-            for f in dataclasses.fields(self)
-            if isinstance(getattr(self, f.name), torch.Tensor)
-        }
-        return dataclasses.replace(self, **changes)
+        """A deep copy: every tensor cloned, so the copy shares no storage with `self`.
+
+        Skips `__post_init__` (the fields were validated when `self` was built), so a cache hit
+        costs the tensor copies and nothing that could synchronise the device.
+        """
+        copy = object.__new__(PromptFeatures)
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            object.__setattr__(copy, f.name, value.clone() if isinstance(value, torch.Tensor) else value)
+        return copy
 
 
 def canonical_waveform(waveform: np.ndarray | torch.Tensor) -> np.ndarray:
