@@ -14,6 +14,7 @@ from vllm_omni.entrypoints.cli.types import CLISubcommand
 # Order is the order shown in `vllm-omni bench --help`.
 BENCH_SUBCOMMANDS: tuple[str, ...] = (
     "vllm_omni.entrypoints.cli.bench.spk_embedding",
+    "vllm_omni.entrypoints.cli.bench.seed_tts",
 )
 
 
