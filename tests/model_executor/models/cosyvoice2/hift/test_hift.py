@@ -10,6 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from tests.helpers.mark import hardware_test
 from vllm_omni.model_executor.models.cosyvoice2.hift import (
     FULL_HIFT_CONFIG,
     FULL_HIFT_NUM_KEYS,
@@ -231,3 +232,18 @@ def test_model_is_fp32_under_a_bf16_default_dtype(reduced_path: Path) -> None:
         torch.set_default_dtype(previous)
     assert {p.dtype for p in model.parameters()} == {torch.float32}
     assert model.stft_window.dtype == torch.float32
+
+
+@hardware_test(res={"cuda": "H100", "npu": "A2"}, num_cards=1)
+def test_device_output_matches_cpu_for_the_same_source(reduced_path: Path, reduced_model: HiFTGenerator) -> None:
+    """Midpoint source + iSTFT run on the accelerator; with the source pinned, speech matches the CPU run."""
+    device_model = load_hift(reduced_path)  # the serving device
+    assert device_model.conv_pre.weight.device.type != "cpu"
+    mel = torch.randn(1, 80, 12, generator=torch.Generator().manual_seed(8))
+    with torch.inference_mode():
+        cpu_speech, cpu_source = reduced_model(mel, generator=torch.Generator().manual_seed(0))
+        device_mel = mel.to(device_model.conv_pre.weight.device)
+        _, device_source = device_model(device_mel)  # device RNG: its own noise, same shape and finite
+        speech, _ = device_model(device_mel, cache_source=cpu_source.to(device_mel.device))
+    assert device_source.shape == cpu_source.shape and torch.isfinite(device_source).all()
+    torch.testing.assert_close(speech.cpu(), cpu_speech, rtol=1e-3, atol=1e-4)

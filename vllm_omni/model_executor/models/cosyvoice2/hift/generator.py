@@ -18,6 +18,8 @@ Signal path per call (`forward(mel, cache_source)`):
 
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -96,6 +98,8 @@ class ConvRNNF0Predictor(nn.Module):
 class HiFTGenerator(nn.Module):
     """The 24 kHz HiFT vocoder; `forward(mel, cache_source=None, generator=None) -> (speech, source)`."""
 
+    stft_window: torch.Tensor
+
     def __init__(self, config: HiFTConfig = FULL_HIFT_CONFIG, *, dtype: torch.dtype = torch.float32) -> None:
         super().__init__()
         self.config = config
@@ -158,7 +162,7 @@ class HiFTGenerator(nn.Module):
         names: list[tuple[str, nn.Module]] = [("conv_pre", self.conv_pre), ("conv_post", self.conv_post)]
         names += [(f"ups.{i}", m) for i, m in enumerate(self.ups)]
         for prefix, blocks in (("resblocks", self.resblocks), ("source_resblocks", self.source_resblocks)):
-            for i, block in enumerate(blocks):
+            for i, block in enumerate(cast(list[ResBlock], list(blocks))):
                 for j, conv in enumerate(block.convs1):
                     names.append((f"{prefix}.{i}.convs1.{j}", conv))
                 for j, conv in enumerate(block.convs2):

@@ -70,6 +70,9 @@ def slaney_mel_filters(
 class LogMelFrontend(nn.Module):
     """16 kHz mono waveform [N] -> log-mel [128, N // 160] on the module's device."""
 
+    window: torch.Tensor
+    filters: torch.Tensor
+
     def __init__(self, *, dtype: torch.dtype = torch.float32) -> None:
         super().__init__()
         # Non-persistent: derived constants, never part of a checkpoint.

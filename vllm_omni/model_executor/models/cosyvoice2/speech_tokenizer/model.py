@@ -127,6 +127,9 @@ class ResidualAttentionBlock(nn.Module):
 
 
 class AudioEncoderV2(nn.Module):
+    rope_cos: torch.Tensor
+    rope_sin: torch.Tensor
+
     def __init__(self, config: SpeechTokenizerV2Config, *, dtype: torch.dtype = torch.float32) -> None:
         super().__init__()
         self.conv1 = nn.Conv1d(config.n_mels, config.n_state, 3, stride=2, padding=1, dtype=dtype)

@@ -25,13 +25,18 @@ import math
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
 
 from vllm_omni.model_executor.models.cosyvoice2.speech_tokenizer.config import HEAD_DIM
-from vllm_omni.model_executor.models.cosyvoice2.speech_tokenizer.model import FSQ_SCALE, MASK_BIAS, SpeechTokenizerV2
+from vllm_omni.model_executor.models.cosyvoice2.speech_tokenizer.model import (
+    FSQ_SCALE,
+    MASK_BIAS,
+    ResidualAttentionBlock,
+    SpeechTokenizerV2,
+)
 
 OPSET = 17
 IR_VERSION = 8
@@ -181,7 +186,8 @@ def build_speech_tokenizer_graph(model: SpeechTokenizerV2) -> Any:
     heads_shape = g.const([0, 0, n_head, HEAD_DIM])
     flat_shape = g.const([0, 0, n_state])
 
-    for i, block in enumerate(enc.blocks):
+    blocks = cast(list[ResidualAttentionBlock], list(enc.blocks))
+    for i, block in enumerate(blocks):
         scope = f"/blocks.{i}"
         attn = f"{scope}/attn"
         h = g.layer_norm(x, block.attn_ln, f"{scope}/attn_ln")
@@ -208,9 +214,9 @@ def build_speech_tokenizer_graph(model: SpeechTokenizerV2) -> Any:
         attn_out = g.op("Add", [g.linear(attended, block.attn.out, f"{attn}/out"), memory], attn)
         x = g.op("Add", [x, attn_out], scope)
         h = g.layer_norm(x, block.mlp_ln, f"{scope}/mlp_ln")
-        h = g.linear(h, block.mlp[0], f"{scope}/mlp/mlp.0")
+        h = g.linear(h, cast(torch.nn.Linear, block.mlp[0]), f"{scope}/mlp/mlp.0")
         h = g.gelu(h, f"{scope}/mlp/mlp.1")
-        h = g.linear(h, block.mlp[2], f"{scope}/mlp/mlp.2")
+        h = g.linear(h, cast(torch.nn.Linear, block.mlp[2]), f"{scope}/mlp/mlp.2")
         x = g.op("Add", [x, h], scope)
 
     fsq = "/quantizer/_codebook"
