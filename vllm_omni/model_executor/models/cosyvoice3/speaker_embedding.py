@@ -76,7 +76,9 @@ def select_speaker_embedding_backend(
 
     A device path that cannot be built (missing file, torch loader error, TensorRT build error)
     raises: the caller asked for it explicitly, so falling back to the CPU session would hide the
-    problem. Only the `"fallback"` backend is lazy; the device paths are ready when this returns.
+    problem. ORT backends (the fallback, and the CPU device path when the policy says
+    "onnxruntime") build their session on the first call; torch and TensorRT backends are ready
+    when this returns.
     """
     if request not in _REQUESTS:
         raise ValueError(f"speaker-embedding backend request must be one of {_REQUESTS}, got {request!r}")

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from vllm_omni.logger import init_logger
 from vllm_omni.model_executor.models.minicpmo_4_5.minicpmo_4_5_token2wav import MiniCPMO45Token2wav
@@ -59,9 +58,8 @@ def normalize_reference_audio(source: PromptWav, seconds: float) -> np.ndarray:
     """`source` as float32 mono 24 kHz of exactly `round(seconds * 24000)` samples (cut or zero-padded)."""
     from vllm_omni.model_executor.models import audio as frontend
 
-    wav = frontend.load_audio(source, PROMPT_MEL_RATE, max_seconds=seconds, truncate=True)
-    wav = wav.detach().cpu().numpy() if isinstance(wav, torch.Tensor) else np.asarray(wav)
-    wav = np.ascontiguousarray(wav, dtype=np.float32).reshape(-1)
+    loaded = frontend.load_audio(source, PROMPT_MEL_RATE, max_seconds=seconds, truncate=True)
+    wav = np.ascontiguousarray(loaded.detach().cpu().numpy(), dtype=np.float32).reshape(-1)
     target = round(seconds * PROMPT_MEL_RATE)
     if wav.shape[0] >= target:
         return wav[:target].copy()

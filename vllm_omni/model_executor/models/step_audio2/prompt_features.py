@@ -112,5 +112,5 @@ def waveform_digest(waveform: np.ndarray | torch.Tensor, sample_rate: int) -> st
         raise ValueError(f"waveform_digest expects a mono [N] waveform, got shape {list(array.shape)}")
     hasher = hashlib.sha256()
     hasher.update(f"{int(sample_rate)}:".encode())
-    hasher.update(memoryview(array).cast("B"))
+    hasher.update(array.data)  # the C-contiguous buffer itself, no copy
     return hasher.hexdigest()

@@ -162,10 +162,9 @@ class StepAudio2Token2WavCore:
         return backend
 
     def install_spk_backend(self, backend: SpeakerEmbeddingBackend) -> None:
-        """Install any `SpeakerEmbeddingBackend` (replacing the current one); the prompt cache keys on its name."""
-        for attr in ("name", "device"):
-            if not hasattr(backend, attr) or not callable(backend):
-                raise TypeError(f"{backend!r} is not a SpeakerEmbeddingBackend (needs __call__, name, device)")
+        """Install any `SpeakerEmbeddingBackend`, replacing the current one (the prompt cache keys on its name)."""
+        if not callable(backend) or not hasattr(backend, "name") or not hasattr(backend, "device"):
+            raise TypeError(f"{backend!r} is not a SpeakerEmbeddingBackend (needs __call__, name and device)")
         with self._lock:
             self._spk = backend
         logger.info("%s: speaker embedding via %s", type(self).__name__, backend.name)
@@ -215,10 +214,15 @@ class StepAudio2Token2WavCore:
 
     def _forward_spk_embedding(self, feat: torch.Tensor) -> torch.Tensor:
         """Embedding `[1, 192]` float32 on the facade's device for fbank features `[T, 80]`."""
-        backend = self.spk_model
+        return self._embed(self.spk_model, feat)
+
+    def _embed(self, backend: SpeakerEmbeddingBackend, feat: torch.Tensor) -> torch.Tensor:
         emb = backend(feat)
         if tuple(emb.shape) != (1, EMBEDDING_DIM):
-            raise ValueError(f"{backend.name} returned an embedding of shape {list(emb.shape)}, expected [1, 192]")
+            raise ValueError(
+                f"speaker backend {backend.name} returned an embedding of shape {list(emb.shape)}, "
+                f"expected [1, {EMBEDDING_DIM}]"
+            )
         return emb.to(device=self.device, dtype=torch.float32)
 
     # ---- prompt path -------------------------------------------------------------------------
@@ -254,13 +258,13 @@ class StepAudio2Token2WavCore:
         wav_16k = torch.as_tensor(audio.wav_16k, dtype=torch.float32).to(device)
         wav_24k = torch.as_tensor(audio.wav_24k, dtype=torch.float32).to(device)
         feat = frontend.speaker_features(wav_16k)
-        emb = backend(feat)
-        if tuple(emb.shape) != (1, EMBEDDING_DIM):
-            raise ValueError(f"{backend.name} returned an embedding of shape {list(emb.shape)}, expected [1, 192]")
+        if not isinstance(feat, torch.Tensor):  # only batched calls with lengths return a tuple
+            raise TypeError(f"speaker_features returned {type(feat).__name__} for a single waveform")
+        emb = self._embed(backend, feat)
         mel = frontend.prompt_mel_24k(wav_24k).to(device=device, dtype=torch.float32)
         mel_len = torch.tensor([mel.shape[1]], dtype=torch.int32, device=device)
         return PromptFeatures(
-            speaker_embedding=emb.to(device=device, dtype=torch.float32),
+            speaker_embedding=emb,
             prompt_mel=mel,
             prompt_mel_len=mel_len,
             digest=digest,
