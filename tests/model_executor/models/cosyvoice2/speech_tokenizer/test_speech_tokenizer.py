@@ -27,6 +27,7 @@ from vllm_omni.model_executor.models.cosyvoice2.speech_tokenizer import (
     select_speech_tokenizer,
     write_standin_speech_tokenizer,
 )
+from vllm_omni.model_executor.models.cosyvoice2.speech_tokenizer.frontend import slaney_mel_filters
 from vllm_omni.model_executor.models.cosyvoice2.speech_tokenizer.standin import standin_speech_tokenizer
 from vllm_omni.model_executor.models.cosyvoice2.speech_tokenizer.windowing import merge_window_tokens, window_starts
 
@@ -109,6 +110,22 @@ def test_loader_maps_every_onnx_weight_onto_the_exported_model(standin_path: Pat
         assert torch.equal(value, reference[key]), key
 
 
+def test_weights_kept_as_constant_nodes_map_too(standin_path: Path, onnx_dir: Path) -> None:
+    from onnx import helper
+
+    model_proto = onnx.load(str(standin_path))
+    graph = model_proto.graph
+    moved = next(i for i in graph.initializer if i.name == "/blocks.1/mlp/mlp.2/MatMul")
+    constant = helper.make_node("Constant", [], [moved.name], name="/blocks.1/mlp/mlp.2/Constant", value=moved)
+    graph.initializer.remove(moved)
+    graph.node.insert(0, constant)
+    path = onnx_dir / "constant_weight.onnx"
+    onnx.save_model(model_proto, str(path))
+    loaded = load_speech_tokenizer_from_onnx(path, device="cpu")
+    reference = standin_speech_tokenizer(reduced=True, seed=SEED).encoder.blocks[1].mlp[2].weight
+    assert torch.equal(loaded.encoder.blocks[1].mlp[2].weight, reference)
+
+
 def _reference_log_mel(wav: np.ndarray) -> np.ndarray:
     """Plain numpy: reflect-padded framed rFFT, periodic Hann, Slaney filters built from the formula."""
     n_fft, hop = 400, 160
@@ -144,6 +161,12 @@ def test_log_mel_front_end_matches_an_independent_numpy_reference(speech_16k: to
     assert mel.shape == (128, 100)
     # float32 STFT + log10 against a float64 reference: observed max 2.2e-5 on this clip.
     np.testing.assert_allclose(mel.numpy(), reference, rtol=0, atol=5e-5)
+
+
+def test_slaney_filters_are_bit_equal_to_librosa() -> None:
+    librosa = pytest.importorskip("librosa")
+    reference = librosa.filters.mel(sr=16000, n_fft=400, n_mels=128)  # htk=False, norm="slaney"
+    np.testing.assert_array_equal(slaney_mel_filters(), reference)
 
 
 def test_fsq_digits_round_half_to_even_and_weight_dim_zero_least() -> None:

@@ -18,7 +18,8 @@ the torch-exporter scope of the module:
 
 (a leading `/encoder` scope is accepted too). Weight-like initializers are those feeding MatMul,
 Conv, Gemm or LayerNormalization, or an Add right after a MatMul; everything else (shape
-constants, RoPE tables, FSQ powers) is a constant of the graph. Every weight-like initializer must
+constants, RoPE tables, FSQ powers) is a constant of the graph; weights held in `Constant` nodes
+count as initializers. Every weight-like initializer must
 land on a model parameter with the right shape and every parameter must be filled exactly once,
 otherwise `SpeechTokenizerOnnxError` lists the unused initializers and the unfilled parameters.
 The encoder width, depth and MLP size are read from the file (heads = width / 64).
@@ -92,7 +93,13 @@ def collect_onnx_weights(model_proto: Any) -> list[OnnxWeight]:
 
     graph = model_proto.graph
     inits = {init.name: init for init in graph.initializer}
-    producer = {out: node for node in graph.node for out in node.output}
+    # Some exporters keep folded weights as Constant nodes instead of initializers: treat them alike.
+    for node in graph.node:
+        if node.op_type == "Constant" and len(node.output) == 1:
+            for attr in node.attribute:
+                if attr.name == "value" and attr.HasField("t"):
+                    inits.setdefault(node.output[0], attr.t)
+    producer = {out: node for node in graph.node for out in node.output if node.op_type != "Constant"}
     weights: list[OnnxWeight] = []
     seen: set[str] = set()
     for node in graph.node:
@@ -105,7 +112,11 @@ def collect_onnx_weights(model_proto: Any) -> list[OnnxWeight]:
                 path = module_path_of_node(node.name)
                 suffix = "bias" if index == 2 else "weight"
                 key = f"{path}.{suffix}" if path else None
-                transpose = node.op_type == "MatMul" and index == 1
+                if node.op_type == "MatMul":
+                    transpose = index == 1  # stored [in, out]
+                elif node.op_type == "Gemm" and index == 1:
+                    trans_b = next((a.i for a in node.attribute if a.name == "transB"), 0)
+                    transpose = trans_b == 0
             elif node.op_type == "Add":
                 other = node.input[1 - index] if len(node.input) == 2 else ""
                 if other not in producer or producer[other].op_type != "MatMul":
