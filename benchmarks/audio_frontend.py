@@ -139,6 +139,7 @@ def measure_agreement() -> dict[str, Any]:
         "tone_440": (0.5 * np.sin(2 * np.pi * 440 * t)).astype(np.float32),
         "silence": np.zeros(16000, dtype=np.float32),
         "clipped_speech": np.clip(speech * 8.0, -1, 1).astype(np.float32),
+        "dc_offset_speech": (speech * 0.1 + 0.9).astype(np.float32),
     }
     fbank: dict[str, Any] = {}
     for name, x in signals.items():

@@ -37,6 +37,7 @@ SIGNALS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "clipped": lambda speech: np.clip(_tone(250.0, amplitude=4.0), -1.0, 1.0),
     "clipped_speech": lambda speech: np.clip(speech * 8.0, -1.0, 1.0),
     "quiet_speech": lambda speech: speech * 1e-3,
+    "dc_offset_speech": lambda speech: speech * 0.1 + 0.9,
 }
 
 
@@ -47,15 +48,35 @@ def _compare(ours: torch.Tensor, ref: np.ndarray) -> tuple[float, float]:
     return float(diff.max()), float(diff.mean())
 
 
+# Natural signals: the issue's limits hold against kaldi-native-fbank over every frame and bin.
+NATURAL = ("speech", "white_noise", "silence", "clipped_speech", "quiet_speech")
+# Synthetic extremes: kaldi-native-fbank's own float32 error exceeds the mean limit here (see below).
+EXTREME = ("tone_440", "tone_3k", "clipped", "dc_offset_speech")
 # A mel bin whose exact energy is this far below the frame's strongest bin sits at the float32 rounding
 # floor of the power spectrum (~1e-7 of the frame energy), where the log of either float32
-# implementation is noise: only pure tones and hard clipping produce such bins.
+# implementation is noise: only pure tones and hard-clipped tones produce such bins.
 CONDITIONED_DYNAMIC_RANGE = 1e-5
 
 
 @pytest.mark.parametrize("dft_impl", ["fft", "matmul"])
-@pytest.mark.parametrize("name", list(SIGNALS))
-def test_fbank_matches_kaldi_native_fbank(name: str, dft_impl: str, speech_16k: np.ndarray) -> None:
+@pytest.mark.parametrize("name", NATURAL)
+def test_fbank_matches_kaldi_native_fbank_on_natural_signals(name: str, dft_impl: str, speech_16k: np.ndarray) -> None:
+    samples = SIGNALS[name](speech_16k)
+    ours = kaldi_fbank(torch.from_numpy(samples), dft_impl=dft_impl)
+    max_abs, mean_abs = _compare(ours, knf_fbank(samples))
+    assert max_abs <= MAX_ABS_LIMIT, f"{name}: max |diff| {max_abs:.3g}"
+    assert mean_abs <= MEAN_ABS_LIMIT, f"{name}: mean |diff| {mean_abs:.3g}"
+
+
+@pytest.mark.parametrize("dft_impl", ["fft", "matmul"])
+@pytest.mark.parametrize("name", NATURAL + EXTREME)
+def test_fbank_is_at_least_as_exact_as_kaldi_native_fbank(name: str, dft_impl: str, speech_16k: np.ndarray) -> None:
+    """Against the float64 evaluation of Kaldi's formulas, ours meets the limits; knf's error bounds the rest.
+
+    On pure tones kaldi-native-fbank is 1-4e-5 (mean) from the exact value in well-conditioned bins and
+    up to 7e-3 (max) at a 0.9 DC offset (float32 DC removal), so agreement *with it* cannot be tighter
+    than its own error; agreement with the exact value can, and is asserted with the issue's limits.
+    """
     samples = SIGNALS[name](speech_16k)
     ours = kaldi_fbank(torch.from_numpy(samples), dft_impl=dft_impl).numpy()
     ref = knf_fbank(samples)
@@ -63,15 +84,14 @@ def test_fbank_matches_kaldi_native_fbank(name: str, dft_impl: str, speech_16k: 
     assert ours.shape == ref.shape == exact.shape
     conditioned = energies >= CONDITIONED_DYNAMIC_RANGE * energies.max(axis=1, keepdims=True)
     conditioned |= energies <= FLT_EPSILON  # both sides clamp to the same floor there
-    vs_knf = np.abs(ours - ref)
     vs_exact = np.abs(ours - exact)
     knf_vs_exact = np.abs(ref - exact)
-    assert vs_knf[conditioned].max() <= MAX_ABS_LIMIT, f"{name}: max |diff| {vs_knf[conditioned].max():.3g}"
-    assert vs_exact[conditioned].mean() <= MEAN_ABS_LIMIT, f"{name}: mean |diff| to float64 exact"
-    # kaldi-native-fbank's own float32 error on tonal signals is ~1.5-4e-5 (mean), so agreement with it
-    # is bounded by max(limit, its error): never worse than the C++ reference is from the exact value.
-    knf_err = float(knf_vs_exact[conditioned].mean())
-    assert vs_knf[conditioned].mean() <= max(MEAN_ABS_LIMIT, 1.5 * knf_err), f"{name}: mean |diff| to knf"
+    vs_knf = np.abs(ours - ref)
+    assert vs_exact[conditioned].max() <= MAX_ABS_LIMIT, f"{name}: max |diff| to exact {vs_exact.max():.3g}"
+    assert vs_exact[conditioned].mean() <= MEAN_ABS_LIMIT, f"{name}: mean |diff| to exact"
+    knf_max, knf_mean = float(knf_vs_exact[conditioned].max()), float(knf_vs_exact[conditioned].mean())
+    assert vs_knf[conditioned].max() <= MAX_ABS_LIMIT + knf_max
+    assert vs_knf[conditioned].mean() <= max(MEAN_ABS_LIMIT, 1.5 * knf_mean)
     if not conditioned.all():
         # Rounding-floor bins: both are float32 noise around the exact value; ours must be no noisier.
         ours_err = vs_exact[~conditioned].mean()
@@ -86,6 +106,16 @@ def test_fbank_frame_count_and_values_at_frame_boundaries(num_samples: int, snip
     ref = knf_fbank(samples, snip_edges=snip_edges)
     ours = kaldi_fbank(torch.from_numpy(samples), snip_edges=snip_edges)
     max_abs, mean_abs = _compare(ours, ref)
+    assert max_abs <= MAX_ABS_LIMIT and mean_abs <= MEAN_ABS_LIMIT
+
+
+@pytest.mark.parametrize("num_samples", [80, 81, 100, 239, 240, 399])
+def test_unsnipped_waveforms_shorter_than_a_window_mirror_like_kaldi(num_samples: int) -> None:
+    # Shorter than the 400-sample window: the mirrored edges fold more than once.
+    samples = _noise(num_samples, seed=num_samples)
+    max_abs, mean_abs = _compare(
+        kaldi_fbank(torch.from_numpy(samples), snip_edges=False), knf_fbank(samples, snip_edges=False)
+    )
     assert max_abs <= MAX_ABS_LIMIT and mean_abs <= MEAN_ABS_LIMIT
 
 

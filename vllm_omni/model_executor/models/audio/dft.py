@@ -13,8 +13,8 @@ Both feature extractors need |X_k|^2 of windowed real frames for the lower `num_
 
 "matmul" computes X_k = sum_n x_n (cos(2 pi k n / N) - i sin(2 pi k n / N)) for the `frame_len` real
 input samples (the zero padding up to `n_fft` contributes nothing, so the basis is [frame_len, num_bins]).
-Its float32 error is of the same order as the FFT's (both validated against kaldi-native-fbank and a
-float64 numpy reference in the tests). On CUDA, TF32 matmul (`torch.backends.cuda.matmul.allow_tf32`)
+Its float32 error is of the same order as the FFT's (both validated against kaldi-native-fbank and
+float64 references in the tests). On CUDA, TF32 matmul (`torch.backends.cuda.matmul.allow_tf32`)
 would degrade the "matmul" path, which is one reason CUDA uses "fft".
 """
 
@@ -38,7 +38,7 @@ def default_dft_impl() -> DftImpl:
     return "matmul" if platforms.current_omni_platform.is_npu() else "fft"
 
 
-def _dft_basis(frame_len: int, n_fft: int, num_bins: int) -> torch.Tensor:
+def dft_basis(frame_len: int, n_fft: int, num_bins: int) -> torch.Tensor:
     """[frame_len, 2 * num_bins] float64: cos columns then -sin columns."""
     n = torch.arange(frame_len, dtype=torch.float64)[:, None]
     k = torch.arange(num_bins, dtype=torch.float64)[None, :]
@@ -59,7 +59,7 @@ def power_spectrum(frames: torch.Tensor, n_fft: int, num_bins: int, impl: DftImp
         return spec.real.square() + spec.imag.square()
     if impl == "matmul":
         basis = device_constant(
-            "dft_basis", (frame_len, n_fft, num_bins), frames.device, lambda: _dft_basis(frame_len, n_fft, num_bins)
+            "dft_basis", (frame_len, n_fft, num_bins), frames.device, lambda: dft_basis(frame_len, n_fft, num_bins)
         )
         reim = torch.matmul(frames, basis)
         return reim[..., :num_bins].square() + reim[..., num_bins:].square()

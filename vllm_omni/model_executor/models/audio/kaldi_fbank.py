@@ -14,7 +14,7 @@ P = padded FFT size, all in float32:
    t*S+W-1 for t < 1 + (N - W) // S. snip_edges=False: (N + S // 2) // S frames starting at
    t*S + S//2 - W//2, samples outside [0, N) mirrored (x[-1 - i] = x[i], x[N + i] = x[N - 1 - i]).
 2. dither: x += dither * n, n ~ N(0, 1) drawn per frame sample (from `generator` when given).
-3. remove_dc_offset: x -= mean(x).
+3. remove_dc_offset: x -= mean(x) (twice: the second pass removes the first mean's rounding error).
 4. raw log energy (use_energy and raw_energy): log(max(sum x^2, FLT_EPSILON)).
 5. pre-emphasis: x[i] -= c * x[i - 1] for i > 0, x[0] -= c * x[0].
 6. window w(i), a = 2 pi / (W - 1): hanning 0.5 - 0.5 cos(a i); hamming 0.54 - 0.46 cos(a i);
@@ -44,7 +44,12 @@ import torch
 
 from vllm_omni.logger import init_logger
 from vllm_omni.model_executor.models.audio.constants_cache import device_constant
-from vllm_omni.model_executor.models.audio.dft import DFT_IMPLS, DftImpl, default_dft_impl, power_spectrum
+from vllm_omni.model_executor.models.audio.dft import (
+    DFT_IMPLS,
+    DftImpl,
+    default_dft_impl,
+    power_spectrum,
+)
 
 logger = init_logger(__name__)
 
@@ -234,6 +239,28 @@ def _reflect_indices(length: int, offset: int, item_lengths: torch.Tensor) -> to
     return torch.where(r >= n, 2 * n - 1 - r, r)
 
 
+def _process_frames(
+    frames: torch.Tensor, opts: FbankOptions, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Steps 3-6 elementwise: (windowed frames, log energy when use_energy else None)."""
+    if opts.remove_dc_offset:
+        frames = frames - frames.mean(dim=-1, keepdim=True)
+        # Second pass removes the rounding error of the first mean (the subtraction itself is exact
+        # while samples and mean are within a factor 2): matters for audio riding on a large DC offset.
+        frames = frames - frames.mean(dim=-1, keepdim=True)
+    log_energy: torch.Tensor | None = None
+    if opts.use_energy and opts.raw_energy:
+        log_energy = frames.square().sum(dim=-1).clamp(min=FLT_EPSILON).log()
+    if opts.preemphasis_coefficient != 0.0:
+        previous = torch.cat([frames[..., :1], frames[..., :-1]], dim=-1)
+        frames = frames - opts.preemphasis_coefficient * previous
+    window_key = (opts.window_type, opts.window_size, opts.blackman_coeff)
+    frames = frames * device_constant("kaldi_window", window_key, device, lambda: _window(opts))
+    if opts.use_energy and not opts.raw_energy:
+        log_energy = frames.square().sum(dim=-1).clamp(min=FLT_EPSILON).log()
+    return frames, log_energy
+
+
 def _check_finite(x: torch.Tensor, check_finite: bool | None) -> None:
     do_check = x.device.type == "cpu" if check_finite is None else check_finite
     if do_check and not bool(torch.isfinite(x).all()):
@@ -364,26 +391,13 @@ def kaldi_fbank(
     if opts.dither != 0.0:
         noise = torch.randn(frames.shape, generator=generator, device=frames.device, dtype=frames.dtype)
         frames = frames + opts.dither * noise
-    if opts.remove_dc_offset:
-        frames = frames - frames.mean(dim=-1, keepdim=True)
-    log_energy: torch.Tensor | None = None
-    if opts.use_energy and opts.raw_energy:
-        log_energy = frames.square().sum(dim=-1).clamp(min=FLT_EPSILON).log()
-    if opts.preemphasis_coefficient != 0.0:
-        previous = torch.cat([frames[..., :1], frames[..., :-1]], dim=-1)
-        frames = frames - opts.preemphasis_coefficient * previous
-    window = device_constant(
-        "kaldi_window", (opts.window_type, w, opts.blackman_coeff), x.device, lambda: _window(opts)
-    )
-    frames = frames * window
-    if opts.use_energy and not opts.raw_energy:
-        log_energy = frames.square().sum(dim=-1).clamp(min=FLT_EPSILON).log()
-
     padded = opts.padded_window_size
+    frames, log_energy = _process_frames(frames, opts, x.device)
     spectrum = power_spectrum(frames, padded, padded // 2, impl)
     if not opts.use_power:
         spectrum = spectrum.sqrt()
-    banks = device_constant("kaldi_mel_banks", (opts,), x.device, lambda: _mel_banks(opts))
+    banks_key = (opts.sample_frequency, opts.num_mel_bins, opts.low_freq, opts.resolved_high_freq, padded)
+    banks = device_constant("kaldi_mel_banks", banks_key, x.device, lambda: _mel_banks(opts))
     feats = torch.matmul(spectrum, banks)
     if opts.use_log_fbank:
         feats = feats.clamp(min=FLT_EPSILON).log()

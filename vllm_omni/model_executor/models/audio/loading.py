@@ -60,7 +60,10 @@ class DecodedAudio:
         return self.waveform.shape[0] / self.sample_rate
 
     def digest(self) -> str:
-        """sha256 over the sample rate and the float32 samples: identical audio, identical key."""
+        """sha256 over f"{rate}:" then the little-endian float32 samples: identical audio, identical key.
+
+        The format is stable (callers hash mono arrays the same way to skip decoding on a cache hit).
+        """
         h = hashlib.sha256()
         h.update(f"{self.sample_rate}:".encode())
         h.update(np.ascontiguousarray(self.waveform, dtype="<f4").tobytes())
