@@ -28,6 +28,7 @@ from vllm_omni.model_executor.models.cosyvoice2.speech_tokenizer import (
     write_standin_speech_tokenizer,
 )
 from vllm_omni.model_executor.models.cosyvoice2.speech_tokenizer.frontend import slaney_mel_filters
+from vllm_omni.model_executor.models.cosyvoice2.speech_tokenizer.model import fsq_digits
 from vllm_omni.model_executor.models.cosyvoice2.speech_tokenizer.standin import standin_speech_tokenizer
 from vllm_omni.model_executor.models.cosyvoice2.speech_tokenizer.windowing import merge_window_tokens, window_starts
 
@@ -169,7 +170,16 @@ def test_slaney_filters_are_bit_equal_to_librosa() -> None:
     np.testing.assert_array_equal(slaney_mel_filters(), reference)
 
 
-def test_fsq_digits_round_half_to_even_and_weight_dim_zero_least() -> None:
+def test_fsq_rounds_exact_ties_half_to_even() -> None:
+    # float32 h with h * 0.999 == 0.5 exactly (found by scanning float32 neighbours of 0.5 / 0.999).
+    tie = torch.tensor([0.500500500202179], dtype=torch.float32)
+    assert float(tie * torch.tensor(0.9990000128746033)) == 0.5
+    digits = fsq_digits(torch.cat([tie, -tie, torch.tensor([0.6, -0.6])]))
+    # Half to even: +-0.5 -> 0 -> digit 1 (half away from zero would give 2 and 0).
+    assert digits.tolist() == [1.0, 1.0, 2.0, 0.0]
+
+
+def test_fsq_code_weights_dim_zero_least_significant() -> None:
     model = SpeechTokenizerV2(standin_speech_tokenizer(reduced=True, seed=SEED).config)
     codebook = model.quantizer._codebook
     # Pick pre-tanh values directly: project_down = identity on the first 8 channels.

@@ -165,6 +165,11 @@ class AudioEncoderV2(nn.Module):
         return x, lengths
 
 
+def fsq_digits(h: torch.Tensor) -> torch.Tensor:
+    """tanh outputs in (-1, 1) -> FSQ digits in {0, 1, 2}: round-half-to-even(0.999 h) + 1."""
+    return torch.round(h * FSQ_SCALE) + 1.0
+
+
 class FSQCodebook(nn.Module):
     def __init__(self, n_state: int, dims: int, levels: int, *, dtype: torch.dtype = torch.float32) -> None:
         super().__init__()
@@ -173,8 +178,7 @@ class FSQCodebook(nn.Module):
 
     def encode(self, x: torch.Tensor) -> torch.Tensor:
         """hidden [B, T, n_state] -> codes [B, T] int64 (see the module docstring for the rounding)."""
-        h = torch.tanh(self.project_down(x).float())
-        digits = torch.round(h * FSQ_SCALE) + 1.0
+        digits = fsq_digits(torch.tanh(self.project_down(x).float()))
         powers = torch.pow(
             torch.tensor(float(self.levels), device=x.device),
             torch.arange(digits.shape[-1], device=x.device, dtype=torch.float32),
