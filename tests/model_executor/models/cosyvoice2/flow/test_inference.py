@@ -96,3 +96,12 @@ def test_bad_inputs_are_rejected_with_a_clear_error(reduced_flow: CausalMaskedDi
         _run(reduced_flow, tokens, prompt_feat=p_mel.transpose(1, 2))
     with pytest.raises(ValueError, match="integer tensor"):
         _run(reduced_flow, tokens.float())
+
+
+def test_float16_model_tracks_the_float32_model(reduced_flow_files: tuple[Path, Path]) -> None:
+    fp32 = load_flow(reduced_flow_files, device="cpu")
+    fp16 = load_flow(reduced_flow_files, device="cpu", float16=True)
+    tokens = make_tokens(10)
+    ref, half = _run(fp32, tokens), _run(fp16, tokens)
+    assert half.dtype == torch.float16
+    assert (half.float() - ref).abs().max() < 0.05 * ref.abs().max()

@@ -112,7 +112,7 @@ class CausalMaskedDiffWithXvec(nn.Module):
             raise ValueError(f"flow.{where}: {name} must be an integer tensor, got {tokens.dtype}")
         tokens = tokens.to(device=self.device, dtype=torch.long)
         if tokens.numel():
-            lo, hi = int(tokens.min()), int(tokens.max())
+            lo, hi = (int(v) for v in torch.stack(torch.aminmax(tokens)).tolist())  # one host sync
             if hi >= self.vocab_size or (lo < 0 and not clamp_negative):
                 allowed = f"[0, {self.vocab_size})" if not clamp_negative else f"(-inf, {self.vocab_size})"
                 raise ValueError(
