@@ -39,6 +39,8 @@ def cosine_t_span(n_timesteps: int, device: torch.device, dtype: torch.dtype) ->
 
 
 class CausalConditionalCFM(nn.Module):
+    rand_noise: torch.Tensor
+
     def __init__(
         self,
         estimator: DiT,

@@ -20,6 +20,7 @@ cnn `(depth, B, 2 * hidden, 2)`, att `(depth, B, heads, t, 2 * head_dim)` (keys 
 from __future__ import annotations
 
 import math
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -181,9 +182,10 @@ class CausalConvBlock(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """cnn_cache `(B, in + out, k - 1)`: conv1's input context then conv2's."""
         c1, c2 = (None, None) if cnn_cache is None else cnn_cache.split((self.in_channels, self.out_channels), 1)
-        x, n1 = self.block[1].forward_chunk(self.block[0](x), c1)
+        conv1, conv2 = cast(CausalConv1d, self.block[1]), cast(CausalConv1d, self.block[6])
+        x, n1 = conv1.forward_chunk(self.block[0](x), c1)
         x = self.block[2:6](x)
-        x, n2 = self.block[6].forward_chunk(x, c2)
+        x, n2 = conv2.forward_chunk(x, c2)
         return self.block[7](x), torch.cat([n1, n2], dim=1)
 
 
@@ -312,7 +314,7 @@ class DiT(nn.Module):
         h, c = self._inputs(x, mu, t, spks, cond)
         new_cnn, new_att = [], []
         for idx, block in enumerate(self.blocks):
-            h, cnn, att = block.forward_chunk(
+            h, cnn, att = cast(DiTBlock, block).forward_chunk(
                 h, c, None if cnn_cache is None else cnn_cache[idx], None if att_cache is None else att_cache[idx]
             )
             new_cnn.append(cnn)

@@ -73,6 +73,8 @@ class EspnetRelPositionalEncoding(nn.Module):
     the reference's cast-on-use attribute.
     """
 
+    pe: torch.Tensor
+
     def __init__(
         self,
         d_model: int,
