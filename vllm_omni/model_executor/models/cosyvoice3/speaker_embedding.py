@@ -57,6 +57,7 @@ def select_speaker_embedding_backend(
     *,
     request: BackendRequest,
     ort_intra_op_threads: int = 1,
+    seg_pool_mode: str = "legacy",
 ) -> SpeakerEmbeddingBackend:
     """Build the speaker-embedding backend for `request` on the facade's `device`.
 
@@ -76,7 +77,10 @@ def select_speaker_embedding_backend(
 
     A device path that cannot be built (missing file, torch loader error, TensorRT build error)
     raises: the caller asked for it explicitly, so falling back to the CPU session would hide the
-    problem. ORT backends (the fallback, and the CPU device path when the policy says
+    problem. `seg_pool_mode` is passed to the torch CAM++ (`"legacy"`: onnxruntime <= 1.28 numerics,
+    which the flow models were trained on; `"auto"`: whatever the installed onnxruntime computes, so
+    the torch path agrees with the ORT fallback). ORT and TensorRT compute what their runtime does.
+    ORT backends (the fallback, and the CPU device path when the policy says
     "onnxruntime") build their session on the first call; torch and TensorRT backends are ready
     when this returns.
     """
@@ -105,10 +109,10 @@ def select_speaker_embedding_backend(
         if reason is None:
             return speaker_embedding_trt.TrtSpeakerEmbedding(onnx_path, device)
         logger.info("speaker embedding: %s; using the torch CAM++ on %s", reason, device)
-        return _torch_backend(onnx_path, device)
+        return _torch_backend(onnx_path, device, seg_pool_mode)
     if device.type == "cpu" and CPU_DEVICE_PATH_BACKEND == "onnxruntime":
         return _ort_backend(onnx_path, device, ort_intra_op_threads)
-    return _torch_backend(onnx_path, device)
+    return _torch_backend(onnx_path, device, seg_pool_mode)
 
 
 def _ort_backend(onnx_path: Path, device: torch.device, threads: int) -> SpeakerEmbeddingBackend:
@@ -117,7 +121,7 @@ def _ort_backend(onnx_path: Path, device: torch.device, threads: int) -> Speaker
     return speaker_embedding_ort.OrtSpeakerEmbedding(onnx_path, device, intra_op_num_threads=threads)
 
 
-def _torch_backend(onnx_path: Path, device: torch.device) -> SpeakerEmbeddingBackend:
+def _torch_backend(onnx_path: Path, device: torch.device, seg_pool_mode: str) -> SpeakerEmbeddingBackend:
     # Looked up through the module at call time so tests can observe (patch) the loader.
     from vllm_omni.model_executor.models.cosyvoice3 import speaker_embedding_torch
 
@@ -125,4 +129,4 @@ def _torch_backend(onnx_path: Path, device: torch.device) -> SpeakerEmbeddingBac
         raise FileNotFoundError(
             f"speaker model {onnx_path} does not exist; the token2wav directory needs campplus.onnx"
         )
-    return speaker_embedding_torch.get_campplus_torch(onnx_path, device)
+    return speaker_embedding_torch.get_campplus_torch(onnx_path, device, seg_pool_mode=seg_pool_mode)

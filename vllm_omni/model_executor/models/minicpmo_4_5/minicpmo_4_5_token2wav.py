@@ -53,6 +53,7 @@ class MiniCPMO45Token2wav:
         *,
         prompt_cache_size: int = DEFAULT_PROMPT_CACHE_SIZE,
         ort_intra_op_threads: int = 1,
+        spk_seg_pool_mode: str = "legacy",
     ) -> None:
         self.device = resolve_token2wav_device(device)
         self.core = StepAudio2Token2WavCore(
@@ -62,6 +63,7 @@ class MiniCPMO45Token2wav:
             n_timesteps=n_timesteps,
             prompt_cache_size=prompt_cache_size,
             ort_intra_op_threads=ort_intra_op_threads,
+            spk_seg_pool_mode=spk_seg_pool_mode,
         )
         # Eager, so a broken asset directory fails the stage start. Loads fp32 only, by explicit
         # dtype; leaves the ORT session unbuilt so the stage can still install a device path.

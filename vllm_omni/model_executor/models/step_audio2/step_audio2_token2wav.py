@@ -81,6 +81,9 @@ class StepAudio2Token2WavCore:
         n_timesteps: flow-matching Euler steps for synthesis (recorded for the synthesis issue).
         prompt_cache_size: entries of the prompt-feature LRU (0 disables storing).
         ort_intra_op_threads: intra-op threads of the ORT fallback session (upstream: 1).
+        spk_seg_pool_mode: CAM++ segment-pooling numerics of the torch device path: `"legacy"`
+            (onnxruntime <= 1.28, what the flow models were trained on) or `"auto"` (agree with the
+            installed onnxruntime, i.e. with the ORT fallback). See `campplus.segpool`.
     """
 
     assets: ClassVar[Token2WavAssets] = STEP_AUDIO2_ASSETS
@@ -94,6 +97,7 @@ class StepAudio2Token2WavCore:
         n_timesteps: int = 10,
         prompt_cache_size: int = DEFAULT_PROMPT_CACHE_SIZE,
         ort_intra_op_threads: int = 1,
+        spk_seg_pool_mode: str = "legacy",
     ) -> None:
         if isinstance(n_timesteps, bool) or not isinstance(n_timesteps, int) or n_timesteps < 1:
             raise ValueError(f"n_timesteps must be an int >= 1, got {n_timesteps!r}")
@@ -101,6 +105,9 @@ class StepAudio2Token2WavCore:
         self.float16 = bool(float16)
         self.n_timesteps = n_timesteps
         self.ort_intra_op_threads = ort_intra_op_threads
+        from vllm_omni.model_executor.models.campplus.segpool import check_seg_pool_mode
+
+        self.spk_seg_pool_mode = check_seg_pool_mode(spk_seg_pool_mode)
         self._device_spec = device
         self._device: torch.device | None = None
         # One re-entrant lock for the facade's lazy state: device resolution, backend install, loading.
@@ -193,6 +200,7 @@ class StepAudio2Token2WavCore:
             self.device,
             request=request,  # type: ignore[arg-type]
             ort_intra_op_threads=self.ort_intra_op_threads,
+            seg_pool_mode=self.spk_seg_pool_mode,
         )
 
     def _ensure_models_loaded(self) -> None:

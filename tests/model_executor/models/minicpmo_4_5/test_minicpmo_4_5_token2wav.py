@@ -1,0 +1,206 @@
+# SPDX-License-Identifier: Apache-2.0
+"""MiniCPM-o 4.5 Token2Wav facade and code2wav stage: device resolution, eager checks, platform gating, dtype."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from tests.helpers.fake_npu import install_fake_torch_npu
+from tests.helpers.token2wav import SessionCounter, make_token2wav_dir
+from vllm_omni import platforms
+from vllm_omni.assets.audio import speech_sample
+from vllm_omni.model_executor.models import audio as frontend
+from vllm_omni.model_executor.models.cosyvoice3 import speaker_embedding
+from vllm_omni.model_executor.models.minicpmo_4_5.minicpmo_4_5_code2wav import (
+    MiniCPMO45Code2Wav,
+    MiniCPMO45Code2WavConfig,
+    normalize_reference_audio,
+)
+from vllm_omni.model_executor.models.minicpmo_4_5.minicpmo_4_5_token2wav import (
+    MiniCPMO45Token2wav,
+    resolve_token2wav_device,
+)
+from vllm_omni.platforms.cpu.platform import CpuOmniPlatform
+from vllm_omni.platforms.cuda.platform import CudaOmniPlatform
+from vllm_omni.platforms.npu.platform import NpuOmniPlatform
+
+pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
+
+
+@pytest.fixture(autouse=True)
+def _cpu_platform() -> Iterator[None]:
+    platforms.reset_current_platform(CpuOmniPlatform())
+    yield
+    platforms.reset_current_platform()
+
+
+@pytest.fixture(scope="module")
+def token2wav_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_token2wav_dir(tmp_path_factory.mktemp("token2wav"))
+
+
+@pytest.fixture(scope="module")
+def speech() -> tuple[np.ndarray, int]:
+    """The shipped 4 s real speech clip (16 kHz)."""
+    return speech_sample()
+
+
+@pytest.fixture(scope="module")
+def short_speech(speech: tuple[np.ndarray, int]) -> tuple[np.ndarray, int]:
+    wav, rate = speech
+    return wav[: int(1.5 * rate)].copy(), rate
+
+
+class _OneCudaPlatform(CudaOmniPlatform):
+    """CUDA platform that answers without a GPU (device index 0)."""
+
+    def current_device_index(self) -> int | None:
+        return 0
+
+
+@pytest.fixture
+def enable_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Record `enable_device_spk_embedding()` calls on the facade (without building anything)."""
+    calls: list[str] = []
+
+    def record(self: MiniCPMO45Token2wav) -> str:
+        calls.append(str(self.device))
+        return "recorded"
+
+    monkeypatch.setattr(MiniCPMO45Token2wav, "enable_device_spk_embedding", record)
+    return calls
+
+
+# ---- facade ------------------------------------------------------------------------------------
+
+
+def test_device_resolution_explicit_then_platform() -> None:
+    assert resolve_token2wav_device("cpu") == torch.device("cpu")
+    assert resolve_token2wav_device("cuda:1") == torch.device("cuda", 1)
+    assert resolve_token2wav_device(None) == torch.device("cpu")
+    platforms.reset_current_platform(_OneCudaPlatform())
+    assert resolve_token2wav_device(None) == torch.device("cuda", 0)
+    assert resolve_token2wav_device("cpu") == torch.device("cpu")  # explicit wins over the platform
+
+
+def test_construction_is_eager_but_builds_no_ort_session(token2wav_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    counter = SessionCounter(monkeypatch)
+    facade = MiniCPMO45Token2wav(token2wav_dir, float16=True, n_timesteps=5)
+    assert facade.device == torch.device("cpu")
+    assert (facade.core.float16, facade.core.n_timesteps) == (True, 5)
+    assert facade.spk_backend == "onnxruntime-cpu"
+    assert counter.count == 0
+
+
+def test_construction_errors_surface_at_init(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="no-such-dir does not exist"):
+        MiniCPMO45Token2wav(tmp_path / "no-such-dir")
+    (tmp_path / "hift.pt").write_bytes(b"")
+    with pytest.raises(FileNotFoundError, match=r"campplus\.onnx is missing"):
+        MiniCPMO45Token2wav(tmp_path)
+    with pytest.raises(ValueError, match="invalid device spec"):
+        MiniCPMO45Token2wav(tmp_path, device="gpu")
+
+
+def test_facade_prompt_path_matches_the_core_it_wraps(
+    token2wav_dir: Path, short_speech: tuple[np.ndarray, int]
+) -> None:
+    from vllm_omni.model_executor.models.step_audio2.step_audio2_token2wav import StepAudio2Token2WavCore
+
+    facade = MiniCPMO45Token2wav(token2wav_dir)
+    expected = StepAudio2Token2WavCore(token2wav_dir).prepare_prompt(short_speech)
+    got = facade.prepare_prompt(short_speech)
+    torch.testing.assert_close(got.speaker_embedding, expected.speaker_embedding, rtol=0, atol=0)
+    torch.testing.assert_close(facade.speaker_embedding(short_speech), expected.speaker_embedding, rtol=0, atol=0)
+
+
+def test_bf16_default_dtype_construction_builds_fp32_only(
+    token2wav_dir: Path, monkeypatch: pytest.MonkeyPatch, short_speech: tuple[np.ndarray, int]
+) -> None:
+    speech = short_speech
+    monkeypatch.setattr(speaker_embedding, "CPU_DEVICE_PATH_BACKEND", "torch")
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.bfloat16)
+    try:
+        facade = MiniCPMO45Token2wav(token2wav_dir)
+        facade.enable_device_spk_embedding()
+        stage = MiniCPMO45Code2Wav(MiniCPMO45Code2WavConfig(model_path=token2wav_dir, reference_audio=speech))
+        assert torch.get_default_dtype() == torch.bfloat16
+        emb = facade.speaker_embedding(speech)
+        assert torch.get_default_dtype() == torch.bfloat16
+    finally:
+        torch.set_default_dtype(previous)
+    assert emb.dtype == torch.float32
+    assert stage.reference is not None and stage.reference[0].dtype == np.float32
+
+
+# ---- code2wav stage ----------------------------------------------------------------------------
+
+
+def test_reference_audio_is_24k_mono_of_fixed_length(speech: tuple[np.ndarray, int]) -> None:
+    wav, rate = speech  # 16 kHz mono, ~4 s
+    stereo = np.stack([wav, wav], axis=1)
+    out = normalize_reference_audio((stereo, rate), 6.0)
+    assert out.shape == (144_000,) and out.dtype == np.float32
+    expected = frontend.load_audio((wav, rate), 24000).numpy()  # the front end's own 24 kHz copy
+    np.testing.assert_allclose(out[: expected.shape[0]], expected, atol=1e-6)
+    assert not np.any(out[expected.shape[0] :])  # zero-padded to 6 s
+    short = normalize_reference_audio((wav, rate), 2.5)  # cut the original at 2.5 s, then resample
+    expected_short = frontend.load_audio((wav, rate), 24000, max_seconds=2.5, truncate=True).numpy()
+    assert short.shape == (60_000,) == expected_short.shape
+    np.testing.assert_allclose(short, expected_short, atol=1e-6)
+
+
+def test_stage_on_cpu_keeps_the_lazy_fallback(
+    token2wav_dir: Path, monkeypatch: pytest.MonkeyPatch, enable_calls: list[str], speech: tuple[np.ndarray, int]
+) -> None:
+    counter = SessionCounter(monkeypatch)
+    stage = MiniCPMO45Code2Wav(MiniCPMO45Code2WavConfig(model_path=token2wav_dir, reference_audio=speech))
+    assert enable_calls == [] and stage.spk_backend == "onnxruntime-cpu" and counter.count == 0
+    features = stage.prompt_features()
+    assert features.prompt_mel.shape == (1, 300, 80)  # 6 s of 24 kHz at 50 frames/s
+    assert counter.count == 1
+
+
+def test_stage_on_npu_enables_the_device_path(
+    token2wav_dir: Path, monkeypatch: pytest.MonkeyPatch, enable_calls: list[str]
+) -> None:
+    install_fake_torch_npu(monkeypatch)
+    platforms.reset_current_platform(NpuOmniPlatform())
+    counter = SessionCounter(monkeypatch)
+    MiniCPMO45Code2Wav(MiniCPMO45Code2WavConfig(model_path=token2wav_dir, device="cpu"))
+    assert enable_calls == ["cpu"]
+    assert counter.count == 0
+
+
+def test_stage_on_npu_fails_when_the_device_path_fails(token2wav_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    install_fake_torch_npu(monkeypatch)
+    platforms.reset_current_platform(NpuOmniPlatform())
+
+    def broken(self: MiniCPMO45Token2wav) -> str:
+        raise RuntimeError("torch CAM++ cannot be placed on npu:0: device out of memory")
+
+    monkeypatch.setattr(MiniCPMO45Token2wav, "enable_device_spk_embedding", broken)
+    with pytest.raises(RuntimeError, match="out of memory"):
+        MiniCPMO45Code2Wav(MiniCPMO45Code2WavConfig(model_path=token2wav_dir, device="cpu"))
+
+
+def test_stage_without_reference_needs_a_prompt(token2wav_dir: Path, short_speech: tuple[np.ndarray, int]) -> None:
+    stage = MiniCPMO45Code2Wav(MiniCPMO45Code2WavConfig(model_path=token2wav_dir))
+    with pytest.raises(ValueError, match="no reference_audio"):
+        stage.prompt_features()
+    assert stage.prompt_features(short_speech).speaker_embedding.shape == (1, 192)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [({"reference_seconds": 0.0}, "reference_seconds"), ({"chunk_tokens": 0}, "chunk_tokens")],
+)
+def test_stage_config_is_validated(tmp_path: Path, kwargs: dict[str, float], match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        MiniCPMO45Code2WavConfig(model_path=tmp_path, **kwargs)  # type: ignore[arg-type]
