@@ -189,6 +189,11 @@ def fetch_speech(item: SeedTTSItem, cfg: ServeConfig, wav_path: Path) -> Request
         conn.close()
     row.e2e_s = round(time.perf_counter() - t0, 4)
     row.bytes = received
+    declared = resp.getheader("Content-Length")
+    if declared is not None and declared.strip().isdigit() and received < int(declared):
+        # http.client's read1 returns b"" when the peer closes early instead of raising IncompleteRead.
+        row.status, row.error = "truncated", f"body ended after {received} of {declared} bytes (Content-Length)"
+        return row
     if received == 0:
         row.status, row.error = "no_audio", "200 with an empty body"
         return row

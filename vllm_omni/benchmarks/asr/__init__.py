@@ -43,7 +43,9 @@ def resolve_asr_device(requested: str | None = None) -> str:
     try:
         from vllm_omni import platforms
 
-        return str(platforms.current_omni_platform.torch_device())
+        platform = platforms.current_omni_platform
+        index = platform.current_device_index()
+        return platform.device_type if index is None else f"{platform.device_type}:{index}"
     except Exception as exc:  # detection must never stop a CPU scoring run
         logger.warning("platform detection failed (%s); running ASR on cpu", exc)
         return "cpu"
