@@ -191,7 +191,7 @@ def _mel_banks(opts: FbankOptions) -> torch.Tensor:
     left = mel_low + m * mel_delta
     center = left + mel_delta
     right = center + mel_delta
-    mel = _mel(torch.arange(num_fft_bins, dtype=torch.float64) * fft_bin_width)[:, None]
+    mel = torch.as_tensor(_mel(torch.arange(num_fft_bins, dtype=torch.float64) * fft_bin_width))[:, None]
     rising = (mel - left) / (center - left)
     falling = (right - mel) / (right - center)
     weights = torch.where(mel <= center, rising, falling)
