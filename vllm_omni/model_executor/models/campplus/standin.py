@@ -43,7 +43,7 @@ from vllm_omni.model_executor.models.campplus.dtdnn import CAMPPlus
 logger = init_logger(__name__)
 
 # Bump when the weights or the export recipe change, so stale cached files are not reused.
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2
 DEFAULT_OPSET = 17
 DEFAULT_DYNAMO_OPSET = 18
 LEGACY_OPSETS = tuple(range(11, 21))

@@ -1,0 +1,110 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Torch CAM++ (loaded from campplus.onnx) vs onnxruntime, on the serving transform's features.
+
+CPU twin: the full-size stand-in, both seg-pool modes, each against an onnxruntime that computes
+that mode ("exact": ORT >= 1.29 as installed; "legacy": the graph rewritten to zero-pad to 100).
+Tolerance max abs <= 1e-4: the issue's 1e-5 is below the fp32 noise floor of random stand-in
+weights (ORT itself is 1-4e-5 from an fp64 evaluation; see docs/design/speaker_embedding.md).
+Hardware twin: the real asset from CAMPPLUS_ONNX_PATH on the accelerator, max abs <= 1e-3.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.helpers.mark import hardware_test
+from tests.model_executor.models.campplus.helpers import (
+    legacy_reference_model,
+    max_abs_and_cosine,
+    ort_embed,
+    ort_session,
+    speaker_feats,
+)
+
+FRAMES = (4, 97, 200, 345, 501, 1000, 3000)
+REAL_SHA256 = "a6ac6a63997761ae2997373e2ee1c47040854b4b759ea41ec48e4e42df0f4d73"
+
+
+@pytest.fixture(scope="module")
+def full_standin() -> Path:
+    from vllm_omni.model_executor.models.campplus.standin import ensure_standin_campplus_onnx
+
+    return ensure_standin_campplus_onnx(seed=0)
+
+
+@pytest.mark.core_model
+@pytest.mark.cpu
+@pytest.mark.parametrize("mode", ["exact", "legacy"])
+def test_torch_matches_onnxruntime_of_the_same_seg_pool_semantics(full_standin: Path, mode: str) -> None:
+    from vllm_omni.model_executor.models.campplus import ort_seg_pool_mode
+    from vllm_omni.model_executor.models.cosyvoice3.speaker_embedding_torch import (
+        CampplusTorch,
+        load_campplus_from_onnx,
+    )
+
+    if mode == "exact" and ort_seg_pool_mode() != "exact":
+        pytest.skip("installed onnxruntime pools the legacy way; no exact reference")
+    session = (
+        ort_session(full_standin) if mode == ort_seg_pool_mode() else ort_session(legacy_reference_model(full_standin))
+    )
+    backend = CampplusTorch(load_campplus_from_onnx(full_standin, seg_pool_mode=mode), "cpu")
+    for frames in FRAMES:
+        feats = speaker_feats(frames)
+        ref = ort_embed(session, feats)
+        got = backend(feats).numpy()
+        assert got.shape == ref.shape == (1, 192)
+        diff, cos = max_abs_and_cosine(got, ref)
+        assert diff <= 1e-4 and cos >= 0.999999, f"T={frames} {mode}: max abs {diff:.2e}, cosine {cos:.9f}"
+
+
+@pytest.mark.core_model
+@pytest.mark.cpu
+def test_seg_pool_modes_differ_exactly_when_the_last_segment_is_partial(full_standin: Path) -> None:
+    from vllm_omni.model_executor.models.cosyvoice3.speaker_embedding_torch import (
+        CampplusTorch,
+        load_campplus_from_onnx,
+    )
+
+    legacy = CampplusTorch(load_campplus_from_onnx(full_standin, seg_pool_mode="legacy"), "cpu")
+    exact = CampplusTorch(load_campplus_from_onnx(full_standin, seg_pool_mode="exact"), "cpu")
+    for frames in (199, 200, 400):  # ceil(T/2) % 100 == 0
+        feats = speaker_feats(frames)
+        assert np.array_equal(legacy(feats).numpy(), exact(feats).numpy()), frames
+    for frames in (97, 345, 501):
+        feats = speaker_feats(frames)
+        diff, _ = max_abs_and_cosine(legacy(feats).numpy(), exact(feats).numpy())
+        assert diff > 1e-3, f"T={frames}: modes agree to {diff:.1e} although the last segment is partial"
+
+
+@pytest.mark.full_model
+@hardware_test(res={"npu": "A2", "cuda": "H100"}, num_cards=1)
+def test_real_asset_parity_on_the_accelerator(caplog: pytest.LogCaptureFixture) -> None:
+    import warnings
+
+    from vllm_omni import platforms
+    from vllm_omni.model_executor.models.campplus import ort_seg_pool_mode
+    from vllm_omni.model_executor.models.cosyvoice3.speaker_embedding_torch import get_campplus_torch
+
+    env = os.environ.get("CAMPPLUS_ONNX_PATH")
+    if not env or not Path(env).is_file():
+        pytest.skip("set CAMPPLUS_ONNX_PATH to the real campplus.onnx to run this test")
+    path = Path(env)
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    print(f"campplus.onnx sha256 {digest}")
+    if digest != REAL_SHA256:
+        warnings.warn(f"{path} sha256 {digest} is not the shipped file {REAL_SHA256[:8]}...", stacklevel=1)
+    session = ort_session(path)
+    backend = get_campplus_torch(
+        path, platforms.current_omni_platform.torch_device(), seg_pool_mode=ort_seg_pool_mode()
+    )
+    for frames in FRAMES:
+        feats = speaker_feats(frames)
+        ref = ort_embed(session, feats)
+        got = backend(feats.to(backend.device)).cpu().numpy()
+        diff, cos = max_abs_and_cosine(got, ref)
+        assert diff <= 1e-3 and cos >= 0.9999, f"T={frames}: max abs {diff:.2e}, cosine {cos:.6f}"
