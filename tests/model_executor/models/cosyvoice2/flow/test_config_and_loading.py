@@ -16,6 +16,7 @@ from vllm_omni.model_executor.models.cosyvoice2.flow import (
     REDUCED_FLOW_CONFIG,
     build_flow,
     build_flow_from_yaml,
+    ensure_standin_flow,
     load_flow,
     render_flow_yaml,
     write_standin_flow,
@@ -186,3 +187,15 @@ def test_real_config_dict_renders_the_shipped_tags() -> None:
     text = render_flow_yaml(REAL_FLOW_CONFIG)
     assert text.count("!new:") == 4
     assert "flow: !new:cosyvoice2.flow.flow.CausalMaskedDiffWithXvec" in text
+
+
+def test_ensure_standin_flow_writes_once_into_the_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VLLM_OMNI_CACHE_DIR", str(tmp_path))
+    directory = ensure_standin_flow(reduced=True, seed=4)
+    assert directory.is_relative_to(tmp_path)
+    mtime = (directory / "flow.pt").stat().st_mtime_ns
+    assert ensure_standin_flow(reduced=True, seed=4) == directory
+    assert (directory / "flow.pt").stat().st_mtime_ns == mtime
+    model = load_flow(directory, device="cpu")
+    direct = torch.load(write_standin_flow(tmp_path / "direct", reduced=True, seed=4)[1], weights_only=True)
+    assert torch.equal(model.encoder_proj.weight, direct["encoder_proj.weight"])

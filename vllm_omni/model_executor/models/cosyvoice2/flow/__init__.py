@@ -18,7 +18,13 @@ from vllm_omni.model_executor.models.cosyvoice2.flow.config import (
 from vllm_omni.model_executor.models.cosyvoice2.flow.dit import DiT
 from vllm_omni.model_executor.models.cosyvoice2.flow.encoder import UpsampleConformerEncoderV2
 from vllm_omni.model_executor.models.cosyvoice2.flow.flow import CausalMaskedDiffWithXvec
-from vllm_omni.model_executor.models.cosyvoice2.flow.loader import load_flow, standin_state_dict, write_standin_flow
+from vllm_omni.model_executor.models.cosyvoice2.flow.loader import (
+    ensure_standin_flow,
+    load_flow,
+    standin_flow_dir,
+    standin_state_dict,
+    write_standin_flow,
+)
 from vllm_omni.model_executor.models.cosyvoice2.flow.streaming import ConformerTrim, FlowStreamCache, Lookahead
 
 __all__ = [
@@ -33,8 +39,10 @@ __all__ = [
     "UpsampleConformerEncoderV2",
     "build_flow",
     "build_flow_from_yaml",
+    "ensure_standin_flow",
     "load_flow",
     "render_flow_yaml",
+    "standin_flow_dir",
     "standin_state_dict",
     "write_standin_flow",
 ]

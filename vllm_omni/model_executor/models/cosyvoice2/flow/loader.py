@@ -91,8 +91,9 @@ def write_standin_flow(directory: str | Path, *, reduced: bool, seed: int) -> tu
     model = build_flow_from_yaml(text)
     state = standin_state_dict(model, seed)
     del model
-    _atomic_write_bytes(yaml_path, lambda f: f.write(text.encode()))
+    # weights first: a complete flow.yaml next to a flow.pt means both are whole
     _atomic_write_bytes(pt_path, lambda f: torch.save(state, f))
+    _atomic_write_bytes(yaml_path, lambda f: f.write(text.encode()))
     logger.info(
         "wrote %s stand-in flow (%d tensors, seed %d) to %s in %.1f s",
         "reduced" if reduced else "full-size",
@@ -102,6 +103,30 @@ def write_standin_flow(directory: str | Path, *, reduced: bool, seed: int) -> tu
         time.perf_counter() - start,
     )
     return yaml_path, pt_path
+
+
+def standin_flow_dir(*, reduced: bool, seed: int) -> Path:
+    """Cache folder of the stand-in flow for these options (under `vllm_omni.envs.cache_dir`)."""
+    from vllm_omni import envs
+
+    return envs.cache_dir("standins", f"flow-{'reduced' if reduced else 'full'}-seed{seed}")
+
+
+def ensure_standin_flow(*, reduced: bool, seed: int = 0) -> Path:
+    """Folder holding a cached stand-in `flow.yaml` + `flow.pt`, written first if missing.
+
+    Safe to call from several processes at once: a file lock serialises the writers and the files
+    appear atomically. Pass the folder to `load_flow`.
+    """
+    from filelock import FileLock  # a torch dependency: always installed alongside torch
+
+    directory = standin_flow_dir(reduced=reduced, seed=seed)
+    if (directory / FLOW_YAML).is_file() and (directory / FLOW_PT).is_file():
+        return directory
+    with FileLock(str(directory / ".write.lock")):
+        if not ((directory / FLOW_YAML).is_file() and (directory / FLOW_PT).is_file()):
+            write_standin_flow(directory, reduced=reduced, seed=seed)
+    return directory
 
 
 def _resolve(source: str | Path | tuple[str | Path, str | Path]) -> tuple[Path, Path]:
