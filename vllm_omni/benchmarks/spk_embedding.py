@@ -62,12 +62,22 @@ EMBEDDING_DIM: Final = 192
 # stop spinning before the next backend's call starts, so one backend's idle spin is not billed to another.
 CALL_GAP_S: Final = 0.002
 
-# Parity tolerances on the raw 192-d output, as validated for the CAM++ port (docs/design/speaker_embedding.md):
-# CPU torch vs CPU onnxruntime is exact up to fp32 summation order; accelerators differ more (trap 4 of the notes).
-CPU_MAX_ABS_DIFF: Final = 1e-5
+# The torch backend is built with the segment-pooling semantics of the installed onnxruntime, so the
+# parity columns measure the port, not the semantics choice. The serving default of
+# `get_campplus_torch` is "legacy" (onnxruntime <= 1.28, what the flow models were trained on); against
+# onnxruntime >= 1.29 ("exact") it differs by design wherever ceil(T/2) % 100 != 0 (see campplus.segpool).
+TORCH_SEG_POOL_MODE: Final = "auto"
+
+# Parity verdict on the raw 192-d output (worst row): the cosine, which is what the consumer sees (the
+# flow model L2-normalises the embedding), plus the relative L2 error ||out - ref|| / ||ref||, which
+# catches what a cosine cannot (a wrong scale). cosine 0.999999 alone allows a relative error of
+# 1.4e-3, so these bounds agree; accelerators get the CAM++ port's device tolerance (cosine 0.9999).
+# The raw max |diff| is reported too, but not judged: the stand-in's random weights give outputs of
+# order 1e4 on real speech, where fp32 rounding alone exceeds any fixed absolute bound.
 CPU_MIN_COSINE: Final = 0.999999
-DEVICE_MAX_ABS_DIFF: Final = 1e-3
+CPU_MAX_REL_L2: Final = 2e-3
 DEVICE_MIN_COSINE: Final = 0.9999
+DEVICE_MAX_REL_L2: Final = 2e-2
 
 
 @dataclass(frozen=True)
@@ -253,6 +263,8 @@ class CellResult:
     paired_ratio_vs_ort: float | None = None  # median over iterations of (this call / the ORT call beside it)
     cosine_vs_ort: float | None = None
     max_abs_diff_vs_ort: float | None = None
+    rel_l2_diff_vs_ort: float | None = None  # ||out - ort|| / ||ort||
+    ort_max_abs: float | None = None  # largest |value| of the onnxruntime output (scale of max_abs_diff)
     parity_ok: bool | None = None
 
 
@@ -275,7 +287,13 @@ class BenchReport:
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        # The headline numbers again, keyed for lookup: ratio_vs_ort[backend][T] (T as a string key).
+        data["ratio_vs_ort"] = {
+            backend: {str(c.frames): c.ratio_vs_ort for c in self.results if c.backend == backend}
+            for backend in dict.fromkeys(c.backend for c in self.results)
+        }
+        return data
 
     def cell(self, backend: str, frames: int) -> CellResult | None:
         return next((c for c in self.results if c.backend == backend and c.frames == frames), None)
@@ -410,22 +428,35 @@ class _Runner:
     run: Callable[[torch.Tensor], torch.Tensor]
 
 
-def _ort_runner(onnx: Path, device: torch.device, threads: int, batch: int) -> tuple[_Runner, float]:
-    from vllm_omni.model_executor.models.cosyvoice3.speaker_embedding_ort import OrtSpeakerEmbedding
+def _ort_runner(onnx: Path, device: torch.device, threads: int) -> tuple[_Runner, float]:
+    """The reference: a CPU onnxruntime session with upstream's settings, `threads` intra-op threads.
 
-    backend = OrtSpeakerEmbedding(onnx, device, intra_op_num_threads=threads)
+    Built here rather than through the facade's `OrtSpeakerEmbedding` so that any CAM++ export
+    (also the reduced-width stand-ins of the tests, whose embedding is narrower) and `[B, T, 80]`
+    batches can be measured; the settings are the same (CPUExecutionProvider, ORT_ENABLE_ALL). Like
+    the facade's fallback it takes the features from, and returns the embedding to, `device`.
+    """
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.intra_op_num_threads = threads
     start = time.perf_counter()
-    session = backend.session  # built now so the first timed call is not the session build
+    try:
+        session = onnxruntime.InferenceSession(str(onnx), sess_options=options, providers=["CPUExecutionProvider"])
+    except Exception as exc:  # onnxruntime's pybind exception types do not share a useful base class
+        raise BenchSetupError(f"--onnx {onnx}: onnxruntime cannot load it ({type(exc).__name__}: {exc})") from exc
     build_ms = (time.perf_counter() - start) * 1e3
-    if batch == 1:
-        return _Runner("ort", backend.name, lambda x: backend(x[0])), build_ms
-    input_name = session.get_inputs()[0].name
+    inputs = session.get_inputs()
+    if len(inputs) != 1:
+        raise BenchSetupError(f"--onnx {onnx}: expected one input [B,T,80], got {[i.name for i in inputs]}")
+    input_name = inputs[0].name  # the shipped file says "input"; read it from the session anyway
 
-    def run_batch(x: torch.Tensor) -> torch.Tensor:
-        (out,) = session.run(None, {input_name: x.detach().to("cpu").numpy()})
+    def run(x: torch.Tensor) -> torch.Tensor:
+        (out,) = session.run(None, {input_name: x.detach().to("cpu", torch.float32).contiguous().numpy()})
         return torch.from_numpy(out).to(device)
 
-    return _Runner("ort", backend.name, run_batch), build_ms
+    return _Runner("ort", "onnxruntime-cpu", run), build_ms
 
 
 def _torch_runner(model: Any, batch: int) -> _Runner:
@@ -479,20 +510,34 @@ def resolve_device(spec: str) -> torch.device:
     return device
 
 
-def parity(out: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:
-    """(cosine, max abs diff) of two `[B, 192]` outputs in float64; the cosine is the worst row's."""
-    a = out.detach().to("cpu", torch.float64).reshape(-1, EMBEDDING_DIM)
-    b = ref.detach().to("cpu", torch.float64).reshape(-1, EMBEDDING_DIM)
-    if a.shape != b.shape:
+@dataclass(frozen=True)
+class ParityMetrics:
+    """One backend's output against onnxruntime's for the same input (worst row for batches)."""
+
+    cosine: float
+    max_abs_diff: float
+    rel_l2_diff: float
+    ref_max_abs: float
+
+    def ok(self, tol: dict[str, float]) -> bool:
+        return self.cosine >= tol["min_cosine"] and self.rel_l2_diff <= tol["max_rel_l2_diff"]
+
+
+def parity(out: torch.Tensor, ref: torch.Tensor) -> ParityMetrics:
+    """Compare two `[B, E]` outputs in float64 (see the tolerance comment at the top of the module)."""
+    if out.shape != ref.shape:
         raise RuntimeError(f"backend output has shape {tuple(out.shape)}, onnxruntime gave {tuple(ref.shape)}")
+    a = out.detach().to("cpu", torch.float64).reshape(-1, out.shape[-1])
+    b = ref.detach().to("cpu", torch.float64).reshape(-1, ref.shape[-1])
     cos = torch.nn.functional.cosine_similarity(a, b, dim=1, eps=1e-30)
-    return float(cos.min()), float((a - b).abs().max())
+    rel = (a - b).norm(dim=1) / b.norm(dim=1).clamp_min(1e-30)
+    return ParityMetrics(float(cos.min()), float((a - b).abs().max()), float(rel.max()), float(b.abs().max()))
 
 
 def tolerances_for(device: torch.device) -> dict[str, float]:
     if device.type == "cpu":
-        return {"max_abs_diff": CPU_MAX_ABS_DIFF, "min_cosine": CPU_MIN_COSINE}
-    return {"max_abs_diff": DEVICE_MAX_ABS_DIFF, "min_cosine": DEVICE_MIN_COSINE}
+        return {"min_cosine": CPU_MIN_COSINE, "max_rel_l2_diff": CPU_MAX_REL_L2}
+    return {"min_cosine": DEVICE_MIN_COSINE, "max_rel_l2_diff": DEVICE_MAX_REL_L2}
 
 
 def _load_average() -> tuple[float, float, float] | None:
@@ -519,7 +564,7 @@ def _environment(device: torch.device, threads: int, torch_seg_pool: str | None,
     from vllm_omni.version import __version__
 
     platform = platforms.current_omni_platform
-    name = platform.get_device_name(device.index) if device.type != "cpu" else (py_platform.processor() or "cpu")
+    name = platform.get_device_name(device.index) if device.type != "cpu" else _cpu_model()
     return EnvironmentInfo(
         python=py_platform.python_version(),
         os=f"{py_platform.system()} {py_platform.release()}",
@@ -627,7 +672,7 @@ class SpkEmbeddingBenchmark:
                 torch_model = self._measure_torch_build(onnx, device)
         progress.stage("onnxruntime CPU session")
         with _setup_step(f"--onnx {onnx}"):
-            ort, report.build.ort_session_build_ms = _ort_runner(onnx, device, cfg.threads, cfg.batch)
+            ort, report.build.ort_session_build_ms = _ort_runner(onnx, device, cfg.threads)
         runners.append(ort)
         if torch_model is not None:
             runners.append(_torch_runner(torch_model, cfg.batch))
@@ -654,13 +699,13 @@ class SpkEmbeddingBenchmark:
         build = self.report.build
         loader.clear_campplus_cache()
         start = time.perf_counter_ns()
-        model = loader.get_campplus_torch(onnx, device)
+        model = loader.get_campplus_torch(onnx, device, seg_pool_mode=TORCH_SEG_POOL_MODE)
         build.torch_cold_build_ms = (time.perf_counter_ns() - start) / 1e6
         build.torch_backend_name = str(model.name)
         hits = []
         for _ in range(200):
             start = time.perf_counter_ns()
-            again = loader.get_campplus_torch(onnx, device)
+            again = loader.get_campplus_torch(onnx, device, seg_pool_mode=TORCH_SEG_POOL_MODE)
             hits.append(time.perf_counter_ns() - start)
         if again is not model:
             raise RuntimeError("get_campplus_torch returned a different object for the same file and device")
@@ -725,10 +770,10 @@ class SpkEmbeddingBenchmark:
             cell.ratio_vs_ort = cell.wall.median_ms / ort_wall.median_ms
             cell.paired_ratio_vs_ort = float(np.median([r[2] / max(o[2], 1) for r, o in zip(rows, ort, strict=True)]))
             if runner.key != "ort" and runner.key in outputs and "ort" in outputs:
-                cell.cosine_vs_ort, cell.max_abs_diff_vs_ort = parity(outputs[runner.key], outputs["ort"])
-                cell.parity_ok = (
-                    cell.max_abs_diff_vs_ort <= tol["max_abs_diff"] and cell.cosine_vs_ort >= tol["min_cosine"]
-                )
+                metrics = parity(outputs[runner.key], outputs["ort"])
+                cell.cosine_vs_ort, cell.max_abs_diff_vs_ort = metrics.cosine, metrics.max_abs_diff
+                cell.rel_l2_diff_vs_ort, cell.ort_max_abs = metrics.rel_l2_diff, metrics.ref_max_abs
+                cell.parity_ok = metrics.ok(tol)
             self.report.results.append(cell)
 
     def _measure_prompt_cache(self, onnx: Path, clip: np.ndarray, device: torch.device) -> None:

@@ -89,6 +89,7 @@ def table_lines(report: BenchReport) -> list[str]:
         ("cpu ms", 8),
         ("ratio vs ORT", 22),
         ("cosine", 10),
+        ("rel L2", 7),
         ("max|diff|", 9),
         ("parity", 8),
     )
@@ -106,6 +107,7 @@ def table_lines(report: BenchReport) -> list[str]:
             _fmt(c.host_cpu.median_ms, ".2f"),
             "1.00 (reference)" if c.backend == "ort" else _ratio_text(c.ratio_vs_ort),
             _fmt(c.cosine_vs_ort, ".7f"),
+            _fmt(c.rel_l2_diff_vs_ort, ".1e"),
             _fmt(c.max_abs_diff_vs_ort, ".1e"),
             parity,
         )
@@ -158,8 +160,8 @@ def footer_lines(report: BenchReport) -> list[str]:
         tol = report.tolerances
         where = ", ".join(f"{c.backend_name} T={c.frames}" for c in failures)
         lines.append(
-            f"PARITY MISMATCH vs onnxruntime (tolerance max|diff| <= {tol.get('max_abs_diff')}, "
-            f"cosine >= {tol.get('min_cosine')}): {where}"
+            f"PARITY MISMATCH vs onnxruntime (needs cosine >= {tol.get('min_cosine')} and "
+            f"relative L2 <= {tol.get('max_rel_l2_diff')}): {where}"
         )
     if not report.complete:
         lines.append(f"PARTIAL REPORT: the run was interrupted after {report.elapsed_s:.1f} s")

@@ -1,0 +1,64 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""Record one `vllm-omni bench spk-embedding` run under `benchmarks/results/`.
+
+Why: the recorded CAM++ parity and latency report (quoted by the README) must come from the same
+command an operator runs; this script runs exactly that command and stores its three outputs as
+`benchmarks/results/spk_embedding_<device>.{txt,json,png}` (`<device>` = cpu, cuda, npu).
+
+    .venv/bin/python benchmarks/spk_embedding.py                 # the embedded default
+    .venv/bin/python benchmarks/spk_embedding.py --onnx /path/to/campplus.onnx --threads 1
+
+Extra options are passed to the command unchanged (`--json` / `--plot` are set here). The exit
+code is the command's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import sys
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+class _Tee(io.TextIOBase):
+    """Write to the terminal and keep a copy (the .txt record of the table)."""
+
+    def __init__(self, stream: io.TextIOBase) -> None:
+        self._stream = stream
+        self.copy = io.StringIO()
+
+    def write(self, text: str) -> int:
+        self.copy.write(text)
+        return self._stream.write(text)
+
+    def flush(self) -> None:
+        self._stream.flush()
+
+
+def main(argv: list[str]) -> int:
+    from vllm_omni import platforms
+    from vllm_omni.benchmarks.spk_embedding_report import atomic_write_bytes
+    from vllm_omni.entrypoints.cli.main import main as cli_main
+
+    device = platforms.current_omni_platform.device_type
+    for i, arg in enumerate(argv):
+        if arg == "--device" and i + 1 < len(argv) and argv[i + 1] != "auto":
+            device = argv[i + 1].split(":")[0]
+        elif arg.startswith("--device=") and arg.split("=", 1)[1] != "auto":
+            device = arg.split("=", 1)[1].split(":")[0]
+    stem = RESULTS / f"spk_embedding_{device}"
+    args = ["bench", "spk-embedding", *argv, "--json", f"{stem}.json", "--plot", f"{stem}.png"]
+    tee = _Tee(sys.stdout)  # type: ignore[arg-type]
+    with contextlib.redirect_stdout(tee):
+        code = cli_main(args)
+    if code in (0, 1):
+        atomic_write_bytes(Path(f"{stem}.txt"), tee.copy.getvalue().encode())
+        print(f"recorded {stem}.txt")
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,372 @@
+# SPDX-License-Identifier: Apache-2.0
+"""`vllm-omni bench spk-embedding`: end to end on a reduced stand-in, user errors, Ctrl-C.
+
+The end-to-end run uses the reduced-width stand-in `campplus.onnx` (same graph structure, narrow
+layers) with two short lengths and a few iterations, so it checks the report's shape and honesty
+(fields, PNG, stand-in labelling, sha256) rather than any latency number.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import statistics
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from vllm_omni.entrypoints.cli.main import main
+
+pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
+
+LENGTHS = (50, 120)
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="session")
+def reduced_onnx() -> Path:
+    from vllm_omni.model_executor.models.campplus.standin import ensure_standin_campplus_onnx
+
+    return Path(ensure_standin_campplus_onnx(seed=0, reduced=True))
+
+
+@pytest.fixture(scope="module")
+def e2e(reduced_onnx: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """One real CLI run (subprocess, as a user types it) on the reduced stand-in."""
+    out = tmp_path_factory.mktemp("spk_bench")
+    cmd = [
+        sys.executable,
+        "-m",
+        "vllm_omni",
+        "bench",
+        "spk-embedding",
+        "--onnx",
+        str(reduced_onnx),
+        "--lengths",
+        ",".join(map(str, LENGTHS)),
+        "--warmup",
+        "1",
+        "--iters",
+        "4",
+        "--threads",
+        "1",
+        "--json",
+        str(out / "report.json"),
+        "--plot",
+        str(out / "report.png"),
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180, cwd=out)
+    return {"proc": proc, "json": out / "report.json", "png": out / "report.png", "onnx": reduced_onnx}
+
+
+def _cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = main(["bench", "spk-embedding", *args])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_end_to_end_run_succeeds_and_prints_the_table(e2e: dict[str, Any]) -> None:
+    proc = e2e["proc"]
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
+    for backend in ("onnxruntime-cpu", "torch-cpu"):
+        assert backend in proc.stdout
+    assert "ratio vs ORT" in proc.stdout and "get_campplus_torch: cold build" in proc.stdout
+    # The reduced stand-in lives in the stand-in cache: the report must say its weights are not real.
+    assert "STAND-IN" in proc.stdout and "NOT a real speaker space" in proc.stdout
+
+
+def test_json_report_has_every_field(e2e: dict[str, Any]) -> None:
+    assert e2e["proc"].returncode == 0, e2e["proc"].stderr
+    report = json.loads(e2e["json"].read_text())
+    assert report["complete"] is True and report["interrupted"] is False
+    assert report["schema"].startswith("vllm-omni/bench-spk-embedding/")
+
+    weights = report["weights"]
+    assert weights["sha256"] == hashlib.sha256(e2e["onnx"].read_bytes()).hexdigest()
+    assert weights["kind"] == "stand-in" and weights["matches_known_shipped"] is False
+    assert weights["known_shipped_sha256"] == "a6ac6a63997761ae2997373e2ee1c47040854b4b759ea41ec48e4e42df0f4d73"
+
+    env = report["environment"]
+    import onnxruntime
+    import torch
+
+    assert env["torch_version"] == torch.__version__ and env["onnxruntime_version"] == onnxruntime.__version__
+    assert env["threads"] == 1 and env["ort_intra_op_num_threads"] == 1 and env["torch_num_threads"] == 1
+    assert env["ort_seg_pool_mode"] in ("legacy", "exact") and env["device"] == "cpu"
+    assert len(env["load_average_start"]) == 3 and len(env["load_average_end"]) == 3
+
+    build = report["build"]
+    assert build["torch_cold_build_ms"] > 0 and build["torch_cache_hit_us"] > 0
+    # A cache hit is a dict lookup; a cold build parses and maps the whole graph.
+    assert build["torch_cache_hit_us"] * 1e-3 < build["torch_cold_build_ms"]
+
+    cells = {(c["backend"], c["frames"]): c for c in report["results"]}
+    assert set(cells) == {(b, t) for b in ("ort", "torch") for t in LENGTHS}
+    for (backend, frames), cell in cells.items():
+        for clock in ("wall", "host", "host_cpu"):
+            stats = cell[clock]
+            assert stats["n"] == 4
+            assert 0 < stats["min_ms"] <= stats["median_ms"] <= stats["p90_ms"] <= stats["p99_ms"] <= stats["max_ms"]
+        ort_median = cells[("ort", frames)]["wall"]["median_ms"]
+        assert cell["ratio_vs_ort"] == pytest.approx(cell["wall"]["median_ms"] / ort_median)
+        assert report["ratio_vs_ort"][backend][str(frames)] == cell["ratio_vs_ort"]
+        if backend == "torch":
+            # Parity on the serving transform: the torch port must agree with onnxruntime on CPU.
+            assert cell["cosine_vs_ort"] >= 0.999999 and cell["rel_l2_diff_vs_ort"] <= 2e-3
+            assert 0 <= cell["max_abs_diff_vs_ort"] <= cell["rel_l2_diff_vs_ort"] * cell["ort_max_abs"] * 192**0.5
+            assert cell["parity_ok"] is True
+        else:
+            assert cell["ratio_vs_ort"] == 1.0 and cell["cosine_vs_ort"] is None
+
+    prompt = report["prompt_cache"]
+    if prompt["unavailable"] is None:
+        assert prompt["hit"]["median_ms"] < prompt["miss_ms"]
+
+
+def test_png_plot_opens(e2e: dict[str, Any]) -> None:
+    assert e2e["proc"].returncode == 0, e2e["proc"].stderr
+    data = e2e["png"].read_bytes()
+    assert data[:8] == PNG_SIGNATURE
+    from PIL import Image
+
+    with Image.open(e2e["png"]) as image:
+        image.load()
+        assert image.size[0] >= 600 and image.size[1] >= 300
+
+
+def test_trt_backend_without_tensorrt_is_a_clear_error(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code, out, err = _cli(capsys, "--backends", "ort,trt", "--json", str(tmp_path / "r.json"))
+    assert code == 2
+    assert "TensorRT" in err and "Traceback" not in err
+    assert not (tmp_path / "r.json").exists()
+
+
+def test_garbage_onnx_gives_the_loader_error(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    bad = tmp_path / "campplus.onnx"
+    bad.write_bytes(b"this is not an onnx file" * 10)
+    code, _, err = _cli(capsys, "--onnx", str(bad), "--fast", "--json", str(tmp_path / "r.json"))
+    assert code == 2
+    assert str(bad) in err and "Traceback" not in err
+
+
+def test_onnx_of_another_network_gives_the_loader_error(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    import torch
+
+    other = tmp_path / "other.onnx"
+    net = torch.nn.Sequential(torch.nn.Conv1d(80, 16, 3), torch.nn.ReLU()).eval()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # the legacy exporter announces its retirement
+        torch.onnx.export(net, (torch.zeros(1, 80, 20),), str(other), dynamo=False, input_names=["input"])
+    code, _, err = _cli(capsys, "--onnx", str(other), "--fast", "--json", str(tmp_path / "r.json"))
+    from vllm_omni.model_executor.models.cosyvoice3.speaker_embedding_torch import load_campplus_from_onnx
+
+    with pytest.raises(Exception) as loader_error:
+        load_campplus_from_onnx(other)
+    assert code == 2 and "Traceback" not in err
+    # The CLI shows the loader's own diagnosis (not a generic failure).
+    assert str(loader_error.value).splitlines()[0][:60] in err
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--lengths", "2"], "--lengths"),
+        (["--lengths", "97,abc"], "--lengths"),
+        (["--lengths", ","], "--lengths"),
+        (["--backends", "ort,onnx"], "--backends"),
+        (["--backends", "torch,torch"], "--backends"),
+        (["--iters", "0"], "--iters"),
+        (["--warmup", "-1"], "--warmup"),
+        (["--batch", "0"], "--batch"),
+        (["--threads", "0"], "--threads"),
+        (["--device", "tpu"], "--device"),
+        (["--device", "cuda:x"], "--device"),
+        (["--onnx", "/nonexistent/campplus.onnx"], "--onnx"),
+        (["--audio", "/nonexistent/prompt.wav"], "--audio"),
+    ],
+)
+def test_invalid_options_are_usage_errors(
+    capsys: pytest.CaptureFixture[str], args: list[str], needle: str, tmp_path: Path
+) -> None:
+    code, out, err = _cli(capsys, *args, "--json", str(tmp_path / "r.json"))
+    assert code == 2
+    assert err.startswith("vllm-omni: error: ") and needle in err and "Traceback" not in err
+    assert not (tmp_path / "r.json").exists()
+
+
+def test_non_integer_option_is_rejected_by_the_parser(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["bench", "spk-embedding", "--iters", "many"])
+    assert exc.value.code == 2
+    assert "invalid int value" in capsys.readouterr().err
+
+
+def test_ctrl_c_prints_the_partial_report_and_exits_130(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, reduced_onnx: Path, tmp_path: Path
+) -> None:
+    from vllm_omni.benchmarks import spk_embedding
+
+    real = spk_embedding._timed_call
+    calls = {"n": 0}
+
+    def interrupt_on_fifth(*a: Any, **k: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 5:
+            raise KeyboardInterrupt
+        return real(*a, **k)
+
+    monkeypatch.setattr(spk_embedding, "_timed_call", interrupt_on_fifth)
+    json_path = tmp_path / "partial.json"
+    args = ["--onnx", str(reduced_onnx), "--lengths", "40,60", "--warmup", "0", "--iters", "5", "--threads", "1"]
+    code, out, err = _cli(capsys, *args, "--json", str(json_path), "--plot", str(tmp_path / "p.png"))
+    assert code == 130
+    assert "PARTIAL REPORT" in out and "interrupted" in err
+    report = json.loads(json_path.read_text())
+    assert report["complete"] is False and report["interrupted"] is True
+    # Two full iterations (ort + torch each) of the first length were measured before the interrupt.
+    measured = {(c["backend"], c["frames"]): c["wall"]["n"] for c in report["results"]}
+    assert measured == {("ort", 40): 2, ("torch", 40): 2}
+
+
+def test_latency_stats_match_the_statistics_module() -> None:
+    from vllm_omni.benchmarks.spk_embedding import LatencyStats
+
+    rng = np.random.default_rng(0)
+    samples_ns = [int(v) for v in rng.integers(1_000_000, 50_000_000, size=101)]
+    stats = LatencyStats.from_ns(samples_ns)
+    ms = [v / 1e6 for v in samples_ns]
+    deciles = statistics.quantiles(ms, n=10, method="inclusive")
+    percentiles = statistics.quantiles(ms, n=100, method="inclusive")
+    assert stats.median_ms == pytest.approx(statistics.median(ms))
+    assert stats.p90_ms == pytest.approx(deciles[8])
+    assert stats.p99_ms == pytest.approx(percentiles[98])
+    assert stats.n == 101 and stats.max_ms == pytest.approx(max(ms))
+
+
+def test_feature_length_follows_kaldi_framing() -> None:
+    """T frames need 400 + (T-1)*160 samples (25 ms / 10 ms, snip_edges), checked with kaldi-native-fbank."""
+    knf = pytest.importorskip("kaldi_native_fbank")
+    from vllm_omni.benchmarks.spk_embedding import samples_for_frames
+
+    for frames in (4, 97, 200):
+        n = samples_for_frames(frames)
+        for extra in (0, 159):
+            opts = knf.FbankOptions()
+            opts.frame_opts.dither = 0.0
+            opts.frame_opts.samp_freq = 16000
+            opts.mel_opts.num_bins = 80
+            fbank = knf.OnlineFbank(opts)
+            fbank.accept_waveform(16000, np.zeros(n + extra, dtype=np.float32).tolist())
+            fbank.input_finished()
+            assert fbank.num_frames_ready == frames
+
+
+def test_parity_metrics_match_numpy() -> None:
+    import torch
+
+    from vllm_omni.benchmarks.spk_embedding import parity, tolerances_for
+
+    rng = np.random.default_rng(1)
+    ref = rng.standard_normal((2, 192)) * 1e3
+    out = ref + rng.standard_normal((2, 192)) * 1e-1
+    m = parity(torch.from_numpy(out).float(), torch.from_numpy(ref).float())
+    cos_np = min(float(a @ b / np.linalg.norm(a) / np.linalg.norm(b)) for a, b in zip(out, ref, strict=True))
+    rel_np = max(float(np.linalg.norm(a - b) / np.linalg.norm(b)) for a, b in zip(out, ref, strict=True))
+    assert m.cosine == pytest.approx(cos_np, abs=1e-6)
+    assert m.rel_l2_diff == pytest.approx(rel_np, rel=1e-2)
+    assert m.max_abs_diff == pytest.approx(float(np.abs(out - ref).max()), rel=1e-2)
+    assert m.ref_max_abs == pytest.approx(float(np.abs(ref).max()), rel=1e-6)
+    assert m.ok(tolerances_for(torch.device("cpu")))
+    # A wrong scale keeps the cosine at 1 but is a mismatch.
+    doubled = parity(torch.from_numpy(2 * ref).float(), torch.from_numpy(ref).float())
+    assert doubled.cosine == pytest.approx(1.0) and not doubled.ok(tolerances_for(torch.device("cpu")))
+
+
+def test_real_file_is_recognised_by_sha256(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from vllm_omni.benchmarks import spk_embedding
+
+    path = tmp_path / "campplus.onnx"
+    path.write_bytes(b"pretend asset")
+    digest = hashlib.sha256(b"pretend asset").hexdigest()
+    assert spk_embedding.describe_weights(path, standin=False).kind == "other"
+    monkeypatch.setattr(spk_embedding, "KNOWN_SHIPPED_SHA256", digest)
+    info = spk_embedding.describe_weights(path, standin=False)
+    assert info.kind == "shipped" and info.matches_known_shipped and info.sha256 == digest
+
+
+def test_bench_help_lists_spk_embedding() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "vllm_omni", "bench", "--help"], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0 and "spk-embedding" in proc.stdout
+
+
+def test_default_weights_are_the_generated_standin_and_say_so(
+    monkeypatch: pytest.MonkeyPatch, reduced_onnx: Path, tmp_path: Path
+) -> None:
+    """Without --onnx the run generates (first use) or reuses the cached stand-in and labels it."""
+    from vllm_omni.benchmarks import spk_embedding
+    from vllm_omni.model_executor.models.campplus import standin
+
+    stages: list[str] = []
+
+    class Recorder:
+        def stage(self, text: str) -> None:
+            stages.append(text)
+
+        def start(self, total: int) -> None: ...
+
+        def advance(self, calls: int, text: str) -> None: ...
+
+    missing = tmp_path / "campplus-full.onnx"
+    requested: list[dict[str, Any]] = []
+    monkeypatch.setattr(standin, "standin_path", lambda **kw: missing)
+
+    def fake_ensure(**kw: Any) -> Path:
+        requested.append(kw)
+        return reduced_onnx
+
+    monkeypatch.setattr(standin, "ensure_standin_campplus_onnx", fake_ensure)
+    info = spk_embedding.resolve_weights(None, Recorder())
+    assert requested == [{"seed": 0, "reduced": False}]
+    assert info.kind == "stand-in" and info.standin_generated_s is not None
+    assert "not a real speaker space" in info.note
+    assert any("first use" in s for s in stages)
+
+
+def _serves_on_cpu() -> bool:
+    from vllm_omni.platforms import get_current_platform
+
+    return get_current_platform().device_type == "cpu"
+
+
+@pytest.mark.skipif(not _serves_on_cpu(), reason="checks the message a CPU-only host gives for --device cuda")
+def test_accelerator_device_on_a_cpu_host_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = _cli(capsys, "--device", "cuda:0", "--fast")
+    assert code == 2 and "--device" in err and "serves on cpu" in err and "Traceback" not in err
+
+
+def test_prompt_cache_row_times_a_miss_then_hits_on_the_full_size_standin() -> None:
+    """The prompt-cache row needs a 192-d export (the facade checks the width): the full-size stand-in."""
+    import torch
+
+    from vllm_omni.benchmarks.spk_embedding import BenchConfig, SpkEmbeddingBenchmark, load_clip
+    from vllm_omni.model_executor.models.campplus.standin import ensure_standin_campplus_onnx
+
+    full = Path(ensure_standin_campplus_onnx(seed=0, reduced=False))
+    clip, _ = load_clip(None)
+    bench = SpkEmbeddingBenchmark(BenchConfig(onnx=full, prompt_cache_iters=20))
+    bench._measure_prompt_cache(full, clip, torch.device("cpu"))
+    times = bench.report.prompt_cache
+    assert times is not None and times.unavailable is None, times
+    assert times.hit is not None and times.hit.n == 20
+    assert times.prompt_seconds == pytest.approx(clip.size / 16000)
+    # A hit hashes the waveform; the miss also ran the fbank, CAM++ and the 24 kHz mel.
+    assert times.hit.median_ms < times.miss_ms
+    assert times.backend is not None and times.backend != "None"
