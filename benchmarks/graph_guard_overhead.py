@@ -6,7 +6,7 @@ The guard sits on the replay hot path (once per piecewise segment per step), so 
 at a dict lookup and a few attribute reads. Runs on CPU against the fake wrapper of the tests
 (stock control flow, fake graph). Interleaves stock and guarded blocks so drift cancels.
 
-    .venv/bin/python benchmarks/graph_guard_overhead.py [--calls 20000] [--json benchmarks/results/graph_guard_overhead.json]
+    .venv/bin/python benchmarks/graph_guard_overhead.py [--calls 20000] [--json OUT.json]
 """
 
 from __future__ import annotations
@@ -24,8 +24,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import pytest  # noqa: E402
 
-from tests.helpers.fake_vllm import BatchDescriptor, CUDAGraphMode, Entry, FakeGraph, ForwardContext  # noqa: E402
-from tests.helpers.fake_vllm import install_fake_vllm  # noqa: E402
+from tests.helpers.fake_vllm import (  # noqa: E402
+    BatchDescriptor,
+    CUDAGraphMode,
+    Entry,
+    FakeGraph,
+    ForwardContext,
+    install_fake_vllm,  # noqa: E402
+)
 
 
 def _per_call_ns(wrapper: object, calls: int) -> float:
