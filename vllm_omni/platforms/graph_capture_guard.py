@@ -175,3 +175,48 @@ def bind_vllm_symbols() -> tuple[Any, Callable[[], Any], Callable[[], bool] | No
         getattr(forward_context, "is_forward_context_available", None),
         monitor,
     )
+
+
+class GuardInstaller:
+    """Install / uninstall the guard on one wrapper class, named by module path (imported lazily)."""
+
+    def __init__(self, *, platform: str, module: str, class_name: str, entries_attr: str, graph_attr: str) -> None:
+        self.module = module
+        self.class_name = class_name
+        self.entries_attr = entries_attr
+        self.graph_attr = graph_attr
+        self.counters = GuardCounters(platform=platform)
+        self._original: Any = None
+        self._lock = threading.Lock()
+
+    def _wrapper_cls(self) -> Any:
+        import importlib
+
+        return getattr(importlib.import_module(self.module), self.class_name)
+
+    def install(self) -> None:
+        with self._lock:
+            wrapper_cls = self._wrapper_cls()
+            if is_guarded(wrapper_cls.__call__):
+                return
+            mode_none, get_forward_context, is_available, monitor = bind_vllm_symbols()
+            self._original = wrapper_cls.__call__
+            wrapper_cls.__call__ = make_guarded_call(
+                self._original,
+                entries_attr=self.entries_attr,
+                graph_attr=self.graph_attr,
+                mode_none=mode_none,
+                get_forward_context=get_forward_context,
+                is_forward_context_available=is_available,
+                monitor=monitor,
+                counters=self.counters,
+            )
+
+    def uninstall(self) -> None:
+        with self._lock:
+            if self._original is None:
+                return
+            wrapper_cls = self._wrapper_cls()
+            if is_guarded(wrapper_cls.__call__):
+                wrapper_cls.__call__ = self._original
+            self._original = None

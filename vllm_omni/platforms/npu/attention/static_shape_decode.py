@@ -17,12 +17,9 @@ from __future__ import annotations
 from typing import Any
 
 from vllm_omni.platforms.graph_capture_guard import (
-    GuardCounters,
-    bind_vllm_symbols,
+    GuardInstaller,
     clear_static_shape_capacity,
     current_static_shape_capacity,
-    is_guarded,
-    make_guarded_call,
     set_static_shape_capacity,
 )
 
@@ -35,48 +32,29 @@ __all__ = [
     "uninstall_from_ascend_aclgraph",
 ]
 
-_COUNTERS = GuardCounters(platform="ACL")
-_ORIGINAL_CALL: Any = None
+_INSTALLER = GuardInstaller(
+    platform="ACL",
+    module="vllm_ascend.compilation.acl_graph",
+    class_name="ACLGraphWrapper",
+    entries_attr="concrete_aclgraph_entries",
+    graph_attr="aclgraph",
+)
 
 
 def install_into_ascend_aclgraph() -> None:
     """Guard `ACLGraphWrapper.__call__` (see the module docstring). Safe to call twice."""
-    global _ORIGINAL_CALL
-    from vllm_ascend.compilation import acl_graph
-
-    wrapper_cls = acl_graph.ACLGraphWrapper
-    if is_guarded(wrapper_cls.__call__):
-        return
-    mode_none, get_forward_context, is_available, monitor = bind_vllm_symbols()
-    _ORIGINAL_CALL = wrapper_cls.__call__
-    wrapper_cls.__call__ = make_guarded_call(
-        _ORIGINAL_CALL,
-        entries_attr="concrete_aclgraph_entries",
-        graph_attr="aclgraph",
-        mode_none=mode_none,
-        get_forward_context=get_forward_context,
-        is_forward_context_available=is_available,
-        monitor=monitor,
-        counters=_COUNTERS,
-    )
+    _INSTALLER.install()
 
 
 def uninstall_from_ascend_aclgraph() -> None:
     """Restore the stock `__call__` (tests)."""
-    global _ORIGINAL_CALL
-    if _ORIGINAL_CALL is None:
-        return
-    from vllm_ascend.compilation import acl_graph
-
-    if is_guarded(acl_graph.ACLGraphWrapper.__call__):
-        acl_graph.ACLGraphWrapper.__call__ = _ORIGINAL_CALL
-    _ORIGINAL_CALL = None
+    _INSTALLER.uninstall()
 
 
 def stats() -> dict[str, Any]:
     """Eager steps taken by the guard: `{"platform", "eager_steps", "by_descriptor"}`."""
-    return _COUNTERS.snapshot()
+    return _INSTALLER.counters.snapshot()
 
 
 def reset_stats() -> None:
-    _COUNTERS.reset()
+    _INSTALLER.counters.reset()
