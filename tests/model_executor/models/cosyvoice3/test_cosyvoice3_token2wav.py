@@ -3,27 +3,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
 
 from tests.helpers.token2wav import SessionCounter, assert_embeddings_close, make_token2wav_dir
-from vllm_omni import platforms
 from vllm_omni.assets.audio import speech_sample
 from vllm_omni.model_executor.models.cosyvoice3 import speaker_embedding
 from vllm_omni.model_executor.models.cosyvoice3.cosyvoice3_token2wav import COSYVOICE3_ASSETS, CosyVoice3Token2Wav
-from vllm_omni.platforms.cpu.platform import CpuOmniPlatform
 
-pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
-
-
-@pytest.fixture(autouse=True)
-def _cpu_platform() -> Iterator[None]:
-    platforms.reset_current_platform(CpuOmniPlatform())
-    yield
-    platforms.reset_current_platform()
+pytestmark = [pytest.mark.core_model, pytest.mark.cpu, pytest.mark.usefixtures("cpu_platform")]
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,6 @@ import sys
 import threading
 import time
 import types
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -31,19 +30,11 @@ from vllm_omni.model_executor.models.cosyvoice3.speaker_embedding import (
 )
 from vllm_omni.model_executor.models.cosyvoice3.speaker_embedding_ort import OrtSpeakerEmbedding
 from vllm_omni.model_executor.models.cosyvoice3.speaker_embedding_trt import EngineCacheKey, load_or_build_engine
-from vllm_omni.platforms.cpu.platform import CpuOmniPlatform
 from vllm_omni.platforms.cuda.platform import CudaOmniPlatform
 
-pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
+pytestmark = [pytest.mark.core_model, pytest.mark.cpu, pytest.mark.usefixtures("cpu_platform")]
 
 CPU = torch.device("cpu")
-
-
-@pytest.fixture(autouse=True)
-def _cpu_platform() -> Iterator[None]:
-    platforms.reset_current_platform(CpuOmniPlatform())
-    yield
-    platforms.reset_current_platform()
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -11,9 +10,8 @@ import pytest
 import torch
 
 from tests.helpers.fake_npu import install_fake_torch_npu
-from tests.helpers.token2wav import SessionCounter, make_token2wav_dir
+from tests.helpers.token2wav import SessionCounter
 from vllm_omni import platforms
-from vllm_omni.assets.audio import speech_sample
 from vllm_omni.model_executor.models import audio as frontend
 from vllm_omni.model_executor.models.cosyvoice3 import speaker_embedding
 from vllm_omni.model_executor.models.minicpmo_4_5.minicpmo_4_5_code2wav import (
@@ -25,35 +23,10 @@ from vllm_omni.model_executor.models.minicpmo_4_5.minicpmo_4_5_token2wav import 
     MiniCPMO45Token2wav,
     resolve_token2wav_device,
 )
-from vllm_omni.platforms.cpu.platform import CpuOmniPlatform
 from vllm_omni.platforms.cuda.platform import CudaOmniPlatform
 from vllm_omni.platforms.npu.platform import NpuOmniPlatform
 
-pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
-
-
-@pytest.fixture(autouse=True)
-def _cpu_platform() -> Iterator[None]:
-    platforms.reset_current_platform(CpuOmniPlatform())
-    yield
-    platforms.reset_current_platform()
-
-
-@pytest.fixture(scope="module")
-def token2wav_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_token2wav_dir(tmp_path_factory.mktemp("token2wav"))
-
-
-@pytest.fixture(scope="module")
-def speech() -> tuple[np.ndarray, int]:
-    """The shipped 4 s real speech clip (16 kHz)."""
-    return speech_sample()
-
-
-@pytest.fixture(scope="module")
-def short_speech(speech: tuple[np.ndarray, int]) -> tuple[np.ndarray, int]:
-    wav, rate = speech
-    return wav[: int(1.5 * rate)].copy(), rate
+pytestmark = [pytest.mark.core_model, pytest.mark.cpu, pytest.mark.usefixtures("cpu_platform")]
 
 
 class _OneCudaPlatform(CudaOmniPlatform):

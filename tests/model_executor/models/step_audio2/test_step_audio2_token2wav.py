@@ -10,7 +10,6 @@ import re
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -18,42 +17,14 @@ import pytest
 import soundfile
 import torch
 
-from tests.helpers.token2wav import SessionCounter, assert_embeddings_close, make_token2wav_dir
-from vllm_omni import platforms
-from vllm_omni.assets.audio import speech_sample
+from tests.helpers.token2wav import SessionCounter, assert_embeddings_close
 from vllm_omni.model_executor.models import audio as frontend
 from vllm_omni.model_executor.models.cosyvoice3 import speaker_embedding, speaker_embedding_torch
 from vllm_omni.model_executor.models.step_audio2.step_audio2_token2wav import StepAudio2Token2WavCore
-from vllm_omni.platforms.cpu.platform import CpuOmniPlatform
 
-pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
+pytestmark = [pytest.mark.core_model, pytest.mark.cpu, pytest.mark.usefixtures("cpu_platform")]
 
 REPO_ROOT = Path(__file__).resolve().parents[4]
-
-
-@pytest.fixture(autouse=True)
-def _cpu_platform() -> Iterator[None]:
-    platforms.reset_current_platform(CpuOmniPlatform())
-    yield
-    platforms.reset_current_platform()
-
-
-@pytest.fixture(scope="module")
-def token2wav_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_token2wav_dir(tmp_path_factory.mktemp("token2wav"))
-
-
-@pytest.fixture(scope="module")
-def speech() -> tuple[np.ndarray, int]:
-    """The shipped 4 s real speech clip (16 kHz)."""
-    return speech_sample()
-
-
-@pytest.fixture(scope="module")
-def short_speech(speech: tuple[np.ndarray, int]) -> tuple[np.ndarray, int]:
-    """Its first 1.5 s: enough for every check that does not compare backends numerically."""
-    wav, rate = speech
-    return wav[: int(1.5 * rate)].copy(), rate
 
 
 @pytest.fixture(scope="module")

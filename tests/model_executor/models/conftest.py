@@ -1,0 +1,41 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Fixtures shared by the Token2Wav facade tests (Step-Audio2, MiniCPM-o, CosyVoice3)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.helpers.token2wav import make_token2wav_dir
+from vllm_omni import platforms
+from vllm_omni.assets.audio import speech_sample
+from vllm_omni.platforms.cpu.platform import CpuOmniPlatform
+
+
+@pytest.fixture
+def cpu_platform() -> Iterator[None]:
+    """Serve on the CPU platform for the test, whatever this host has (use via `usefixtures`)."""
+    platforms.reset_current_platform(CpuOmniPlatform())
+    yield
+    platforms.reset_current_platform()
+
+
+@pytest.fixture(scope="module")
+def token2wav_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_token2wav_dir(tmp_path_factory.mktemp("token2wav"))
+
+
+@pytest.fixture(scope="module")
+def speech() -> tuple[np.ndarray, int]:
+    """The shipped 4 s real speech clip (16 kHz)."""
+    return speech_sample()
+
+
+@pytest.fixture(scope="module")
+def short_speech(speech: tuple[np.ndarray, int]) -> tuple[np.ndarray, int]:
+    """Its first 1.5 s: enough for every check that does not compare backends numerically."""
+    wav, rate = speech
+    return wav[: int(1.5 * rate)].copy(), rate
