@@ -40,7 +40,7 @@ class _Tee(io.TextIOBase):
 
 def main(argv: list[str]) -> int:
     from vllm_omni import platforms
-    from vllm_omni.benchmarks.spk_embedding_report import atomic_write_bytes
+    from vllm_omni.atomic_io import write_bytes_atomic
     from vllm_omni.entrypoints.cli.main import main as cli_main
 
     device = platforms.current_omni_platform.device_type
@@ -55,7 +55,7 @@ def main(argv: list[str]) -> int:
     with contextlib.redirect_stdout(tee):
         code = cli_main(args)
     if code in (0, 1):
-        atomic_write_bytes(Path(f"{stem}.txt"), tee.copy.getvalue().encode())
+        write_bytes_atomic(Path(f"{stem}.txt"), tee.copy.getvalue().encode())
         print(f"recorded {stem}.txt")
     return code
 

@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vllm_omni.atomic_io import atomic_output
 from vllm_omni.benchmarks.asr import ASRBackend
 from vllm_omni.benchmarks.asr.audio import ASR_SAMPLE_RATE, AudioReadError, read_audio_for_asr
 from vllm_omni.benchmarks.data_modules.seed_tts_dataset import SeedTTSDataset
@@ -268,10 +269,9 @@ def write_histogram(rows: Mapping[str, Mapping[str, Any]], path: Path, title: st
     ax.set_title(title)
     ax.legend()
     fig.tight_layout()
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=110)
+    with atomic_output(path) as tmp:
+        fig.savefig(tmp, dpi=110)
     plt.close(fig)
-    os.replace(tmp, path)
     return path
 
 

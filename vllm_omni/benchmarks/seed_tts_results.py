@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from vllm_omni import atomic_io
 from vllm_omni.logger import init_logger
 
 logger = init_logger(__name__)
@@ -91,19 +91,8 @@ class JsonlLog:
 
 def write_json_atomic(path: str | Path, obj: Any) -> None:
     """Write JSON so readers see the old file or the new one, never a partial one (tmp file + os.replace)."""
-    write_bytes_atomic(path, (json.dumps(obj, ensure_ascii=False, indent=2, sort_keys=True) + "\n").encode("utf-8"))
+    atomic_io.write_json_atomic(path, obj, fsync=True)
 
 
 def write_bytes_atomic(path: str | Path, data: bytes) -> None:
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, p)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_io.write_bytes_atomic(path, data, fsync=True)

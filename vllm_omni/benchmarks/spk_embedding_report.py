@@ -12,11 +12,10 @@ from __future__ import annotations
 import io
 import json
 import math
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
+from vllm_omni.atomic_io import write_bytes_atomic
 from vllm_omni.benchmarks.spk_embedding import BenchReport, CellResult
 
 _BACKEND_ORDER = {"ort": 0, "torch": 1, "trt": 2}
@@ -194,22 +193,8 @@ def report_json(report: BenchReport) -> str:
     return json.dumps(_finite(report.to_dict()), indent=2, allow_nan=False) + "\n"
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write `data` to `path` via a tmp file in the same folder and `os.replace` (creates the folder)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def write_json(report: BenchReport, path: Path) -> None:
-    atomic_write_bytes(path, report_json(report).encode())
+    write_bytes_atomic(path, report_json(report).encode())
 
 
 def plot_png(report: BenchReport) -> bytes:
@@ -257,4 +242,4 @@ def plot_png(report: BenchReport) -> bytes:
 
 
 def write_plot(report: BenchReport, path: Path) -> None:
-    atomic_write_bytes(path, plot_png(report))
+    write_bytes_atomic(path, plot_png(report))

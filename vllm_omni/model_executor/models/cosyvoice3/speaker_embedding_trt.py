@@ -17,8 +17,6 @@ from __future__ import annotations
 import hashlib
 import importlib
 import importlib.util
-import os
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -29,6 +27,7 @@ from typing import Any, Final
 import torch
 
 from vllm_omni import envs
+from vllm_omni.atomic_io import write_bytes_atomic
 from vllm_omni.logger import init_logger
 
 logger = init_logger(__name__)
@@ -114,15 +113,7 @@ def load_or_build_engine(engine_path: Path, build: Callable[[], bytes]) -> bytes
         data = build()
         if not data:
             raise RuntimeError(f"TensorRT returned an empty engine for {engine_path.name}")
-        engine_path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{engine_path.name}.", suffix=".tmp", dir=engine_path.parent)
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(data)
-            os.replace(tmp, engine_path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_bytes_atomic(engine_path, data)
         logger.info("built TensorRT engine %s in %.1f s", engine_path, time.perf_counter() - start)
         return data
 

@@ -13,15 +13,12 @@ key layout. The end-to-end Token2Wav stand-in directory is assembled from these.
 from __future__ import annotations
 
 import math
-import os
-import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import BinaryIO
 
 import torch
 
+from vllm_omni.atomic_io import atomic_output, write_bytes_atomic
 from vllm_omni.logger import init_logger
 from vllm_omni.model_executor.models.cosyvoice2.flow.config import (
     REAL_FLOW_CONFIG,
@@ -35,18 +32,6 @@ logger = init_logger(__name__)
 
 FLOW_YAML = "flow.yaml"
 FLOW_PT = "flow.pt"
-
-
-def _atomic_write_bytes(path: Path, write: Callable[[BinaryIO], object]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def standin_state_dict(model: CausalMaskedDiffWithXvec, seed: int) -> dict[str, torch.Tensor]:
@@ -92,8 +77,9 @@ def write_standin_flow(directory: str | Path, *, reduced: bool, seed: int) -> tu
     state = standin_state_dict(model, seed)
     del model
     # weights first: a complete flow.yaml next to a flow.pt means both are whole
-    _atomic_write_bytes(pt_path, lambda f: torch.save(state, f))
-    _atomic_write_bytes(yaml_path, lambda f: f.write(text.encode()))
+    with atomic_output(pt_path) as tmp:
+        torch.save(state, tmp)
+    write_bytes_atomic(yaml_path, text.encode())
     logger.info(
         "wrote %s stand-in flow (%d tensors, seed %d) to %s in %.1f s",
         "reduced" if reduced else "full-size",

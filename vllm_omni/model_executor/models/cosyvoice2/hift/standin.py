@@ -11,7 +11,6 @@ a few hundred Hz with both voiced and unvoiced frames, log-magnitudes well below
 from __future__ import annotations
 
 import os
-import tempfile
 import threading
 from pathlib import Path
 from typing import Literal
@@ -19,6 +18,7 @@ from typing import Literal
 import torch
 
 from vllm_omni import envs
+from vllm_omni.atomic_io import atomic_output
 from vllm_omni.logger import init_logger
 from vllm_omni.model_executor.models.cosyvoice2.hift.config import FULL_HIFT_CONFIG, REDUCED_HIFT_CONFIG
 from vllm_omni.model_executor.models.cosyvoice2.hift.generator import HiFTGenerator
@@ -76,18 +76,6 @@ def standin_hift_state_dict(*, reduced: bool, seed: int, key_scheme: KeyScheme =
     return out
 
 
-def _atomic_save(obj: object, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        torch.save(obj, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def write_standin_hift(
     path: str | os.PathLike[str],
     *,
@@ -101,7 +89,8 @@ def write_standin_hift(
     if prefix:
         state_dict = {PREFIX + k: v for k, v in state_dict.items()}
     path = Path(path)
-    _atomic_save(state_dict, path)
+    with atomic_output(path) as tmp:
+        torch.save(state_dict, tmp)
     logger.info(
         "wrote stand-in hift.pt (%s, seed %d, %s keys%s) to %s",
         "reduced" if reduced else "full size",

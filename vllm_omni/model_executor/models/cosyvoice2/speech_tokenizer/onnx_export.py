@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import math
 import os
-import tempfile
 from pathlib import Path
 from typing import Any, cast
 
 import numpy as np
 import torch
 
+from vllm_omni.atomic_io import atomic_output
 from vllm_omni.model_executor.models.cosyvoice2.speech_tokenizer.config import HEAD_DIM
 from vllm_omni.model_executor.models.cosyvoice2.speech_tokenizer.model import (
     FSQ_SCALE,
@@ -252,13 +252,6 @@ def export_speech_tokenizer_onnx(model: SpeechTokenizerV2, path: str | os.PathLi
     onnx_model = build_speech_tokenizer_graph(model)
     onnx.checker.check_model(onnx_model)
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        onnx.save_model(onnx_model, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_output(path) as tmp:
+        onnx.save_model(onnx_model, str(tmp))
     return path
