@@ -4,7 +4,8 @@
 - `export_tiny_speaker_onnx`: a few-KB ONNX with CAM++'s I/O contract ([B, T, 80] -> [B, 192]),
   for tests of session handling that do not need CAM++ numerics.
 - `make_token2wav_dir`: a token2wav directory whose `campplus.onnx` is the full-size deterministic
-  stand-in (`campplus.standin`); the synthesis files are absent (nothing loads them yet).
+  stand-in (`campplus.standin`), plus (`synthesis=True`) the reduced stand-in speech tokenizer, flow
+  and HiFT, so the facades can load and synthesise.
 - `SessionCounter`: wraps `onnxruntime.InferenceSession` to count (and record) constructions, so
   laziness is observed through the constructor, not through private fields.
 """
@@ -59,20 +60,37 @@ def export_tiny_speaker_onnx(path: Path, *, input_name: str = "input", output_na
     return path
 
 
-def make_token2wav_dir(root: Path, *, campplus: Path | None = None, files: tuple[str, ...] = ()) -> Path:
-    """A token2wav directory at `root` holding campplus.onnx (the full stand-in unless given) and `files`."""
+SPEECH_TOKENIZER_FILE = "speech_tokenizer_v2_25hz.onnx"
+SYNTHESIS_FILES = (SPEECH_TOKENIZER_FILE, "flow.yaml", "flow.pt", "hift.pt")
+
+
+def make_token2wav_dir(
+    root: Path, *, campplus: Path | None = None, files: tuple[str, ...] = (), synthesis: bool = False
+) -> Path:
+    """A token2wav directory at `root`: campplus.onnx (the full stand-in unless given), the reduced
+    synthesis stand-ins when `synthesis`, and empty placeholder `files`."""
     from vllm_omni.model_executor.models.campplus.standin import ensure_standin_campplus_onnx
 
     root.mkdir(parents=True, exist_ok=True)
     source = campplus if campplus is not None else ensure_standin_campplus_onnx()
     os.symlink(source, root / "campplus.onnx")
+    if synthesis:
+        from vllm_omni.model_executor.models.step_audio2.standin import ensure_standin_token2wav_dir
+
+        standin = ensure_standin_token2wav_dir(reduced=True)
+        for name in SYNTHESIS_FILES:
+            os.symlink(standin / name, root / name)
     for name in files:
         (root / name).write_bytes(b"")
     return root
 
 
 class SessionCounter:
-    """Replaces `onnxruntime.InferenceSession` with a counting wrapper (install with `monkeypatch`)."""
+    """Replaces `onnxruntime.InferenceSession` with a counting wrapper (install with `monkeypatch`).
+
+    `count` / `calls` are the speaker-model sessions the laziness tests are about; sessions of the
+    speech tokenizer (built when the synthesis models load, on CPU) go to `tokenizer_sessions`.
+    """
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch, *, delay_s: float = 0.0) -> None:
         import onnxruntime
@@ -81,13 +99,17 @@ class SessionCounter:
         self._delay_s = delay_s
         self._lock = threading.Lock()
         self.count = 0
+        self.tokenizer_sessions = 0
         self.calls: list[dict[str, Any]] = []
         counter = self
 
         def constructor(path: str, sess_options: Any = None, providers: Any = None, **kwargs: Any) -> Any:
             with counter._lock:
-                counter.count += 1
-                counter.calls.append({"path": path, "sess_options": sess_options, "providers": providers})
+                if Path(str(path)).name == SPEECH_TOKENIZER_FILE:
+                    counter.tokenizer_sessions += 1
+                else:
+                    counter.count += 1
+                    counter.calls.append({"path": path, "sess_options": sess_options, "providers": providers})
             if counter._delay_s:
                 threading.Event().wait(counter._delay_s)  # widen the race window for concurrency tests
             return counter._real(path, sess_options=sess_options, providers=providers, **kwargs)

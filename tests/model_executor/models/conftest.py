@@ -25,7 +25,8 @@ def cpu_platform() -> Iterator[None]:
 
 @pytest.fixture(scope="module")
 def token2wav_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_token2wav_dir(tmp_path_factory.mktemp("token2wav"))
+    """Full-size stand-in CAM++ with the reduced synthesis stand-ins: a complete, fast token2wav directory."""
+    return make_token2wav_dir(tmp_path_factory.mktemp("token2wav"), synthesis=True)
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""MiniCPM-o 4.5 Token2Wav facade and code2wav stage: device resolution, eager checks, platform gating, dtype."""
+"""MiniCPM-o 4.5 Token2Wav facade and code2wav stage: device resolution, eager checks with lazy loading,
+platform gating, dtype, and synthesis through MiniCPM-o's streaming variant."""
 
 from __future__ import annotations
 
@@ -61,13 +62,16 @@ def test_device_resolution_explicit_then_platform() -> None:
     assert resolve_token2wav_device("cpu") == torch.device("cpu")  # explicit wins over the platform
 
 
-def test_construction_is_eager_but_builds_no_ort_session(token2wav_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_construction_checks_assets_but_loads_nothing(token2wav_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     counter = SessionCounter(monkeypatch)
     facade = MiniCPMO45Token2wav(token2wav_dir, float16=True, n_timesteps=5)
     assert facade.device == torch.device("cpu")
     assert (facade.core.float16, facade.core.n_timesteps) == (True, 5)
     assert facade.spk_backend == "onnxruntime-cpu"
     assert counter.count == 0
+    assert facade.core._flow is None and facade.core._hift is None and facade.core._tokenizer is None
+    facade.load()
+    assert facade.core._flow is not None and facade.core._flow.dtype == torch.float16 and counter.count == 0
 
 
 def test_construction_errors_surface_at_init(tmp_path: Path) -> None:
@@ -75,6 +79,9 @@ def test_construction_errors_surface_at_init(tmp_path: Path) -> None:
         MiniCPMO45Token2wav(tmp_path / "no-such-dir")
     (tmp_path / "hift.pt").write_bytes(b"")
     with pytest.raises(FileNotFoundError, match=r"campplus\.onnx is missing"):
+        MiniCPMO45Token2wav(tmp_path)
+    (tmp_path / "campplus.onnx").write_bytes(b"")
+    with pytest.raises(FileNotFoundError, match=r"speech_tokenizer_v2_25hz\.onnx is missing"):
         MiniCPMO45Token2wav(tmp_path)
     with pytest.raises(ValueError, match="invalid device spec"):
         MiniCPMO45Token2wav(tmp_path, device="gpu")
@@ -172,8 +179,51 @@ def test_stage_without_reference_needs_a_prompt(token2wav_dir: Path, short_speec
 
 @pytest.mark.parametrize(
     ("kwargs", "match"),
-    [({"reference_seconds": 0.0}, "reference_seconds"), ({"chunk_tokens": 0}, "chunk_tokens")],
+    [
+        ({"reference_seconds": 0.0}, "reference_seconds"),
+        ({"chunk_tokens": 0}, "chunk_tokens"),
+        ({"chunk_tokens": 3}, "chunk_tokens must be >= 4"),
+        ({"left_context_frames": 2}, "left_context_frames must be 3"),
+    ],
 )
 def test_stage_config_is_validated(tmp_path: Path, kwargs: dict[str, float], match: str) -> None:
     with pytest.raises(ValueError, match=match):
         MiniCPMO45Code2WavConfig(model_path=tmp_path, **kwargs)  # type: ignore[arg-type]
+
+
+# ---- synthesis ----------------------------------------------------------------------------------
+
+
+def test_facade_streams_with_minicpmo_lookahead_and_trim_by_default(token2wav_dir: Path) -> None:
+    from vllm_omni.model_executor.models.cosyvoice2.flow import ConformerTrim, Lookahead
+
+    core = MiniCPMO45Token2wav(token2wav_dir).core
+    assert (core.stream_lookahead, core.conformer_trim) == (Lookahead.SILENCE, ConformerTrim.PROMPT_PLUS_TAIL)
+
+
+def test_code2wav_synthesizes_every_code_through_the_streaming_path(
+    token2wav_dir: Path, speech: tuple[np.ndarray, int]
+) -> None:
+    from vllm_omni.model_executor.models.step_audio2.token2wav_stream import stream_chunks
+
+    stage = MiniCPMO45Code2Wav(
+        MiniCPMO45Code2WavConfig(model_path=token2wav_dir, reference_audio=speech, reference_seconds=2.0, n_timesteps=2)
+    )
+    codes = torch.randint(0, 6561, (61,), generator=torch.Generator().manual_seed(0)).tolist()
+    audio = stage.synthesize(codes)
+    assert audio.shape == (1, 61 * 960) and audio.dtype == torch.float32 and bool(torch.isfinite(audio).all())
+    # The same request driven by hand through the facade's stream API, with the stage's reference voice.
+    facade = stage.token2wav
+    state = facade.set_stream_cache(stage.reference)  # type: ignore[arg-type]
+    assert state.flow_cache.conformer_trim.value == "prompt_plus_tail"
+    by_hand = [facade.stream(c, None, last, True, state=state) for c, last in stream_chunks(codes)]
+    assert torch.equal(torch.cat(by_hand, dim=1), audio)  # type: ignore[arg-type]
+    request = stage.start_stream()
+    first = stage.stream(request, codes[:28])
+    assert torch.equal(first, by_hand[0])  # type: ignore[arg-type]
+
+
+def test_code2wav_synthesis_without_a_voice_is_a_clear_error(token2wav_dir: Path) -> None:
+    stage = MiniCPMO45Code2Wav(MiniCPMO45Code2WavConfig(model_path=token2wav_dir))
+    with pytest.raises(ValueError, match="no reference_audio"):
+        stage.synthesize([1, 2, 3])

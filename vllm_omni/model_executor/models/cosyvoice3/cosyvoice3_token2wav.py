@@ -27,10 +27,13 @@ COSYVOICE3_ASSETS = Token2WavAssets(
 
 
 class CosyVoice3Token2Wav(StepAudio2Token2WavCore):
-    """Prompt path of CosyVoice3's token2wav over a Fun-CosyVoice3 model directory.
+    """Prompt path of CosyVoice3's token2wav over a Fun-CosyVoice3 model directory (no synthesis yet).
 
     Same constructor, laziness, `enable_device_spk_embedding()` / `enable_trt_spk_embedding()`,
     `prepare_prompt()` and cache as `StepAudio2Token2WavCore`; only the asset names differ.
     """
 
     assets: ClassVar[Token2WavAssets] = COSYVOICE3_ASSETS
+    # CosyVoice3's flow (cosyvoice3.yaml) and speech_tokenizer_v3 have no in-tree models yet:
+    # `_ensure_models_loaded()` readies the speaker path only and synthesis raises NotImplementedError.
+    supports_synthesis: ClassVar[bool] = False

@@ -1,11 +1,17 @@
 # SPDX-License-Identifier: Apache-2.0
-"""MiniCPM-o 4.5's Token2Wav facade: the Step-Audio2 core, resolved to a device and prepared eagerly.
+"""MiniCPM-o 4.5's Token2Wav facade: the Step-Audio2 core with MiniCPM-o's streaming variant.
 
 MiniCPM-o ships the Step-Audio2 token2wav assets and wraps the core so that construction errors
 (missing directory or file, bad device spec) surface when the stage starts, not on the first
-request. vLLM constructs stage models under `set_default_torch_dtype(bf16/fp16)`; everything this
-facade builds is fp32 by explicit dtype, and the process default dtype is never switched (a global
-switch races with the concurrent initialisation of other stages).
+request, while the models themselves load lazily (first synthesis, or `load()`): constructing the
+stage costs no model memory and no file reads beyond a directory check. vLLM constructs stage models
+under `set_default_torch_dtype(bf16/fp16)`; everything this facade builds is fp32 by explicit dtype,
+and the process default dtype is never switched (a global switch races with the concurrent
+initialisation of other stages).
+
+MiniCPM-o's builds stream with three silence tokens (4218) as the prompt's lookahead and trim the
+conformer cache like the estimator cache (`Lookahead.SILENCE`, `ConformerTrim.PROMPT_PLUS_TAIL`);
+those are this facade's defaults, where the Step-Audio2 core defaults to the Step-Audio2 behaviour.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from pathlib import Path
 import torch
 
 from vllm_omni.logger import init_logger
+from vllm_omni.model_executor.models.cosyvoice2.flow import ConformerTrim, Lookahead
 from vllm_omni.model_executor.models.cosyvoice3.speaker_embedding import SpeakerEmbeddingBackend
 from vllm_omni.model_executor.models.step_audio2.prompt_features import PromptFeatures
 from vllm_omni.model_executor.models.step_audio2.step_audio2_token2wav import (
@@ -22,6 +29,8 @@ from vllm_omni.model_executor.models.step_audio2.step_audio2_token2wav import (
     PromptWav,
     StepAudio2Token2WavCore,
 )
+from vllm_omni.model_executor.models.step_audio2.token2wav_stream import Token2WavStream
+from vllm_omni.model_executor.models.step_audio2.token2wav_synthesis import SpeechTokens
 from vllm_omni.platforms import DeviceSpec, normalize_device
 
 logger = init_logger(__name__)
@@ -42,7 +51,7 @@ def resolve_token2wav_device(device: DeviceSpec) -> torch.device:
 
 
 class MiniCPMO45Token2wav:
-    """Token2Wav of MiniCPM-o 4.5 over a Step-Audio2 token2wav directory (prompt path only for now)."""
+    """Token2Wav of MiniCPM-o 4.5 over a Step-Audio2 token2wav directory (prompt path and synthesis)."""
 
     def __init__(
         self,
@@ -54,6 +63,10 @@ class MiniCPMO45Token2wav:
         prompt_cache_size: int = DEFAULT_PROMPT_CACHE_SIZE,
         ort_intra_op_threads: int = 1,
         spk_seg_pool_mode: str = "legacy",
+        speech_tokenizer_backend: str = "auto",
+        stream_lookahead: Lookahead = Lookahead.SILENCE,
+        conformer_trim: ConformerTrim = ConformerTrim.PROMPT_PLUS_TAIL,
+        seed: int = 0,
     ) -> None:
         self.device = resolve_token2wav_device(device)
         self.core = StepAudio2Token2WavCore(
@@ -64,10 +77,14 @@ class MiniCPMO45Token2wav:
             prompt_cache_size=prompt_cache_size,
             ort_intra_op_threads=ort_intra_op_threads,
             spk_seg_pool_mode=spk_seg_pool_mode,
+            speech_tokenizer_backend=speech_tokenizer_backend,
+            stream_lookahead=stream_lookahead,
+            conformer_trim=conformer_trim,
+            seed=seed,
         )
-        # Eager, so a broken asset directory fails the stage start. Loads fp32 only, by explicit
-        # dtype; leaves the ORT session unbuilt so the stage can still install a device path.
-        self.core._ensure_models_loaded()
+        # A broken asset directory fails the stage start; nothing is loaded (models load on first
+        # use or `load()`), and no ORT session is built, so the stage can still install a device path.
+        self.core.check_assets()
 
     @property
     def spk_backend(self) -> str:
@@ -88,6 +105,28 @@ class MiniCPMO45Token2wav:
 
     def speaker_embedding(self, prompt_wav: PromptWav) -> torch.Tensor:
         return self.core.speaker_embedding(prompt_wav)
+
+    def load(self) -> None:
+        """Load every model now (speech tokenizer, flow, HiFT; speaker fallback if none installed)."""
+        self.core._ensure_models_loaded()
+
+    def __call__(self, tokens: SpeechTokens, prompt_wav: PromptWav, *, seed: int | None = None) -> torch.Tensor:
+        """Whole-utterance waveform `[1, 480 * 2 * len(tokens)]` (see `StepAudio2Token2WavCore.__call__`)."""
+        return self.core(tokens, prompt_wav, seed=seed)
+
+    def set_stream_cache(self, prompt_wav: PromptWav, *, seed: int | None = None) -> Token2WavStream:
+        return self.core.set_stream_cache(prompt_wav, seed=seed)
+
+    def stream(
+        self,
+        tokens: SpeechTokens,
+        prompt_wav: PromptWav | None = None,
+        last_chunk: bool = False,
+        return_waveform: bool = False,
+        *,
+        state: Token2WavStream | None = None,
+    ) -> torch.Tensor | bytes:
+        return self.core.stream(tokens, prompt_wav, last_chunk, return_waveform, state=state)
 
     def __repr__(self) -> str:
         return f"MiniCPMO45Token2wav({str(self.core.model_path)!r}, device={self.device}, spk={self.spk_backend})"

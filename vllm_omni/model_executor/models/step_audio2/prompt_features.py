@@ -20,6 +20,8 @@ EMBEDDING_DIM = 192
 MEL_BINS = 80
 PROMPT_MEL_RATE = 24_000
 SPEAKER_RATE = 16_000
+#: Mel frames (50 Hz) per speech token (25 Hz).
+TOKEN_MEL_RATIO = 2
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -34,10 +36,13 @@ class PromptFeatures:
     - `prompt_mel_len`: `[1]` int32 tensor holding T.
     - `digest`: content key of the decoded prompt waveform (see `waveform_digest`).
     - `backend`: `name` of the speaker-embedding backend that produced the embedding.
+    - `prompt_tokens`: `[1, N]` int32 25 Hz speech tokens of the 16 kHz prompt, or None for
+      speaker-path features (`prepare_prompt(..., with_tokens=False)`).
+    - `prompt_token_len`: `[1]` int32 holding N (None with `prompt_tokens`).
 
-    Reserved for the synthesis issue (added as optional fields defaulting to None):
-    `prompt_tokens` `[1, N]` int32 speech tokens of the 16 kHz prompt and `prompt_token_len` `[1]`;
-    once they exist, `prompt_mel` gets replicate-padded to `2 * N` frames as upstream does.
+    With tokens, the features are the flow model's prompt: `prompt_mel` holds exactly
+    `TOKEN_MEL_RATIO * N` frames (the 24 kHz mel replicate-padded at the end, or cut, as upstream
+    pads it to the token count) and `prompt_mel_len` that count.
     """
 
     speaker_embedding: torch.Tensor
@@ -45,6 +50,8 @@ class PromptFeatures:
     prompt_mel_len: torch.Tensor
     digest: str
     backend: str
+    prompt_tokens: torch.Tensor | None = None
+    prompt_token_len: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
         emb, mel, mel_len = self.speaker_embedding, self.prompt_mel, self.prompt_mel_len
@@ -59,6 +66,31 @@ class PromptFeatures:
         # The value check reads the tensor, which would synchronise a device stream: CPU only.
         if mel_len.device.type == "cpu" and int(mel_len[0]) != mel.shape[1]:
             raise ValueError(f"prompt_mel_len must hold the mel length {mel.shape[1]}, got {int(mel_len[0])}")
+        self._check_tokens()
+
+    def _check_tokens(self) -> None:
+        tokens, token_len, mel = self.prompt_tokens, self.prompt_token_len, self.prompt_mel
+        if tokens is None and token_len is None:
+            return
+        if tokens is None or token_len is None:
+            raise ValueError("prompt_tokens and prompt_token_len must be given together")
+        if tokens.dim() != 2 or tokens.shape[0] != 1 or tokens.shape[1] < 1 or tokens.dtype != torch.int32:
+            raise ValueError(f"prompt_tokens must be [1, N >= 1] int32, got {list(tokens.shape)} {tokens.dtype}")
+        if tuple(token_len.shape) != (1,) or token_len.dtype != torch.int32:
+            raise ValueError(
+                f"prompt_token_len must be a [1] int32 tensor, got {list(token_len.shape)} {token_len.dtype}"
+            )
+        if mel.shape[1] != TOKEN_MEL_RATIO * tokens.shape[1]:
+            raise ValueError(
+                f"prompt_mel has {mel.shape[1]} frames but {tokens.shape[1]} prompt tokens need "
+                f"{TOKEN_MEL_RATIO * tokens.shape[1]} (x{TOKEN_MEL_RATIO}); use fit_mel_to_tokens()"
+            )
+        if token_len.device.type == "cpu" and int(token_len[0]) != tokens.shape[1]:
+            raise ValueError(f"prompt_token_len must hold {tokens.shape[1]}, got {int(token_len[0])}")
+
+    @property
+    def has_tokens(self) -> bool:
+        return self.prompt_tokens is not None
 
     @property
     def device(self) -> torch.device:
@@ -114,3 +146,18 @@ def waveform_digest(waveform: np.ndarray | torch.Tensor, sample_rate: int) -> st
     hasher.update(f"{int(sample_rate)}:".encode())
     hasher.update(array.data)  # the C-contiguous buffer itself, no copy
     return hasher.hexdigest()
+
+
+def fit_mel_to_tokens(mel: torch.Tensor, num_tokens: int) -> torch.Tensor:
+    """`mel` [1, T, 80] with exactly `TOKEN_MEL_RATIO * num_tokens` frames: last frame repeated, or cut.
+
+    Upstream pads with `F.pad(..., mode="replicate")` by `2N - T`, which is a cut when negative; the
+    24 kHz mel and the 25 Hz tokens of one clip differ by a few frames at most.
+    """
+    want = TOKEN_MEL_RATIO * num_tokens
+    if mel.shape[1] == 0:
+        raise ValueError("prompt mel has no frames; the prompt audio is too short")
+    if mel.shape[1] >= want:
+        return mel[:, :want].contiguous()
+    pad = mel[:, -1:].expand(mel.shape[0], want - mel.shape[1], mel.shape[2])
+    return torch.cat([mel, pad], dim=1)

@@ -14,11 +14,19 @@ glue install the speaker-embedding backend before anything is built:
 | `enable_trt_spk_embedding()`         | the TensorRT backend (CUDA only), nothing else                     |
 | `spk_model` (first access)           | the installed backend, or the ORT fallback object (no session yet) |
 | first embedding on the ORT fallback  | the onnxruntime CPU session, built once                            |
-| `_ensure_models_loaded()`            | assets checked, fallback installed if none; never replaces one     |
+| `check_assets()`                     | every asset file of the family is known to exist; nothing loaded   |
+| `_ensure_models_loaded()`            | speaker fallback installed if none (never replaces one); speech    |
+|                                      | tokenizer, flow and HiFT loaded (fp32 by explicit dtype)           |
+| `speech_tokenizer` / `flow` / `hift` | `_ensure_models_loaded()` first                                    |
 
-The synthesis modules (speech tokenizer, flow, HiFT) are not part of this core yet: they come with
-the synthesis issue and will be loaded by `_ensure_models_loaded()`. Until then the facade offers
-the prompt path only (`prepare_prompt`, `speaker_embedding`), and no synthesis method.
+Request paths (computation in `token2wav_synthesis.py`, stream state in `token2wav_stream.py`):
+
+- `prepare_prompt(prompt_wav)`: speaker embedding + 24 kHz mel, cached by content (speaker path);
+  `with_tokens=True` adds the prompt's speech tokens and fits the mel to them (what synthesis uses).
+- `__call__(tokens, prompt_wav)`: whole utterance -> waveform `[1, 480 * 2 * len(tokens)]`.
+- `set_stream_cache(prompt_wav) -> Token2WavStream`, then `stream(tokens, ..., state=stream)` per
+  chunk (25 tokens + 3 lookahead; `stream_chunks()` does the reference's chunking). The flow's
+  post-prompt cache is computed once per prompt and shared (it is never modified).
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ import numpy as np
 import torch
 
 from vllm_omni.logger import init_logger
+from vllm_omni.model_executor.models.cosyvoice2.flow import ConformerTrim, FlowStreamCache, Lookahead
 from vllm_omni.model_executor.models.cosyvoice3.speaker_embedding import (
     SpeakerEmbeddingBackend,
     select_speaker_embedding_backend,
@@ -43,17 +52,32 @@ from vllm_omni.model_executor.models.step_audio2.prompt_features import (
     PROMPT_MEL_RATE,
     SPEAKER_RATE,
     PromptFeatures,
+    fit_mel_to_tokens,
     waveform_digest,
+)
+from vllm_omni.model_executor.models.step_audio2.token2wav_stream import (
+    MEL_CACHE_FRAMES,
+    PRE_LOOKAHEAD_TOKENS,
+    Token2WavStream,
+    crossfade_window,
+    waveform_to_pcm16,
 )
 from vllm_omni.platforms import DeviceSpec, normalize_device
 
 if TYPE_CHECKING:
     from vllm_omni.model_executor.models.audio import PromptAudio
+    from vllm_omni.model_executor.models.cosyvoice2.flow import CausalMaskedDiffWithXvec
+    from vllm_omni.model_executor.models.cosyvoice2.hift import HiFTGenerator
+    from vllm_omni.model_executor.models.cosyvoice2.speech_tokenizer import SpeechTokenizerBackend
+    from vllm_omni.model_executor.models.step_audio2.token2wav_synthesis import SpeechTokens
 
 logger = init_logger(__name__)
 
 PromptWav = str | Path | bytes | tuple[np.ndarray | torch.Tensor, int]
 DEFAULT_PROMPT_CACHE_SIZE = 16
+DEFAULT_STREAM_SETUP_CACHE_SIZE = 4
+#: Token ids the flow model accepts (25 Hz FSQ codes).
+SPEECH_VOCAB_SIZE = 6561
 
 
 @dataclass(frozen=True)
@@ -71,20 +95,32 @@ STEP_AUDIO2_ASSETS = Token2WavAssets()
 
 
 class StepAudio2Token2WavCore:
-    """Prompt path of Step-Audio2's token2wav over `model_path` (see the module table for laziness).
+    """Step-Audio2's token2wav over `model_path`: prompt path and synthesis (see the module table).
 
     Args:
         model_path: token2wav directory (`campplus.onnx`, `speech_tokenizer_v2_25hz.onnx`,
             `flow.yaml`, `flow.pt`, `hift.pt`).
-        float16: run the flow model in fp16 once synthesis lands (the speaker path is always fp32).
+        float16: run the flow model in fp16 (the speaker path, tokenizer and HiFT stay fp32).
         device: serving device; None means the platform's serving device (resolved on first use).
-        n_timesteps: flow-matching Euler steps for synthesis (recorded for the synthesis issue).
+        n_timesteps: flow-matching Euler steps for synthesis (10 as upstream; 5 halves the flow cost).
         prompt_cache_size: entries of the prompt-feature LRU (0 disables storing).
         ort_intra_op_threads: intra-op threads of the ORT fallback session (upstream: 1).
         spk_seg_pool_mode: CAM++ segment-pooling numerics of the torch device path: `"legacy"`
             (onnxruntime <= 1.28, what the flow models were trained on) or `"auto"` (agree with the
             installed onnxruntime, i.e. with the ORT fallback). See `campplus.segpool`.
+        speech_tokenizer_backend: `"auto"` (onnxruntime on CPU, where it measured 3.6x faster; the
+            in-tree torch model on NPU/CUDA), `"torch"` or `"onnx"`. Both give identical tokens.
+        stream_lookahead: the 3 tokens appended to the prompt tokens when a stream is set up
+            (`Lookahead.PROMPT_HEAD`: Step-Audio2; `Lookahead.SILENCE`: MiniCPM-o builds).
+        conformer_trim: conformer-cache trimming of streams (`ConformerTrim.NONE`: Step-Audio2;
+            `PROMPT_PLUS_TAIL`: the MiniCPM-o fix that lets streams run past ~100 s).
+        stream_setup_cache_size: prompts whose post-prompt flow cache is kept (0 disables storing).
+        seed: seed of each request's NSF-noise generator, so a request's audio depends only on its
+            inputs (upstream draws from the global RNG).
     """
+
+    #: Whether this family's synthesis models are in-tree (CosyVoice3's flow config is not).
+    supports_synthesis: ClassVar[bool] = True
 
     assets: ClassVar[Token2WavAssets] = STEP_AUDIO2_ASSETS
 
@@ -98,7 +134,20 @@ class StepAudio2Token2WavCore:
         prompt_cache_size: int = DEFAULT_PROMPT_CACHE_SIZE,
         ort_intra_op_threads: int = 1,
         spk_seg_pool_mode: str = "legacy",
+        speech_tokenizer_backend: str = "auto",
+        stream_lookahead: Lookahead = Lookahead.PROMPT_HEAD,
+        conformer_trim: ConformerTrim = ConformerTrim.NONE,
+        stream_setup_cache_size: int = DEFAULT_STREAM_SETUP_CACHE_SIZE,
+        seed: int = 0,
     ) -> None:
+        if speech_tokenizer_backend not in ("auto", "torch", "onnx"):
+            raise ValueError(
+                f"speech_tokenizer_backend must be 'auto', 'torch' or 'onnx', got {speech_tokenizer_backend!r}"
+            )
+        if not isinstance(stream_lookahead, Lookahead) or stream_lookahead is Lookahead.INCLUDED:
+            raise ValueError(f"stream_lookahead must be Lookahead.PROMPT_HEAD or SILENCE, got {stream_lookahead!r}")
+        if not isinstance(conformer_trim, ConformerTrim):
+            raise ValueError(f"conformer_trim must be a ConformerTrim, got {conformer_trim!r}")
         if isinstance(n_timesteps, bool) or not isinstance(n_timesteps, int) or n_timesteps < 1:
             raise ValueError(f"n_timesteps must be an int >= 1, got {n_timesteps!r}")
         self.model_path = Path(model_path)
@@ -115,6 +164,18 @@ class StepAudio2Token2WavCore:
         self._spk: SpeakerEmbeddingBackend | None = None
         self._models_loaded = False
         self._prompt_cache: ContentLruCache[PromptFeatures] = ContentLruCache(prompt_cache_size, PromptFeatures.clone)
+        self.speech_tokenizer_backend = speech_tokenizer_backend
+        self.stream_lookahead = stream_lookahead
+        self.conformer_trim = conformer_trim
+        self.seed = int(seed)
+        self._tokenizer: SpeechTokenizerBackend | None = None
+        self._flow: CausalMaskedDiffWithXvec | None = None
+        self._hift: HiFTGenerator | None = None
+        self._window: torch.Tensor | None = None
+        # The flow cache after a prompt is immutable (chunks return new caches): shared, not copied.
+        self._setup_cache: ContentLruCache[FlowStreamCache] = ContentLruCache(stream_setup_cache_size, lambda c: c)
+        # The stream of the last `set_stream_cache` call, for callers of the upstream single-stream API.
+        self._default_stream: Token2WavStream | None = None
 
     # ---- configuration ---------------------------------------------------------------------
 
@@ -203,22 +264,91 @@ class StepAudio2Token2WavCore:
             seg_pool_mode=self.spk_seg_pool_mode,
         )
 
-    def _ensure_models_loaded(self) -> None:
-        """Idempotently load what synthesis needs; today that is the speaker model only.
+    def check_assets(self) -> list[Path]:
+        """Paths of every asset this family needs, raising FileNotFoundError for the first missing one.
 
-        Checks that the speaker model exists and installs the lazy ORT fallback if no backend is
-        installed; an installed backend is never replaced, and the ORT session is not built here.
-        The synthesis issue extends this with the speech tokenizer, flow and HiFT.
+        Opens nothing: wrappers call it at construction so a broken directory fails the stage start
+        while loading stays lazy.
+        """
+        names = [self.assets.speaker_model]
+        if self.supports_synthesis:
+            names += [self.assets.speech_tokenizer, self.assets.flow_config, self.assets.flow, self.assets.hift]
+        return [self.asset_path(name) for name in names]
+
+    def _ensure_models_loaded(self) -> None:
+        """Idempotently load everything synthesis needs: speaker backend, speech tokenizer, flow, HiFT.
+
+        Installs the lazy ORT fallback if no speaker backend is installed (an installed backend is
+        never replaced, and the ORT session is not built here). Models are built fp32 by explicit
+        dtype (the flow in fp16 with `float16=True`), never through the process default dtype.
         """
         if self._models_loaded:
             return
         with self._lock:
             if self._models_loaded:
                 return
-            self.asset_path(self.assets.speaker_model)
+            self.check_assets()
             if self._spk is None:
                 self._spk = self._build_backend("fallback")
+            if self.supports_synthesis:
+                self._load_synthesis_models()
             self._models_loaded = True
+
+    def _load_synthesis_models(self) -> None:
+        from vllm_omni.model_executor.models.cosyvoice2.flow import load_flow
+        from vllm_omni.model_executor.models.cosyvoice2.hift import load_hift
+        from vllm_omni.model_executor.models.cosyvoice2.speech_tokenizer import select_speech_tokenizer
+
+        device = self.device
+        backend = self.speech_tokenizer_backend
+        if backend == "auto":
+            backend = "onnx" if device.type == "cpu" else "torch"
+        config_name = self.assets.flow_config
+        assert config_name is not None  # supports_synthesis families ship a flow config
+        tokenizer = select_speech_tokenizer(
+            self.asset_path(self.assets.speech_tokenizer),
+            backend=backend,  # type: ignore[arg-type]
+            device=device,
+        )
+        flow = load_flow(
+            (self.asset_path(config_name), self.asset_path(self.assets.flow)), device=device, float16=self.float16
+        )
+        hift = load_hift(self.asset_path(self.assets.hift), device=device)
+        self._tokenizer, self._flow, self._hift = tokenizer, flow, hift
+        self._window = crossfade_window(device)
+        logger.info(
+            "%s: synthesis models loaded on %s (speech tokenizer %s, flow %s)",
+            type(self).__name__,
+            device,
+            tokenizer.name,
+            "fp16" if self.float16 else "fp32",
+        )
+
+    def _require_synthesis(self, what: str) -> None:
+        if not self.supports_synthesis:
+            raise NotImplementedError(
+                f"{type(self).__name__}.{what}: synthesis for this model family is not in-tree "
+                "(only the prompt path is); use StepAudio2Token2WavCore for Step-Audio2 / MiniCPM-o assets"
+            )
+        self._ensure_models_loaded()
+
+    @property
+    def speech_tokenizer(self) -> SpeechTokenizerBackend:
+        self._require_synthesis("speech_tokenizer")
+        assert self._tokenizer is not None
+        return self._tokenizer
+
+    @property
+    def flow(self) -> CausalMaskedDiffWithXvec:
+        self._require_synthesis("flow")
+        assert self._flow is not None
+        return self._flow
+
+    @property
+    def hift(self) -> HiFTGenerator:
+        self._require_synthesis("hift")
+        assert self._hift is not None
+        return self._hift
 
     def _forward_spk_embedding(self, feat: torch.Tensor) -> torch.Tensor:
         """Embedding `[1, 192]` float32 on the facade's device for fbank features `[T, 80]`."""
@@ -235,18 +365,22 @@ class StepAudio2Token2WavCore:
 
     # ---- prompt path -------------------------------------------------------------------------
 
-    def prepare_prompt(self, prompt_wav: PromptWav) -> PromptFeatures:
+    def prepare_prompt(self, prompt_wav: PromptWav, *, with_tokens: bool = False) -> PromptFeatures:
         """Speaker embedding and 24 kHz prompt mel of `prompt_wav`, cached by content.
 
         `prompt_wav` is a path, encoded audio bytes, or `(waveform, sample_rate)` (mono or
         channels-first, float in [-1, 1] or integer PCM). Errors of the audio front end (missing
         file, undecodable bytes, empty or too long audio) surface unchanged. The returned features
         are the caller's own copy.
+
+        `with_tokens=True` returns the flow model's prompt: the features plus the prompt's speech
+        tokens, with the mel fitted to `2 x tokens` frames (loads the synthesis models on first use).
         """
         backend = self.spk_model
+        tokenizer = self.speech_tokenizer if with_tokens else None
         digest, load = _prompt_source(prompt_wav)
-        key = (digest, backend.name)
-        return self._prompt_cache.get_or_compute(key, lambda: self._compute_prompt(load(), digest, backend))
+        key = (digest, backend.name, tokenizer.name if tokenizer is not None else None)
+        return self._prompt_cache.get_or_compute(key, lambda: self._compute_prompt(load(), digest, backend, tokenizer))
 
     def speaker_embedding(self, prompt_wav: PromptWav) -> torch.Tensor:
         """`prepare_prompt(prompt_wav).speaker_embedding` (`[1, 192]` float32 on the facade's device)."""
@@ -259,7 +393,13 @@ class StepAudio2Token2WavCore:
     def clear_prompt_cache(self) -> None:
         self._prompt_cache.clear()
 
-    def _compute_prompt(self, audio: PromptAudio, digest: str, backend: SpeakerEmbeddingBackend) -> PromptFeatures:
+    def _compute_prompt(
+        self,
+        audio: PromptAudio,
+        digest: str,
+        backend: SpeakerEmbeddingBackend,
+        tokenizer: SpeechTokenizerBackend | None,
+    ) -> PromptFeatures:
         from vllm_omni.model_executor.models import audio as frontend
 
         device = self.device
@@ -270,6 +410,14 @@ class StepAudio2Token2WavCore:
             raise TypeError(f"speaker_features returned {type(feat).__name__} for a single waveform")
         emb = self._embed(backend, feat)
         mel = frontend.prompt_mel_24k(wav_24k).to(device=device, dtype=torch.float32)
+        tokens = token_len = None
+        if tokenizer is not None:
+            codes, count = tokenizer.tokenize(wav_16k)
+            if count < 1:
+                raise ValueError(f"prompt audio gives no speech tokens ({wav_16k.shape[0]} samples at 16 kHz)")
+            tokens = codes.reshape(1, -1)[:, :count].to(device=device, dtype=torch.int32)
+            token_len = torch.tensor([count], dtype=torch.int32, device=device)
+            mel = fit_mel_to_tokens(mel, count)
         mel_len = torch.tensor([mel.shape[1]], dtype=torch.int32, device=device)
         return PromptFeatures(
             speaker_embedding=emb,
@@ -277,7 +425,148 @@ class StepAudio2Token2WavCore:
             prompt_mel_len=mel_len,
             digest=digest,
             backend=backend.name,
+            prompt_tokens=tokens,
+            prompt_token_len=token_len,
         )
+
+    # ---- synthesis -----------------------------------------------------------------------------
+
+    def _tokens(self, tokens: SpeechTokens, what: str) -> torch.Tensor:
+        from vllm_omni.model_executor.models.step_audio2.token2wav_synthesis import speech_token_tensor
+
+        return speech_token_tensor(tokens, SPEECH_VOCAB_SIZE, self.device, what=what)
+
+    def _generator(self, seed: int | None) -> torch.Generator:
+        return torch.Generator(device=self.device).manual_seed(self.seed if seed is None else int(seed))
+
+    def __call__(self, tokens: SpeechTokens, prompt_wav: PromptWav, *, seed: int | None = None) -> torch.Tensor:
+        """Whole-utterance synthesis: 24 kHz waveform `[1, 480 * 2 * len(tokens)]` float32 on the device.
+
+        `tokens` are 25 Hz speech codes (list / 1-D array / tensor) in [0, 6561); `seed` overrides
+        the facade's NSF-noise seed for this call.
+        """
+        from vllm_omni.model_executor.models.step_audio2.token2wav_synthesis import synthesize_utterance
+
+        self._require_synthesis("__call__")
+        ids = self._tokens(tokens, "token2wav")
+        features = self.prepare_prompt(prompt_wav, with_tokens=True)
+        return synthesize_utterance(
+            self.flow, self.hift, features, ids, n_timesteps=self.n_timesteps, generator=self._generator(seed)
+        )
+
+    def set_stream_cache(self, prompt_wav: PromptWav, *, seed: int | None = None) -> Token2WavStream:
+        """Start a streaming request in the voice of `prompt_wav`; returns its state (pass it to `stream`).
+
+        The flow's post-prompt cache is computed once per prompt and shared between streams. The
+        returned stream also becomes the facade's default stream, used by `stream()` without
+        `state=` (the upstream single-stream API; concurrent requests must pass their own state).
+        """
+        from vllm_omni.model_executor.models.step_audio2.token2wav_synthesis import setup_flow_stream
+
+        self._require_synthesis("set_stream_cache")
+        features = self.prepare_prompt(prompt_wav, with_tokens=True)
+        flow = self.flow
+        self._check_stream_prompt_length(features, flow)
+        key = (features.digest, features.backend, self.n_timesteps, self.stream_lookahead, self.conformer_trim)
+        flow_cache = self._setup_cache.get_or_compute(
+            key,
+            lambda: setup_flow_stream(
+                flow,
+                features,
+                n_timesteps=self.n_timesteps,
+                lookahead=self.stream_lookahead,
+                conformer_trim=self.conformer_trim,
+            ),
+        )
+        state = Token2WavStream.start(features, flow_cache, self._generator(seed))
+        self._default_stream = state
+        return state
+
+    def stream(
+        self,
+        tokens: SpeechTokens,
+        prompt_wav: PromptWav | None = None,
+        last_chunk: bool = False,
+        return_waveform: bool = False,
+        *,
+        state: Token2WavStream | None = None,
+    ) -> torch.Tensor | bytes:
+        """Synthesize one chunk of a stream; returns its new audio (int16 PCM bytes, or `[1, N]` float32).
+
+        `tokens`: a non-final chunk is its tokens plus `PRE_LOOKAHEAD_TOKENS` lookahead tokens (which
+        open the next chunk), at least 4 emitted tokens; the final chunk is just its tokens
+        (`last_chunk=True`). `stream_chunks()` yields exactly this from a whole token sequence.
+        `prompt_wav`, if given, must be the prompt the stream was set up with (upstream passes it on
+        every call). A failing chunk leaves `state` unchanged.
+        """
+        from vllm_omni.model_executor.models.step_audio2.token2wav_synthesis import stream_chunk
+
+        if state is None:
+            state = self._default_stream
+            if state is None:
+                raise RuntimeError("stream(): no stream is set up; call set_stream_cache(prompt_wav) first")
+        ids = self._tokens(tokens, "stream")
+        emitted = ids.shape[1] if last_chunk else ids.shape[1] - PRE_LOOKAHEAD_TOKENS
+        min_emitted = 1 if last_chunk else MEL_CACHE_FRAMES // 2
+        if emitted < min_emitted:
+            raise ValueError(
+                f"stream(): {ids.shape[1]} tokens; a non-final chunk needs at least {MEL_CACHE_FRAMES // 2} tokens "
+                f"plus {PRE_LOOKAHEAD_TOKENS} lookahead tokens (the vocoder keeps {MEL_CACHE_FRAMES} mel frames), "
+                "a final chunk at least 1 token"
+            )
+        if prompt_wav is not None:
+            self._check_stream_prompt(prompt_wav, state)
+        with state.lock:
+            if state.finished:
+                raise RuntimeError("stream(): this stream already had its last chunk; set up a new one")
+            result = stream_chunk(
+                self.flow, self.hift, state, ids, last_chunk=last_chunk, window=self._window_on_device()
+            )
+            # Commit only after the whole chunk succeeded: a failure leaves the request resumable.
+            state.flow_cache = result.flow_cache
+            state.mel_cache = result.mel_cache
+            state.source_cache = result.source_cache
+            state.speech_cache = result.speech_cache
+            state.chunks_done += 1
+            state.samples_emitted += result.speech.shape[-1]
+            state.finished = last_chunk
+        return result.speech if return_waveform else waveform_to_pcm16(result.speech)
+
+    @staticmethod
+    def _check_stream_prompt_length(features: PromptFeatures, flow: CausalMaskedDiffWithXvec) -> None:
+        """Reject prompts whose estimator cache could not hold a standard chunk after trimming.
+
+        The estimator cache is trimmed to prompt + `CACHE_TAIL_FRAMES` frames and must fit the
+        reference's scratch limit together with a 25 + 3 token chunk (56 frames): 844 prompt frames
+        (16.9 s) with the shipped limits. Failing here beats failing at the first chunk past 2 s.
+        """
+        from vllm_omni.model_executor.models.cosyvoice2.flow.streaming import CACHE_TAIL_FRAMES
+        from vllm_omni.model_executor.models.step_audio2.prompt_features import TOKEN_MEL_RATIO
+        from vllm_omni.model_executor.models.step_audio2.token2wav_stream import CHUNK_TOKENS
+
+        chunk_frames = TOKEN_MEL_RATIO * (CHUNK_TOKENS + PRE_LOOKAHEAD_TOKENS)
+        limit = flow.decoder.max_cache_frames - CACHE_TAIL_FRAMES - chunk_frames
+        frames = features.prompt_mel.shape[1]
+        if frames > limit:
+            raise ValueError(
+                f"set_stream_cache: the prompt gives {frames} mel frames ({frames / 50:.1f} s) but streaming holds at "
+                f"most {limit} ({limit / 50:.1f} s): the flow's {flow.decoder.max_cache_frames}-frame estimator cache "
+                f"keeps the prompt + {CACHE_TAIL_FRAMES} frames + a {chunk_frames}-frame chunk; use a shorter prompt"
+            )
+
+    def _window_on_device(self) -> torch.Tensor:
+        window = self._window
+        if window is None:
+            window = self._window = crossfade_window(self.device)
+        return window
+
+    def _check_stream_prompt(self, prompt_wav: PromptWav, state: Token2WavStream) -> None:
+        digest, _ = _prompt_source(prompt_wav)
+        if digest != state.features.digest:
+            raise ValueError(
+                "stream(): prompt_wav is not the prompt this stream was set up with; "
+                "call set_stream_cache(prompt_wav) to start a stream in another voice"
+            )
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({str(self.model_path)!r}, device={self._device_spec!r}, spk={self.spk_backend})"
@@ -302,11 +591,15 @@ def _prompt_source(prompt_wav: PromptWav) -> tuple[str, Callable[[], PromptAudio
 
 
 __all__ = [
+    "DEFAULT_PROMPT_CACHE_SIZE",
+    "DEFAULT_STREAM_SETUP_CACHE_SIZE",
     "PROMPT_MEL_RATE",
+    "SPEECH_VOCAB_SIZE",
     "SPEAKER_RATE",
     "STEP_AUDIO2_ASSETS",
     "PromptFeatures",
     "PromptWav",
     "StepAudio2Token2WavCore",
     "Token2WavAssets",
+    "Token2WavStream",
 ]

@@ -1,0 +1,73 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The stand-in token2wav directory: complete, loadable by the real loaders, cached, refreshed when stale."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from vllm_omni.model_executor.models.step_audio2 import standin
+
+pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
+
+REPO_ROOT = Path(__file__).resolve().parents[4]
+FILES = {"campplus.onnx", "speech_tokenizer_v2_25hz.onnx", "flow.yaml", "flow.pt", "hift.pt"}
+
+
+def test_reduced_standin_directory_loads_with_the_strict_loaders() -> None:
+    from vllm_omni.model_executor.models.cosyvoice2.flow import load_flow
+    from vllm_omni.model_executor.models.cosyvoice2.hift import load_hift
+    from vllm_omni.model_executor.models.cosyvoice2.speech_tokenizer import load_speech_tokenizer_from_onnx
+    from vllm_omni.model_executor.models.cosyvoice3.speaker_embedding_torch import load_campplus_from_onnx
+
+    directory = standin.ensure_standin_token2wav_dir(reduced=True)
+    assert FILES <= {p.name for p in directory.iterdir()}
+    assert standin.ensure_standin_token2wav_dir(reduced=True) == directory  # cached
+    campplus = load_campplus_from_onnx(directory / "campplus.onnx")
+    assert campplus.state_dict()["xvector.dense.linear.weight"].shape[0] == 192  # the flow needs 192-d
+    flow = load_flow(directory, device="cpu")
+    assert flow.input_embedding.num_embeddings == 6561
+    assert load_hift(directory / "hift.pt", device="cpu").config.in_channels == 80
+    load_speech_tokenizer_from_onnx(directory / "speech_tokenizer_v2_25hz.onnx", device="cpu")
+
+
+def test_write_fills_a_directory_of_the_callers_choice(tmp_path: Path) -> None:
+    target = standin.write_standin_token2wav_dir(tmp_path / "t2w", reduced=True)
+    cached = standin.ensure_standin_token2wav_dir(reduced=True)
+    assert {p.name for p in target.iterdir()} == FILES
+    for name in FILES:
+        assert (target / name).read_bytes() == (cached / name).read_bytes()
+
+
+def test_a_regenerated_component_refreshes_the_cached_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("VLLM_OMNI_CACHE_DIR", str(tmp_path / "cache"))
+    sources = {}
+    for name in FILES:
+        sources[name] = tmp_path / f"v1-{name}"
+        sources[name].write_bytes(b"v1 " + name.encode())
+    monkeypatch.setattr(standin, "_component_files", lambda *, reduced, seed: dict(sources))
+    directory = standin.ensure_standin_token2wav_dir(reduced=True, seed=3)
+    assert (directory / "hift.pt").read_bytes() == b"v1 hift.pt"
+    sources["hift.pt"] = tmp_path / "v2-hift.pt"
+    sources["hift.pt"].write_bytes(b"v2")
+    assert standin.ensure_standin_token2wav_dir(reduced=True, seed=3) == directory
+    assert (directory / "hift.pt").read_bytes() == b"v2"
+
+
+def test_cli_prints_the_directory(tmp_path: Path) -> None:
+    out = tmp_path / "cli"
+    proc = subprocess.run(
+        [sys.executable, "-m", "vllm_omni.model_executor.models.step_audio2.standin", "--reduced", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=REPO_ROOT,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip().splitlines()[-1] == str(out)
+    assert {p.name for p in out.iterdir()} == FILES

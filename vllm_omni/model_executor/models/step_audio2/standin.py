@@ -1,0 +1,137 @@
+# SPDX-License-Identifier: Apache-2.0
+"""A complete deterministic stand-in token2wav directory, so the whole stage runs offline.
+
+The real Step-Audio2 / MiniCPM-o `token2wav/` directory cannot be downloaded on the build machines.
+This module assembles one from the per-model stand-in generators, each of which reproduces the
+shipped file's layout (names, shapes, exporter) with seeded weights:
+
+| file                            | generator (component cache)                        | reduced size           |
+|---------------------------------|----------------------------------------------------|------------------------|
+| `campplus.onnx`                 | `campplus.standin.ensure_standin_campplus_onnx`    | full size (192-d)      |
+| `speech_tokenizer_v2_25hz.onnx` | `speech_tokenizer.cached_standin_speech_tokenizer` | 128 wide, 2 blocks     |
+| `flow.yaml` + `flow.pt`         | `flow.ensure_standin_flow`                         | d 64, 2+1 conformer    |
+| `hift.pt`                       | `hift.cached_standin_hift`                         | 32 base channels       |
+
+Full size is the shipped geometry (~1.2 GB, what benchmarks use); reduced size keeps every
+interface (80 mel bins, 192-d embedding, 6561 codes, 480 samples per frame) and runs the
+end-to-end tests in seconds. Weights are random: the audio is noise-like, never speech.
+
+`ensure_standin_token2wav_dir(reduced=..., seed=...)` keeps one cached directory per option set
+(files hard-linked from the component caches where the filesystem allows, else copied);
+`write_standin_token2wav_dir(directory, ...)` fills a directory of the caller's choice.
+CLI: `python -m vllm_omni.model_executor.models.step_audio2.standin [--reduced] [--seed N] [--out DIR]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+from pathlib import Path
+
+from vllm_omni.atomic_io import write_bytes_atomic
+from vllm_omni.logger import init_logger
+
+logger = init_logger(__name__)
+
+#: Bump when the recipe (component versions or file set) changes so cached directories are rebuilt.
+STANDIN_DIR_VERSION = 1
+_MANIFEST = ".manifest.json"
+
+
+def _component_files(*, reduced: bool, seed: int) -> dict[str, Path]:
+    """Token2wav file name -> cached component stand-in (generated on first use)."""
+    from vllm_omni.model_executor.models.campplus.standin import ensure_standin_campplus_onnx
+    from vllm_omni.model_executor.models.cosyvoice2.flow import ensure_standin_flow
+    from vllm_omni.model_executor.models.cosyvoice2.flow.loader import FLOW_PT, FLOW_YAML
+    from vllm_omni.model_executor.models.cosyvoice2.hift import cached_standin_hift
+    from vllm_omni.model_executor.models.cosyvoice2.speech_tokenizer import cached_standin_speech_tokenizer
+
+    flow_dir = ensure_standin_flow(reduced=reduced, seed=seed)
+    return {
+        # CAM++ stays full size: the reduced stand-in has a 64-d embedding, the flow model needs 192.
+        "campplus.onnx": ensure_standin_campplus_onnx(seed=seed),
+        "speech_tokenizer_v2_25hz.onnx": cached_standin_speech_tokenizer(reduced=reduced, seed=seed),
+        "flow.yaml": flow_dir / FLOW_YAML,
+        "flow.pt": flow_dir / FLOW_PT,
+        "hift.pt": cached_standin_hift(reduced=reduced, seed=seed),
+    }
+
+
+def _place(source: Path, target: Path) -> None:
+    """Hard-link `source` to `target` (same filesystem), else copy it; atomic via a temporary name."""
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    tmp.unlink(missing_ok=True)
+    try:
+        os.link(source, tmp)
+    except OSError:
+        shutil.copyfile(source, tmp)
+    os.replace(tmp, target)
+
+
+def write_standin_token2wav_dir(directory: str | os.PathLike[str], *, reduced: bool, seed: int = 0) -> Path:
+    """Fill `directory` with a complete stand-in token2wav set (existing files of those names are replaced)."""
+    directory = Path(directory)
+    _fill(directory, _component_files(reduced=reduced, seed=seed))
+    size = "reduced" if reduced else "full"
+    logger.info("wrote %s stand-in token2wav directory (seed %d) to %s", size, seed, directory)
+    return directory
+
+
+def _fill(directory: Path, sources: dict[str, Path]) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, source in sources.items():
+        _place(source, directory / name)
+
+
+def standin_token2wav_dir(*, reduced: bool, seed: int = 0) -> Path:
+    """Cache folder of the stand-in directory for these options (under `vllm_omni.envs.cache_dir`)."""
+    from vllm_omni import envs
+
+    size = "reduced" if reduced else "full"
+    return envs.cache_dir("standins", f"token2wav-v{STANDIN_DIR_VERSION}-{size}-seed{seed}")
+
+
+def ensure_standin_token2wav_dir(*, reduced: bool, seed: int = 0) -> Path:
+    """The cached stand-in token2wav directory, assembled first if missing or stale (safe across processes).
+
+    The component caches are versioned by their own generators; the directory's manifest records
+    which component files it was assembled from and is written after every asset, so a reader never
+    sees a half-assembled directory and a regenerated component (new version) is picked up.
+    """
+    from filelock import FileLock  # a torch dependency: always installed alongside torch
+
+    directory = standin_token2wav_dir(reduced=reduced, seed=seed)
+    sources = _component_files(reduced=reduced, seed=seed)
+    manifest = json.dumps({name: str(path) for name, path in sources.items()}, sort_keys=True)
+    marker = directory / _MANIFEST
+    if marker.is_file() and marker.read_text() == manifest:
+        return directory
+    with FileLock(str(directory / ".write.lock")):
+        if not (marker.is_file() and marker.read_text() == manifest):
+            _fill(directory, sources)
+            write_bytes_atomic(marker, manifest.encode())
+            logger.info("assembled stand-in token2wav directory %s", directory)
+    return directory
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m vllm_omni.model_executor.models.step_audio2.standin",
+        description="Write (or find in the cache) a deterministic stand-in token2wav directory and print its path.",
+    )
+    parser.add_argument("--reduced", action="store_true", help="reduced widths/depths (fast tests)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=None, help="directory to fill (default: the cache)")
+    args = parser.parse_args(argv)
+    if args.out is not None:
+        path = write_standin_token2wav_dir(args.out, reduced=args.reduced, seed=args.seed)
+    else:
+        path = ensure_standin_token2wav_dir(reduced=args.reduced, seed=args.seed)
+    print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

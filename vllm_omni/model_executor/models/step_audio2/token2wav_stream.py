@@ -1,0 +1,149 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Per-request streaming state of the Token2Wav stage, and the vocoder-side streaming rules.
+
+Upstream keeps one stream's caches (`stream_cache`, `hift_cache_dict`) on the model object, so
+two concurrent requests overwrite each other's state. Here every stream is a `Token2WavStream`
+object the caller holds; the facade's `stream()` reads it and replaces its fields only after a
+chunk has been computed completely, so a failing chunk leaves the request resumable and can never
+touch another request.
+
+The streaming geometry is the reference's (Step-Audio2 `token2wav.py`, MiniCPM-o code2wav):
+
+| constant                 | value | meaning                                                             |
+|--------------------------|-------|---------------------------------------------------------------------|
+| `CHUNK_TOKENS`           | 25    | tokens emitted per chunk (50 mel frames, 1 s of audio)              |
+| `PRE_LOOKAHEAD_TOKENS`   | 3     | tokens of the next chunk fed as lookahead with a non-final chunk    |
+| `MEL_CACHE_FRAMES`       | 8     | mel frames re-vocoded at the start of the next chunk                |
+| `SOURCE_CACHE_SAMPLES`   | 3840  | = 8 x 480: NSF source samples carried over (phase continuity)      |
+| cross-fade               | 3840  | first 3840 samples of a chunk blended with the previous tail        |
+
+Cross-fade: `w = hamming(2 * 3840)` (float64, symmetric, `np.hamming`); the first 3840 samples
+of a chunk become `new[:3840] * w[:3840] + tail * w[3840:]` where `tail` is the previous call's
+last 3840 samples, which that call held back. Every non-final chunk emits all but its last 3840
+samples, the final chunk emits everything, so a stream of chunks with mel lengths `m_i` emits
+exactly `480 * sum(m_i)` samples: the same length as the whole-utterance path.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from vllm_omni.model_executor.models.cosyvoice2.flow import FlowStreamCache
+from vllm_omni.model_executor.models.step_audio2.prompt_features import PromptFeatures
+
+CHUNK_TOKENS = 25
+PRE_LOOKAHEAD_TOKENS = 3
+MEL_CACHE_FRAMES = 8
+SAMPLES_PER_FRAME = 480
+SOURCE_CACHE_SAMPLES = MEL_CACHE_FRAMES * SAMPLES_PER_FRAME
+OUTPUT_SAMPLE_RATE = 24_000
+
+
+def crossfade_window(device: torch.device | str = "cpu") -> torch.Tensor:
+    """The reference's float64 symmetric Hamming window of `2 * SOURCE_CACHE_SAMPLES` points."""
+    return torch.from_numpy(np.hamming(2 * SOURCE_CACHE_SAMPLES)).to(device)
+
+
+def crossfade(head: torch.Tensor, tail: torch.Tensor, window: torch.Tensor) -> torch.Tensor:
+    """`head` [1, N] with its first `len(window) / 2` samples blended into `tail` [1, >= that] (new tensor).
+
+    Computed in the window's float64 and cast back, as the reference blends float32 audio with a
+    float64 window.
+    """
+    overlap = window.shape[0] // 2
+    if head.shape[-1] < overlap or tail.shape[-1] < overlap:
+        raise ValueError(
+            f"cross-fade needs {overlap} samples on both sides, got {head.shape[-1]} new and {tail.shape[-1]} cached"
+        )
+    out = head.clone()
+    w = window.to(head.device)
+    blended = head[..., :overlap].double() * w[:overlap] + tail[..., -overlap:].double() * w[overlap:]
+    out[..., :overlap] = blended.to(head.dtype)
+    return out
+
+
+@dataclass
+class Token2WavStream:
+    """The state of one streaming request; create it with the facade's `set_stream_cache(prompt_wav)`.
+
+    Fields are replaced (never modified in place) after each successful chunk. `lock` serialises
+    the chunks of this request; different requests share nothing mutable.
+    """
+
+    features: PromptFeatures
+    flow_cache: FlowStreamCache
+    generator: torch.Generator
+    #: Last `MEL_CACHE_FRAMES` mel frames [1, 80, <=8] of the previous chunk (empty before the first).
+    mel_cache: torch.Tensor
+    #: Last `SOURCE_CACHE_SAMPLES` NSF source samples [1, 1, <=3840].
+    source_cache: torch.Tensor
+    #: Last `SOURCE_CACHE_SAMPLES` speech samples [1, <=3840], held back for the cross-fade.
+    speech_cache: torch.Tensor
+    chunks_done: int = 0
+    samples_emitted: int = 0
+    finished: bool = False
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    @classmethod
+    def start(
+        cls, features: PromptFeatures, flow_cache: FlowStreamCache, generator: torch.Generator
+    ) -> Token2WavStream:
+        device = features.device
+        return cls(
+            features=features,
+            flow_cache=flow_cache,
+            generator=generator,
+            mel_cache=torch.zeros(1, features.prompt_mel.shape[2], 0, device=device),
+            source_cache=torch.zeros(1, 1, 0, device=device),
+            speech_cache=torch.zeros(1, 0, device=device),
+        )
+
+
+def stream_chunks(
+    tokens: Sequence[int] | torch.Tensor | np.ndarray,
+    chunk_tokens: int = CHUNK_TOKENS,
+    lookahead: int = PRE_LOOKAHEAD_TOKENS,
+) -> Iterator[tuple[list[int], bool]]:
+    """The reference's chunking of a token sequence: `(chunk, last_chunk)` pairs for `stream()`.
+
+    A non-final chunk is `chunk_tokens + lookahead` tokens, after which the buffer advances by
+    `chunk_tokens` (the lookahead tokens open the next chunk); the rest (>= 1 token) is the final
+    chunk. This is how a caller feeds tokens as an LLM produces them.
+    """
+    if chunk_tokens < 2 or lookahead < 0:
+        raise ValueError(f"chunk_tokens must be >= 2 and lookahead >= 0, got {chunk_tokens} / {lookahead}")
+    ids = [int(t) for t in (tokens.reshape(-1).tolist() if isinstance(tokens, torch.Tensor | np.ndarray) else tokens)]
+    if not ids:
+        raise ValueError("no speech tokens to stream")
+    start = 0
+    # `>=` as the reference's feeding loop; the second test keeps the final chunk non-empty (lookahead 0).
+    while len(ids) - start >= chunk_tokens + lookahead and len(ids) - start > chunk_tokens:
+        yield ids[start : start + chunk_tokens + lookahead], False
+        start += chunk_tokens
+    yield ids[start:], True
+
+
+def waveform_to_pcm16(speech: torch.Tensor) -> bytes:
+    """Float waveform -> 16-bit little-endian PCM bytes (clipped to [-1, 1], scaled by 32767, as the reference)."""
+    array = np.clip(speech.detach().float().cpu().numpy().reshape(-1), -1.0, 1.0)
+    return (array * 32767.0).astype("<i2").tobytes()
+
+
+__all__ = [
+    "CHUNK_TOKENS",
+    "MEL_CACHE_FRAMES",
+    "OUTPUT_SAMPLE_RATE",
+    "PRE_LOOKAHEAD_TOKENS",
+    "SAMPLES_PER_FRAME",
+    "SOURCE_CACHE_SAMPLES",
+    "Token2WavStream",
+    "crossfade",
+    "crossfade_window",
+    "stream_chunks",
+    "waveform_to_pcm16",
+]

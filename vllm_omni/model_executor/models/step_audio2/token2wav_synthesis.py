@@ -1,0 +1,178 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Speech tokens + prompt features -> 24 kHz waveform: the two synthesis paths of the Token2Wav stage.
+
+The facades (`StepAudio2Token2WavCore` and the wrappers around it) own loading, caching and
+request state; this module holds the computation itself, as functions of the loaded models, so it
+reads top to bottom like the reference `token2wav.py`:
+
+- `synthesize_utterance`: flow `inference` over [prompt | tokens] (bidirectional), then HiFT over
+  the generated mel. `480 * 2 * len(tokens)` samples.
+- `setup_flow_stream` + `stream_chunk`: the flow's chunked causal path; HiFT re-vocodes the last
+  8 mel frames of the previous chunk with its source samples, and the first 3840 output samples are
+  cross-faded with the samples the previous chunk held back (see `token2wav_stream.py`).
+
+Both paths take the NSF noise from an explicit `torch.Generator`, so a request's audio depends only
+on its inputs and seed, never on what other requests drew from the global RNG.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from vllm_omni.model_executor.models.cosyvoice2.flow import (
+    CausalMaskedDiffWithXvec,
+    ConformerTrim,
+    FlowStreamCache,
+    Lookahead,
+)
+from vllm_omni.model_executor.models.cosyvoice2.hift import HiFTGenerator
+from vllm_omni.model_executor.models.step_audio2.prompt_features import PromptFeatures
+from vllm_omni.model_executor.models.step_audio2.token2wav_stream import (
+    MEL_CACHE_FRAMES,
+    SOURCE_CACHE_SAMPLES,
+    Token2WavStream,
+    crossfade,
+)
+
+SpeechTokens = Sequence[int] | torch.Tensor | np.ndarray
+
+
+def speech_token_tensor(tokens: SpeechTokens, vocab_size: int, device: torch.device, *, what: str) -> torch.Tensor:
+    """`tokens` as a `[1, T]` int32 tensor on `device`, rejecting empty, non-integer and out-of-range ids.
+
+    Accepts a list of ints, a 1-D array/tensor or a `[1, T]` one. The error names the first offending
+    position and value, since a bad id usually means the LLM stage emitted a text or control token.
+    """
+    if isinstance(tokens, torch.Tensor):
+        values = tokens.detach()
+    elif isinstance(tokens, np.ndarray):
+        values = torch.from_numpy(np.ascontiguousarray(tokens))
+    else:
+        try:
+            values = torch.tensor(list(tokens))
+        except (TypeError, ValueError, RuntimeError) as exc:
+            raise ValueError(f"{what}: speech tokens must be a sequence of ints, got {tokens!r:.80}") from exc
+    if values.dim() == 2 and values.shape[0] == 1:
+        values = values[0]
+    if values.dim() != 1:
+        raise ValueError(f"{what}: speech tokens must be 1-D (or [1, T]), got shape {list(values.shape)}")
+    if values.numel() == 0:
+        raise ValueError(f"{what}: no speech tokens (empty token list)")
+    if values.dtype.is_floating_point or values.dtype.is_complex or values.dtype == torch.bool:
+        raise ValueError(f"{what}: speech tokens must be integers, got dtype {values.dtype}")
+    bad = ((values < 0) | (values >= vocab_size)).nonzero()
+    if bad.numel():
+        index = int(bad[0, 0])
+        raise ValueError(
+            f"{what}: speech token {int(values[index])} at position {index} is outside [0, {vocab_size}) "
+            f"({bad.shape[0]} of {values.numel()} tokens out of range); only 25 Hz speech codes are accepted"
+        )
+    return values.to(device=device, dtype=torch.int32).reshape(1, -1)
+
+
+def _flow_prompt(features: PromptFeatures, what: str) -> tuple[torch.Tensor, torch.Tensor]:
+    if features.prompt_tokens is None or features.prompt_token_len is None:
+        raise ValueError(f"{what}: prompt features carry no prompt tokens; use prepare_prompt(..., with_tokens=True)")
+    return features.prompt_tokens, features.prompt_token_len
+
+
+@torch.inference_mode()
+def synthesize_utterance(
+    flow: CausalMaskedDiffWithXvec,
+    hift: HiFTGenerator,
+    features: PromptFeatures,
+    tokens: torch.Tensor,
+    *,
+    n_timesteps: int,
+    generator: torch.Generator | None,
+) -> torch.Tensor:
+    """Waveform `[1, 480 * 2 * T]` float32 of `tokens` `[1, T]` in the prompt's voice (whole utterance)."""
+    prompt_tokens, prompt_token_len = _flow_prompt(features, "synthesize")
+    token_len = torch.tensor([tokens.shape[1]], dtype=torch.int32, device=tokens.device)
+    mel = flow.inference(
+        tokens,
+        token_len,
+        prompt_tokens,
+        prompt_token_len,
+        features.prompt_mel,
+        features.prompt_mel_len,
+        features.speaker_embedding,
+        n_timesteps=n_timesteps,
+    )
+    speech, _ = hift(mel.float(), generator=generator)
+    return speech.float()
+
+
+@torch.inference_mode()
+def setup_flow_stream(
+    flow: CausalMaskedDiffWithXvec,
+    features: PromptFeatures,
+    *,
+    n_timesteps: int,
+    lookahead: Lookahead,
+    conformer_trim: ConformerTrim,
+) -> FlowStreamCache:
+    """The flow's stream cache after the prompt (immutable: chunks return new caches, so it can be shared)."""
+    prompt_tokens, _ = _flow_prompt(features, "set_stream_cache")
+    return flow.setup_cache(
+        prompt_tokens,
+        features.prompt_mel,
+        features.speaker_embedding,
+        n_timesteps=n_timesteps,
+        lookahead=lookahead,
+        conformer_trim=conformer_trim,
+    )
+
+
+@dataclass(frozen=True)
+class ChunkResult:
+    """One chunk's emitted speech and the vocoder/flow state the next chunk starts from."""
+
+    speech: torch.Tensor
+    flow_cache: FlowStreamCache
+    mel_cache: torch.Tensor
+    source_cache: torch.Tensor
+    speech_cache: torch.Tensor
+
+
+@torch.inference_mode()
+def stream_chunk(
+    flow: CausalMaskedDiffWithXvec,
+    hift: HiFTGenerator,
+    state: Token2WavStream,
+    tokens: torch.Tensor,
+    *,
+    last_chunk: bool,
+    window: torch.Tensor,
+) -> ChunkResult:
+    """Compute one chunk from `state` without modifying it (the caller commits the result)."""
+    cache = state.flow_cache
+    chunk_mel, flow_cache = flow.inference_chunk(
+        tokens, state.features.speaker_embedding, cache, last_chunk=last_chunk, n_timesteps=cache.n_timesteps
+    )
+    mel = torch.cat([state.mel_cache, chunk_mel.float()], dim=2)
+    speech, source = hift(mel, state.source_cache, generator=state.generator)
+    if state.speech_cache.shape[-1] > 0:
+        speech = crossfade(speech, state.speech_cache, window)
+    result = ChunkResult(
+        speech=speech if last_chunk else speech[:, :-SOURCE_CACHE_SAMPLES],
+        flow_cache=flow_cache,
+        mel_cache=mel[..., -MEL_CACHE_FRAMES:].clone(),
+        source_cache=source[:, :, -SOURCE_CACHE_SAMPLES:].clone(),
+        speech_cache=speech[:, -SOURCE_CACHE_SAMPLES:].clone(),
+    )
+    return result
+
+
+__all__ = [
+    "ChunkResult",
+    "SpeechTokens",
+    "setup_flow_stream",
+    "speech_token_tensor",
+    "stream_chunk",
+    "synthesize_utterance",
+]
