@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""`vllm-omni` console script: `--version`, `--help` and the `bench` subcommand group.
+"""`vllm-omni` console script: `--version`, `--help`, `token2wav` (synthesis) and the `bench` group.
 
 User mistakes (bad options, missing files) exit with code 2 and one `vllm-omni: error: ...` line on
 stderr, never a traceback. Ctrl-C exits with 130 after the subcommand printed what it had.
@@ -12,6 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from vllm_omni.entrypoints.cli.bench import load_bench_subcommands
+from vllm_omni.entrypoints.cli.token2wav import SUBCOMMAND as TOKEN2WAV
 from vllm_omni.entrypoints.cli.types import CLIUsageError
 from vllm_omni.version import __version__
 
@@ -21,7 +22,7 @@ PROG = "vllm-omni"
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG,
-        description="vLLM-Omni Token2Wav stage tools: benchmarks and quality gates for the audio output stage.",
+        description="vLLM-Omni Token2Wav stage tools: synthesis, benchmarks, quality gates.",
     )
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -33,6 +34,9 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_cli_args(sub_parser)
         sub_parser.set_defaults(_run=sub.run)
     bench.set_defaults(_parser=bench)
+    synth = commands.add_parser(TOKEN2WAV.name, help=TOKEN2WAV.help, description=TOKEN2WAV.help)
+    TOKEN2WAV.add_cli_args(synth)
+    synth.set_defaults(_run=TOKEN2WAV.run)
     parser.set_defaults(_parser=parser)
     return parser
 

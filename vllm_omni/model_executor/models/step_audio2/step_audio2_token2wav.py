@@ -270,7 +270,7 @@ class StepAudio2Token2WavCore:
         Opens nothing: wrappers call it at construction so a broken directory fails the stage start
         while loading stays lazy.
         """
-        names = [self.assets.speaker_model]
+        names: list[str | None] = [self.assets.speaker_model]
         if self.supports_synthesis:
             names += [self.assets.speech_tokenizer, self.assets.flow_config, self.assets.flow, self.assets.hift]
         return [self.asset_path(name) for name in names]

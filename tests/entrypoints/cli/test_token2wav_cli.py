@@ -1,0 +1,61 @@
+# SPDX-License-Identifier: Apache-2.0
+"""`vllm-omni token2wav`: token parsing, user errors (exit 2, one line), WAV output of both paths."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile
+
+from vllm_omni.entrypoints.cli.main import main
+from vllm_omni.entrypoints.cli.token2wav import parse_tokens
+from vllm_omni.entrypoints.cli.types import CLIUsageError
+
+pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
+
+
+def test_parse_tokens_accepts_lists_and_seeded_random() -> None:
+    assert parse_tokens("1, 2,3\n4 5") == [1, 2, 3, 4, 5]
+    random = parse_tokens("random:30:7")
+    assert len(random) == 30 and random == parse_tokens("random:30:7") and all(0 <= t < 6561 for t in random)
+    for text, match in (("", "no speech tokens"), ("1,x", "'x' is not an integer"), ("1,6561", "6561 is outside")):
+        with pytest.raises(CLIUsageError, match=match):
+            parse_tokens(text)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--tokens", "1,2", "--out", "{tmp}/a.wav"], "give --model-dir DIR"),
+        (["--tokens", "1,2", "--model-dir", "{tmp}/none", "--out", "{tmp}/a.wav"], "is not a directory"),
+        (["--tokens", "1,2", "--standin", "reduced", "--out", "{tmp}/no/a.wav"], "does not exist"),
+        (["--tokens", "1,2", "--standin", "reduced", "--prompt", "{tmp}/p.wav", "--out", "{tmp}/a.wav"], "--prompt"),
+        (["--tokens-file", "{tmp}/t.txt", "--standin", "reduced", "--out", "{tmp}/a.wav"], "--tokens-file"),
+        (["--tokens", "1", "--standin", "reduced", "--n-timesteps", "0", "--out", "{tmp}/a.wav"], "--n-timesteps"),
+    ],
+)
+def test_user_errors_exit_2_with_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    assert main(["token2wav", *[a.format(tmp=tmp_path) for a in argv]]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("vllm-omni: error:") and message in err[0]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_writes_a_24k_wav_of_the_expected_length(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], stream: bool
+) -> None:
+    tokens = tmp_path / "tokens.txt"
+    tokens.write_text(" ".join(str(t) for t in parse_tokens("random:33:1")))
+    out = tmp_path / "reply.wav"
+    argv = ["token2wav", "--tokens-file", str(tokens), "--standin", "reduced", "--n-timesteps", "2", "--device", "cpu"]
+    argv += ["--out", str(out)]
+    assert main(argv + (["--stream"] if stream else [])) == 0
+    audio, rate = soundfile.read(out, dtype="int16")
+    assert rate == 24000 and audio.shape == (33 * 960,) and np.any(audio)
+    printed = capsys.readouterr().out
+    assert f"wrote {out}: 33 tokens -> 1.32 s" in printed
+    assert ("chunk 1: 8 tokens" in printed) == stream
