@@ -347,3 +347,14 @@ def test_cosyvoice3_has_no_in_tree_synthesis(tmp_path: Path) -> None:
         facade([1, 2, 3], (np.zeros(16000, dtype=np.float32), 16000))
     with pytest.raises(NotImplementedError, match="not in-tree"):
         facade.set_stream_cache((np.zeros(16000, dtype=np.float32), 16000))
+
+
+def test_float16_flow_still_gives_fp32_audio_on_both_paths(token2wav_dir: Path, prompt: tuple[np.ndarray, int]) -> None:
+    half = StepAudio2Token2WavCore(token2wav_dir, device="cpu", n_timesteps=N_STEPS, float16=True)
+    tokens = _tokens(33, seed=8)
+    whole = half(tokens, prompt)
+    streamed = torch.cat(_run_stream(half, half.set_stream_cache(prompt), tokens), dim=1)
+    assert half.flow.dtype == torch.float16 and {p.dtype for p in half.hift.parameters()} == {torch.float32}
+    for audio in (whole, streamed):
+        assert audio.dtype == torch.float32 and audio.shape == (1, 33 * SAMPLES_PER_TOKEN)
+        assert bool(torch.isfinite(audio).all())
