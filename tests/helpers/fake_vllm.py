@@ -105,6 +105,14 @@ class FakeVllm:
 
 
 def install_fake_vllm(monkeypatch: pytest.MonkeyPatch) -> FakeVllm:
+    """Register the fakes in `sys.modules` until `monkeypatch` is undone.
+
+    Any real `vllm` / `vllm_ascend` module an earlier test imported (the real-vLLM tests share the
+    process) is hidden first, so code under test sees only fakes and never a mix; `monkeypatch`
+    puts the real modules back, unchanged, on undo.
+    """
+    for name in [n for n in sys.modules if n.split(".", 1)[0] in ("vllm", "vllm_ascend")]:
+        monkeypatch.delitem(sys.modules, name)
     monitor = types.ModuleType("vllm.compilation.monitor")
     monitor.cudagraph_capturing_enabled = True  # type: ignore[attr-defined]
 

@@ -30,6 +30,7 @@ sits on the replay hot path (once per piecewise segment per step).
 
 from __future__ import annotations
 
+import operator
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -46,14 +47,18 @@ _BY_CAPACITY_ATTR = "_vllm_omni_entries_by_capacity"
 # static-shape decode path on the runner thread and read by every wrapper of the model.
 _capacity_lock = threading.Lock()
 _active_capacity: int | None = None
+# True once any capacity was set in this process. Until then no wrapper has per-capacity dicts, so
+# the hot path can skip `resolve_entries` entirely (one global read instead of a function call).
+_capacity_ever_set = False
 
 
 def set_static_shape_capacity(capacity: int) -> None:
     """Make `capacity` the active KV-capacity bucket (wrappers use its own entries dict)."""
     if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity <= 0:
         raise ValueError(f"static-shape capacity must be a positive int, got {capacity!r}")
-    global _active_capacity
+    global _active_capacity, _capacity_ever_set
     with _capacity_lock:
+        _capacity_ever_set = True
         _active_capacity = capacity
 
 
@@ -126,22 +131,37 @@ def make_guarded_call(
     monitor: Any,
     counters: GuardCounters,
 ) -> Callable[..., Any]:
-    """Build the patched `__call__` around `stock_call` (see the module docstring for the rule)."""
+    """Build the patched `__call__` around `stock_call` (see the module docstring for the rule).
 
-    def guarded_call(self: Any, *args: Any, **kwargs: Any) -> Any:
-        # Swap in the active capacity's dict first, so that a capture-window step captures into it
-        # and the stock call and the check below see the same entries.
-        entries = resolve_entries(self, entries_attr)
+    The conditions are a pure conjunction of reads, so they are tested cheapest-first and the first
+    one that fails hands the step to the stock call: the capture flag (one attribute read) settles
+    capture-window steps, the mode check settles eager steps, and a replay step costs one dict
+    `.get` on its descriptor plus one attribute read on the entry. The guard never replays itself:
+    the stock replay (input-address checks, syncs, version-specific details) stays the stock code's.
+    """
+    get_entries = operator.attrgetter(entries_attr)
+    get_graph = operator.attrgetter(graph_attr)
+
+    # `self` travels inside `args`: re-splatting `(self, *args)` into the stock call would build a
+    # new tuple per call, measurably the largest single cost of a pass-through wrapper.
+    def guarded_call(*args: Any, **kwargs: Any) -> Any:
+        self = args[0]
+        if _capacity_ever_set:
+            # Swap in the active capacity's dict first, so that a capture-window step captures into
+            # it and the stock call and the check below see the same entries.
+            resolve_entries(self, entries_attr)
+        if monitor.cudagraph_capturing_enabled:  # read live: the runner flips it after capture
+            return stock_call(*args, **kwargs)
         if is_forward_context_available is not None and not is_forward_context_available():
-            return stock_call(self, *args, **kwargs)
+            return stock_call(*args, **kwargs)
         context = get_forward_context()
         mode = context.cudagraph_runtime_mode
-        if mode == mode_none or mode != self.runtime_mode or monitor.cudagraph_capturing_enabled:
-            return stock_call(self, *args, **kwargs)
+        if mode is mode_none or mode != self.runtime_mode:
+            return stock_call(*args, **kwargs)
         descriptor = context.batch_descriptor
-        entry = entries.get(descriptor)
-        if entry is not None and getattr(entry, graph_attr) is not None:
-            return stock_call(self, *args, **kwargs)
+        entry = get_entries(self).get(descriptor)
+        if entry is not None and get_graph(entry) is not None:
+            return stock_call(*args, **kwargs)  # captured: the stock call replays
         capacity = _active_capacity
         if counters.record(descriptor, capacity):
             logger.warning(
@@ -150,7 +170,7 @@ def make_guarded_call(
                 descriptor,
                 capacity,
             )
-        return self.runnable(*args, **kwargs)
+        return self.runnable(*args[1:], **kwargs)
 
     setattr(guarded_call, GUARD_MARKER, True)
     guarded_call.__wrapped__ = stock_call  # type: ignore[attr-defined]
@@ -178,7 +198,13 @@ def bind_vllm_symbols() -> tuple[Any, Callable[[], Any], Callable[[], bool] | No
 
 
 class GuardInstaller:
-    """Install / uninstall the guard on one wrapper class, named by module path (imported lazily)."""
+    """Install / uninstall the guard on one wrapper class, named by module path (imported lazily).
+
+    It remembers every class it patched together with that class's stock `__call__`, and
+    `uninstall()` restores those classes themselves rather than whatever the module path resolves
+    to at that moment: a test that swaps the module (fake vllm vs the real one) cannot make it
+    restore the wrong class or leave a patched one behind.
+    """
 
     def __init__(self, *, platform: str, module: str, class_name: str, entries_attr: str, graph_attr: str) -> None:
         self.module = module
@@ -186,10 +212,10 @@ class GuardInstaller:
         self.entries_attr = entries_attr
         self.graph_attr = graph_attr
         self.counters = GuardCounters(platform=platform)
-        self._original: Any = None
+        self._patched: dict[type, Callable[..., Any]] = {}
         self._lock = threading.Lock()
 
-    def _wrapper_cls(self) -> Any:
+    def _wrapper_cls(self) -> type:
         import importlib
 
         return getattr(importlib.import_module(self.module), self.class_name)
@@ -197,12 +223,13 @@ class GuardInstaller:
     def install(self) -> None:
         with self._lock:
             wrapper_cls = self._wrapper_cls()
-            if is_guarded(wrapper_cls.__call__):
+            stock_call = wrapper_cls.__call__
+            if is_guarded(stock_call):
                 return
             mode_none, get_forward_context, is_available, monitor = bind_vllm_symbols()
-            self._original = wrapper_cls.__call__
-            wrapper_cls.__call__ = make_guarded_call(
-                self._original,
+            self._patched[wrapper_cls] = stock_call
+            wrapper_cls.__call__ = make_guarded_call(  # type: ignore[method-assign]
+                stock_call,
                 entries_attr=self.entries_attr,
                 graph_attr=self.graph_attr,
                 mode_none=mode_none,
@@ -214,9 +241,7 @@ class GuardInstaller:
 
     def uninstall(self) -> None:
         with self._lock:
-            if self._original is None:
-                return
-            wrapper_cls = self._wrapper_cls()
-            if is_guarded(wrapper_cls.__call__):
-                wrapper_cls.__call__ = self._original
-            self._original = None
+            for wrapper_cls, stock_call in self._patched.items():
+                if is_guarded(wrapper_cls.__call__):
+                    wrapper_cls.__call__ = stock_call  # type: ignore[method-assign]
+            self._patched.clear()

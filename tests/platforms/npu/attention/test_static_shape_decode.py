@@ -18,6 +18,7 @@ from vllm_omni.platforms.npu.attention import static_shape_decode
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 
 DESC = BatchDescriptor(num_tokens=8, num_reqs=8, uniform=True)
+DESC_OTHER = BatchDescriptor(num_tokens=16, num_reqs=16, uniform=True)
 
 
 @dataclass
@@ -143,6 +144,18 @@ def test_capture_window_captures_then_replays(env: tuple[Any, Target]) -> None:
     fake.monitor.set_cudagraph_capturing_enabled(False)
     assert wrapper(9) == 4  # replay returns the captured output
     assert entry.graph.replays == 1 and runnable.calls == 1
+
+
+def test_keyword_arguments_reach_the_runnable_on_every_path(env: tuple[Any, Target]) -> None:
+    fake, target = env
+    target.install()
+    wrapper, runnable = _wrapper(target)
+    _decode_step(fake)
+    assert wrapper(x=2) == 4  # capture window: the stock call captures
+    fake.monitor.set_cudagraph_capturing_enabled(False)
+    assert wrapper(x=9) == 4 and runnable.calls == 1  # replay
+    fake.set_context(ForwardContext(cudagraph_runtime_mode=CUDAGraphMode.PIECEWISE, batch_descriptor=DESC_OTHER))
+    assert wrapper(x=5) == 10 and runnable.calls == 2  # never captured: eager through the guard
 
 
 @pytest.mark.parametrize(
