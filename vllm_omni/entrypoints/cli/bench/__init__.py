@@ -15,6 +15,7 @@ from vllm_omni.entrypoints.cli.types import CLISubcommand
 BENCH_SUBCOMMANDS: tuple[str, ...] = (
     "vllm_omni.entrypoints.cli.bench.spk_embedding",
     "vllm_omni.entrypoints.cli.bench.seed_tts",
+    "vllm_omni.entrypoints.cli.bench.token2wav",
 )
 
 

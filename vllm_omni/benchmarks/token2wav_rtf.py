@@ -1,0 +1,901 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Real-time factor of the end-to-end Token2Wav stage, and where its time goes.
+
+The stage is served two ways (a whole utterance at once, or 25-token chunks as the LLM emits
+them) and each request pays for its reference voice first. An operator sizing a deployment needs
+to know, on the host at hand: how many seconds of audio one second of compute buys (RTF), how long
+a listener waits for the first audio of a stream, which component dominates (prompt preparation,
+flow model, HiFT vocoder), and what the speaker-embedding path and the prompt cache change. This
+module measures all of it through the public `StepAudio2Token2WavCore` API on a token2wav
+directory (by default the deterministic full-size stand-in: the shipped geometry with random
+weights, so the costs are real and the audio is noise).
+
+What one run measures (seeded random speech tokens, the shipped real speech clip as the voice):
+
+| mode     | timed calls                                                          | new voice each run       |
+|----------|----------------------------------------------------------------------|--------------------------|
+| `whole`  | `core(tokens, prompt)`                                               | prompt cache cleared     |
+| `stream` | `core.set_stream_cache(prompt)`, then `core.stream(chunk, ...)` per  | prompt cache cleared,    |
+|          | `stream_chunks(tokens)` chunk (25 tokens + 3 lookahead)              | no flow-setup cache      |
+
+Per-component split: while a run is timed, the core's `prepare_prompt`, the flow model's
+`setup_cache` / `inference` / `inference_chunk` and the HiFT module's forward are wrapped by a
+clock that synchronises the platform before and after each call (`_ComponentClock`); the wrappers
+are removed when the run ends. `other` is the rest of the run (token checks, cross-fade, copies).
+The split shown is that of the median run (by total), so its parts add up to its total.
+
+Prompt preparation (`prepare_prompt(prompt, with_tokens=True)`: decode, resample, fbank, speaker
+embedding, speech tokens, 24 kHz mel) is timed separately per speaker path:
+
+| case     | speaker embedding                                                                    |
+|----------|--------------------------------------------------------------------------------------|
+| `ort`    | the onnxruntime CPU fallback (upstream behaviour), cache cleared before each call     |
+| `device` | the device path: `enable_device_spk_embedding()`; where the recorded CPU policy keeps |
+|          | onnxruntime, the torch CAM++ on the device is installed explicitly so a device path is |
+|          | measured at all (the row says which backend ran)                                      |
+| `cached` | a prompt-cache hit (digest + lookup + copy), what every repeated voice pays            |
+
+Derived columns: RTF = total / audio seconds; "RTF after setup" leaves out what a known voice does
+not pay again (whole: `prepare_prompt`; stream: `set_stream_cache`); "1st audio" is when a listener
+hears the first sample of a new voice (stream: setup + first chunk; whole: the whole call).
+
+The report object is filled while the run progresses, so an interrupted run still has what was
+measured. Rendering (table, JSON, PNG) is at the bottom of this module.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import math
+import os
+import platform as py_platform
+import statistics
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Final
+
+import numpy as np
+import torch
+
+from vllm_omni.atomic_io import write_bytes_atomic
+from vllm_omni.logger import init_logger
+
+logger = init_logger(__name__)
+
+SCHEMA: Final = "vllm-omni/bench-token2wav/1"
+TOKENS_PER_SECOND: Final = 25
+SAMPLES_PER_TOKEN: Final = 2 * 480  # 2 mel frames per token, 480 samples per frame
+OUTPUT_RATE: Final = 24_000
+SPEECH_VOCAB: Final = 6561
+COMPONENTS: Final = ("prompt", "flow_setup", "flow", "vocoder", "other")
+PROMPT_CASES: Final = ("ort", "device", "cached")
+# The streaming caches hold at most ~16.9 s of prompt (844 mel frames, see token2wav_synthesis.md).
+MAX_PROMPT_SECONDS: Final = 16.0
+MIN_PROMPT_SECONDS: Final = 0.5
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Sizes of a run that depend on the device class: the issue's on an accelerator, smaller on CPU."""
+
+    gen_seconds: float
+    prompt_seconds: float
+    n_timesteps: int
+    runs: int
+    warmup: int
+    prompt_calls: int
+
+
+# The issue's benchmark (10 s of tokens, 10 Euler steps). On a CPU the full-size flow runs at RTF ~5-10
+# (docs/design/token2wav_synthesis.md), so the CPU default keeps a run to minutes: 2 s, 5 steps.
+ACCELERATOR_PLAN: Final = Plan(gen_seconds=10.0, prompt_seconds=3.0, n_timesteps=10, runs=5, warmup=1, prompt_calls=20)
+CPU_PLAN: Final = Plan(gen_seconds=2.0, prompt_seconds=3.0, n_timesteps=5, runs=3, warmup=1, prompt_calls=10)
+FAST_PLAN: Final = Plan(gen_seconds=1.2, prompt_seconds=1.0, n_timesteps=2, runs=1, warmup=0, prompt_calls=3)
+
+
+def default_plan(device_type: str, *, fast: bool = False) -> Plan:
+    if fast:
+        return FAST_PLAN
+    return CPU_PLAN if device_type == "cpu" else ACCELERATOR_PLAN
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """What to measure. The CLI fills it (plan defaults resolved); `validate()` checks what the run relies on."""
+
+    model_dir: Path | None = None  # None: the deterministic stand-in (full size unless `reduced`)
+    reduced: bool = False
+    device: str = "auto"
+    gen_seconds: float = CPU_PLAN.gen_seconds
+    prompt_seconds: float = CPU_PLAN.prompt_seconds
+    n_timesteps: int = CPU_PLAN.n_timesteps
+    runs: int = CPU_PLAN.runs
+    warmup: int = CPU_PLAN.warmup
+    prompt_calls: int = CPU_PLAN.prompt_calls
+    threads: int = 2
+    seed: int = 0
+    plan: str = "cpu"  # which default plan the unspecified sizes came from: cpu, accelerator, fast, explicit
+
+    def validate(self) -> None:
+        if self.model_dir is not None and self.reduced:
+            raise ValueError("reduced selects the stand-in; it cannot be combined with a model_dir")
+        if not math.isfinite(self.gen_seconds) or round(self.gen_seconds * TOKENS_PER_SECOND) < 1:
+            raise ValueError(f"gen_seconds must give at least one 25 Hz token, got {self.gen_seconds}")
+        if not MIN_PROMPT_SECONDS <= self.prompt_seconds <= MAX_PROMPT_SECONDS:
+            raise ValueError(
+                f"prompt_seconds must be in [{MIN_PROMPT_SECONDS}, {MAX_PROMPT_SECONDS}] (the streaming caches "
+                f"hold at most ~16.9 s of prompt), got {self.prompt_seconds}"
+            )
+        for name, low in (("n_timesteps", 1), ("runs", 1), ("warmup", 0), ("prompt_calls", 1), ("threads", 1)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+
+    @property
+    def gen_tokens(self) -> int:
+        return round(self.gen_seconds * TOKENS_PER_SECOND)
+
+    @property
+    def audio_seconds(self) -> float:
+        return self.gen_tokens * SAMPLES_PER_TOKEN / OUTPUT_RATE
+
+
+class BenchSetupError(Exception):
+    """An input of the run (token2wav directory, device) cannot be used; the message says which and why."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Report
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class PromptCase:
+    """`prepare_prompt(prompt, with_tokens=True)` of one speaker path (milliseconds)."""
+
+    case: str
+    backend: str
+    calls_ms: list[float]
+    note: str = ""
+
+    @property
+    def median_ms(self) -> float:
+        return statistics.median(self.calls_ms)
+
+    @property
+    def p90_ms(self) -> float:
+        ordered = sorted(self.calls_ms)
+        return ordered[min(len(ordered) - 1, math.ceil(0.9 * len(ordered)) - 1)]
+
+
+@dataclass
+class SynthesisRun:
+    """One timed request: its wall time, the component split, and (stream) setup and per-chunk times."""
+
+    total_s: float
+    components_s: dict[str, float]
+    samples: int
+    setup_s: float | None = None
+    chunks_s: list[float] | None = None
+    #: stream: per chunk, the seconds its `stream()` call spent in each instrumented component
+    chunk_components_s: list[dict[str, float]] | None = None
+
+
+@dataclass
+class ModeResult:
+    """The runs of one mode (`whole` or `stream`) and the medians the table shows."""
+
+    mode: str
+    audio_seconds: float
+    runs: list[SynthesisRun] = field(default_factory=list)
+
+    def median_run(self) -> SynthesisRun:
+        ordered = sorted(self.runs, key=lambda r: r.total_s)
+        return ordered[(len(ordered) - 1) // 2]
+
+    def summary(self) -> dict[str, Any]:
+        totals = [r.total_s for r in self.runs]
+        setups = [r.total_s - (r.setup_s if r.setup_s is not None else r.components_s["prompt"]) for r in self.runs]
+        out: dict[str, Any] = {
+            "median_total_s": statistics.median(totals),
+            "rtf": statistics.median(totals) / self.audio_seconds,
+            "rtf_after_setup": statistics.median(setups) / self.audio_seconds,
+            "median_first_audio_s": statistics.median(totals),
+            "median_setup_s": None,
+            "median_first_chunk_s": None,
+            "median_chunks_s": None,
+            "split_of_median_run_s": dict(self.median_run().components_s),
+        }
+        streamed = [(r.setup_s, r.chunks_s) for r in self.runs if r.setup_s is not None and r.chunks_s]
+        if self.mode == "stream" and streamed:
+            out["median_setup_s"] = statistics.median(setup for setup, _ in streamed)
+            out["median_first_chunk_s"] = statistics.median(chunks[0] for _, chunks in streamed)
+            out["median_first_audio_s"] = statistics.median(setup + chunks[0] for setup, chunks in streamed)
+            count = min(len(chunks) for _, chunks in streamed)
+            out["median_chunks_s"] = [statistics.median(chunks[i] for _, chunks in streamed) for i in range(count)]
+        return out
+
+
+@dataclass
+class BenchReport:
+    """Everything one run produced; `to_dict()` is the JSON document."""
+
+    config: dict[str, Any]
+    command: str = ""
+    environment: dict[str, Any] = field(default_factory=dict)
+    weights: dict[str, Any] = field(default_factory=dict)
+    backends: dict[str, str] = field(default_factory=dict)
+    load_s: float | None = None
+    prompt_cases: list[PromptCase] = field(default_factory=list)
+    modes: list[ModeResult] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    complete: bool = False
+
+    def mode(self, name: str) -> ModeResult | None:
+        return next((m for m in self.modes if m.mode == name), None)
+
+    def prompt_case(self, name: str) -> PromptCase | None:
+        return next((c for c in self.prompt_cases if c.case == name), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        ort = self.prompt_case("ort")
+        cases = []
+        for c in self.prompt_cases:
+            cases.append(
+                {
+                    "case": c.case,
+                    "backend": c.backend,
+                    "median_ms": c.median_ms,
+                    "p90_ms": c.p90_ms,
+                    "calls": len(c.calls_ms),
+                    "ratio_vs_ort": c.median_ms / ort.median_ms if ort is not None else None,
+                    "note": c.note,
+                    "calls_ms": c.calls_ms,
+                }
+            )
+        modes = []
+        for m in self.modes:
+            if not m.runs:
+                continue
+            modes.append(
+                {
+                    "mode": m.mode,
+                    "audio_seconds": m.audio_seconds,
+                    **m.summary(),
+                    "runs": [asdict(r) for r in m.runs],
+                }
+            )
+        return {
+            "schema": SCHEMA,
+            "benchmark": "token2wav_rtf",
+            "complete": self.complete,
+            "command": self.command,
+            "config": self.config,
+            "environment": self.environment,
+            "weights": self.weights,
+            "backends": self.backends,
+            "load_s": self.load_s,
+            "components": list(COMPONENTS),
+            "prompt_prep": cases,
+            "synthesis": modes,
+            "notes": self.notes,
+        }
+
+
+# ---------------------------------------------------------------------------------------------
+# The run
+# ---------------------------------------------------------------------------------------------
+
+
+class _ComponentClock:
+    """Attribute a request's wall time to the stage's components while it runs through the public API.
+
+    Wraps, on the instances only and only inside `with`, the calls the stage composes (see
+    `token2wav_synthesis.py`): the core's `prepare_prompt`, the flow's `setup_cache`, `inference`,
+    `inference_chunk`, and HiFT's forward (module hooks). Each wrapped call is bracketed by
+    `synchronize()`, so asynchronous device work is billed to the component that queued it.
+    """
+
+    _METHODS: Final = (
+        ("core", "prepare_prompt", "prompt"),
+        ("flow", "setup_cache", "flow_setup"),
+        ("flow", "inference", "flow"),
+        ("flow", "inference_chunk", "flow"),
+    )
+
+    def __init__(self, core: Any, sync: Callable[[], None]) -> None:
+        self._objects = {"core": core, "flow": core.flow}
+        self._hift = core.hift
+        self._sync = sync
+        self.seconds: dict[str, float] = dict.fromkeys(COMPONENTS, 0.0)
+        self._hooks: list[Any] = []
+        self._vocoder_start: float | None = None
+
+    def reset(self) -> None:
+        self.seconds = dict.fromkeys(COMPONENTS, 0.0)
+
+    def _timed(self, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            self._sync()
+            start = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self._sync()
+                self.seconds[name] += time.perf_counter() - start
+
+        return timed
+
+    def _vocoder_pre(self, *_: Any) -> None:
+        self._sync()
+        self._vocoder_start = time.perf_counter()
+
+    def _vocoder_post(self, *_: Any) -> None:
+        self._sync()
+        if self._vocoder_start is not None:
+            self.seconds["vocoder"] += time.perf_counter() - self._vocoder_start
+            self._vocoder_start = None
+
+    def __enter__(self) -> _ComponentClock:
+        for owner, attr, name in self._METHODS:
+            obj = self._objects[owner]
+            setattr(obj, attr, self._timed(name, getattr(obj, attr)))
+        self._hooks = [
+            self._hift.register_forward_pre_hook(self._vocoder_pre),
+            self._hift.register_forward_hook(self._vocoder_post),
+        ]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for owner, attr, _ in self._METHODS:
+            obj = self._objects[owner]
+            if attr in vars(obj):
+                delattr(obj, attr)
+        for handle in self._hooks:
+            handle.remove()
+        self._hooks = []
+
+
+@contextlib.contextmanager
+def _torch_threads(threads: int) -> Iterator[None]:
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+def prompt_audio(seconds: float) -> tuple[np.ndarray, int]:
+    """The shipped real speech clip cut (or tiled) to `seconds`: the reference voice of every request."""
+    from vllm_omni.assets.audio import speech_sample
+
+    speech, rate = speech_sample()
+    want = int(round(seconds * rate))
+    reps = -(-want // speech.shape[0])
+    return np.ascontiguousarray(np.tile(speech, reps)[:want], dtype=np.float32), rate
+
+
+def speech_tokens(count: int, seed: int) -> list[int]:
+    """`count` seeded random 25 Hz codes in [0, 6561) (stand-in weights make any ids equally costly)."""
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randint(0, SPEECH_VOCAB, (count,), generator=generator).tolist()
+
+
+def resolve_model_dir(config: BenchConfig, stage: Callable[[str], None]) -> tuple[Path, dict[str, Any]]:
+    """(token2wav directory, description for the report); generates the stand-in on first use."""
+    if config.model_dir is not None:
+        path = Path(config.model_dir).expanduser()
+        if not path.is_dir():
+            raise BenchSetupError(f"--model-dir {path}: not a directory")
+        return path, {"kind": "model-dir", "path": str(path)}
+    from vllm_omni.model_executor.models.step_audio2.standin import ensure_standin_token2wav_dir
+
+    size = "reduced" if config.reduced else "full"
+    stage(f"stand-in token2wav directory ({size} size; the first full-size use writes ~1.2 GB, minutes)")
+    start = time.perf_counter()
+    path = ensure_standin_token2wav_dir(reduced=config.reduced, seed=config.seed)
+    return path, {
+        "kind": f"stand-in ({size} size)",
+        "path": str(path),
+        "seed": config.seed,
+        "ensure_s": time.perf_counter() - start,
+        "note": "seeded random weights: costs are real, the audio is noise",
+    }
+
+
+def _environment(device: torch.device, threads: int) -> dict[str, Any]:
+    from vllm_omni import platforms
+    from vllm_omni.benchmarks.spk_embedding import usable_cores
+    from vllm_omni.version import __version__
+
+    try:
+        import onnxruntime
+
+        ort_version: str | None = onnxruntime.__version__
+    except ImportError:
+        ort_version = None
+    platform = platforms.current_omni_platform
+    cpu = _cpu_model()
+    return {
+        "python": py_platform.python_version(),
+        "os": f"{py_platform.system()} {py_platform.release()}",
+        "cpu": cpu,
+        "cpu_count": os.cpu_count(),
+        "usable_cores": usable_cores(),
+        "torch": torch.__version__,
+        "onnxruntime": ort_version,
+        "platform": platform.device_type,
+        "device": str(device),
+        "device_name": platform.get_device_name(device.index) if device.type != "cpu" else cpu,
+        "threads": threads,
+        "loadavg_start": _load_average(),
+        "loadavg_end": None,
+        "timestamp_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "vllm_omni": __version__,
+    }
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return py_platform.processor() or py_platform.machine()
+
+
+def _load_average() -> list[float] | None:
+    try:
+        return [round(v, 2) for v in os.getloadavg()]
+    except (OSError, AttributeError):
+        return None
+
+
+def _config_dict(config: BenchConfig) -> dict[str, Any]:
+    out = asdict(config)
+    out["model_dir"] = str(config.model_dir) if config.model_dir is not None else None
+    out["gen_tokens"] = config.gen_tokens
+    out["audio_seconds"] = config.audio_seconds
+    return out
+
+
+class Token2WavBenchmark:
+    """One run of the report. `run()` fills `self.report` step by step (so Ctrl-C keeps what was measured)."""
+
+    def __init__(self, config: BenchConfig, stage: Callable[[str], None] | None = None) -> None:
+        config.validate()
+        self.config = config
+        self.report = BenchReport(config=_config_dict(config))
+        self._stage = stage if stage is not None else (lambda text: logger.info("%s", text))
+
+    def run(self) -> BenchReport:
+        with _torch_threads(self.config.threads):
+            try:
+                self._run()
+            finally:
+                if self.report.environment:
+                    self.report.environment["loadavg_end"] = _load_average()
+        self.report.complete = True
+        return self.report
+
+    def _run(self) -> None:
+        from vllm_omni import platforms
+        from vllm_omni.benchmarks.spk_embedding import resolve_device
+        from vllm_omni.model_executor.models.step_audio2.step_audio2_token2wav import StepAudio2Token2WavCore
+
+        cfg = self.config
+        try:
+            device = resolve_device(cfg.device)
+        except (ValueError, RuntimeError) as exc:
+            raise BenchSetupError(f"--device {cfg.device}: {exc}") from exc
+        platform = platforms.current_omni_platform
+
+        def sync() -> None:
+            platform.synchronize(device)
+
+        self.report.environment = _environment(device, cfg.threads)
+        model_dir, self.report.weights = resolve_model_dir(cfg, self._stage)
+        core = StepAudio2Token2WavCore(
+            model_dir,
+            device=device,
+            n_timesteps=cfg.n_timesteps,
+            ort_intra_op_threads=cfg.threads,
+            stream_setup_cache_size=0,  # every stream run sets its voice up from scratch
+            seed=cfg.seed,
+        )
+        self._stage(f"loading speech tokenizer, flow and HiFT on {device}")
+        start = time.perf_counter()
+        try:
+            core.check_assets()
+            core.flow  # noqa: B018 - loads the synthesis models
+        except (FileNotFoundError, ValueError, RuntimeError, OSError) as exc:
+            raise BenchSetupError(f"token2wav directory {model_dir}: {exc}") from exc
+        sync()
+        self.report.load_s = time.perf_counter() - start
+
+        serving, ort, device_path, note = self._speaker_backends(core, model_dir, device)
+        self.report.backends = {
+            "serving_speaker": serving.name,
+            "device_speaker": device_path.name,
+            "ort_speaker": ort.name,
+            "speech_tokenizer": core.speech_tokenizer.name,
+            "flow_dtype": "fp16" if core.float16 else "fp32",
+        }
+        prompt = prompt_audio(cfg.prompt_seconds)
+        self._measure_prompt_path(core, prompt, {"ort": ort, "device": device_path, "cached": serving}, note, sync)
+
+        core.install_spk_backend(serving)
+        tokens = speech_tokens(cfg.gen_tokens, cfg.seed)
+        if cfg.warmup:
+            self._stage(f"warm-up ({cfg.warmup}x a 1 s utterance, whole and streaming)")
+            short = tokens[: min(len(tokens), TOKENS_PER_SECOND)]
+            for _ in range(cfg.warmup):
+                core(short, prompt)
+                state = core.set_stream_cache(prompt)
+                core.stream(short, last_chunk=True, return_waveform=True, state=state)
+                sync()
+        whole = ModeResult("whole", cfg.audio_seconds)
+        stream = ModeResult("stream", cfg.audio_seconds)
+        self.report.modes = [whole, stream]
+        with _ComponentClock(core, sync) as clock:
+            for index in range(cfg.runs):
+                self._stage(f"run {index + 1}/{cfg.runs}: whole utterance ({cfg.gen_seconds:g} s)")
+                whole.runs.append(self._whole_run(core, clock, tokens, prompt, sync))
+                self._stage(f"run {index + 1}/{cfg.runs}: streaming ({cfg.gen_seconds:g} s in 25-token chunks)")
+                stream.runs.append(self._stream_run(core, clock, tokens, prompt, sync))
+
+    def _speaker_backends(self, core: Any, model_dir: Path, device: torch.device) -> tuple[Any, Any, Any, str]:
+        """(serving backend, ORT fallback, device path, note on how the device path was chosen)."""
+        from vllm_omni.model_executor.models.cosyvoice3.speaker_embedding import select_speaker_embedding_backend
+        from vllm_omni.model_executor.models.cosyvoice3.speaker_embedding_torch import get_campplus_torch
+
+        onnx = core.asset_path(core.assets.speaker_model)
+        ort = select_speaker_embedding_backend(
+            onnx, device, request="fallback", ort_intra_op_threads=self.config.threads
+        )
+        self._stage("building the device speaker-embedding path")
+        core.enable_device_spk_embedding()
+        serving = core.spk_model
+        if serving.name.startswith("onnxruntime"):
+            device_path = get_campplus_torch(onnx, device, seg_pool_mode=core.spk_seg_pool_mode)
+            note = (
+                f"the {device.type} policy keeps {serving.name} for enable_device_spk_embedding(); "
+                f"the torch CAM++ ({device_path.name}) is measured explicitly as the device path"
+            )
+            self.report.notes.append(note)
+            return serving, ort, device_path, note
+        return serving, ort, serving, ""
+
+    def _measure_prompt_path(
+        self,
+        core: Any,
+        prompt: tuple[np.ndarray, int],
+        backends: dict[str, Any],
+        device_note: str,
+        sync: Callable[[], None],
+    ) -> None:
+        calls = self.config.prompt_calls
+        self._stage(f"prompt preparation: {calls} calls per speaker path ({', '.join(PROMPT_CASES)})")
+        cases = {
+            name: PromptCase(name, backends[name].name if name != "cached" else f"hit ({backends[name].name})", [])
+            for name in PROMPT_CASES
+        }
+        cases["device"].note = device_note
+        self.report.prompt_cases = list(cases.values())
+        for name in ("ort", "device", "cached"):  # first call of each path: sessions, engines, constants
+            core.install_spk_backend(backends[name])
+            core.clear_prompt_cache()
+            core.prepare_prompt(prompt, with_tokens=True)
+        # Blocks of calls per path, cycled, so load drift on a shared host reaches every path; one backend
+        # install per block (installing is cheap but logs).
+        rounds = min(3, calls)
+        for round_index in range(rounds):
+            per_round = calls // rounds + (1 if round_index < calls % rounds else 0)
+            for name in PROMPT_CASES:
+                core.install_spk_backend(backends[name])
+                if name == "cached":
+                    core.prepare_prompt(prompt, with_tokens=True)  # the entry every timed call hits
+                for _ in range(per_round):
+                    if name != "cached":
+                        core.clear_prompt_cache()
+                    sync()
+                    start = time.perf_counter()
+                    core.prepare_prompt(prompt, with_tokens=True)
+                    sync()
+                    cases[name].calls_ms.append((time.perf_counter() - start) * 1e3)
+        core.clear_prompt_cache()
+
+    def _whole_run(
+        self,
+        core: Any,
+        clock: _ComponentClock,
+        tokens: list[int],
+        prompt: tuple[np.ndarray, int],
+        sync: Callable[[], None],
+    ) -> SynthesisRun:
+        core.clear_prompt_cache()
+        clock.reset()
+        sync()
+        start = time.perf_counter()
+        audio = core(tokens, prompt)
+        sync()
+        total = time.perf_counter() - start
+        _check_audio(audio, len(tokens), "whole utterance")
+        return SynthesisRun(total_s=total, components_s=_split(clock.seconds, total), samples=int(audio.shape[-1]))
+
+    def _stream_run(
+        self,
+        core: Any,
+        clock: _ComponentClock,
+        tokens: list[int],
+        prompt: tuple[np.ndarray, int],
+        sync: Callable[[], None],
+    ) -> SynthesisRun:
+        from vllm_omni.model_executor.models.step_audio2.token2wav_stream import stream_chunks
+
+        core.clear_prompt_cache()
+        clock.reset()
+        sync()
+        start = time.perf_counter()
+        state = core.set_stream_cache(prompt)
+        sync()
+        setup = time.perf_counter() - start
+        chunks_s, pieces, chunk_parts = [], [], []
+        for chunk, last in stream_chunks(tokens):
+            before = dict(clock.seconds)
+            chunk_start = time.perf_counter()
+            pieces.append(core.stream(chunk, last_chunk=last, return_waveform=True, state=state))
+            sync()
+            chunks_s.append(time.perf_counter() - chunk_start)
+            chunk_parts.append(_split({k: clock.seconds[k] - before[k] for k in COMPONENTS}, chunks_s[-1]))
+        total = setup + sum(chunks_s)
+        audio = torch.cat(pieces, dim=-1)
+        _check_audio(audio, len(tokens), "streaming")
+        return SynthesisRun(
+            total_s=total,
+            components_s=_split(clock.seconds, total),
+            samples=int(audio.shape[-1]),
+            setup_s=setup,
+            chunks_s=chunks_s,
+            chunk_components_s=chunk_parts,
+        )
+
+
+def _split(seconds: dict[str, float], total: float) -> dict[str, float]:
+    parts = {name: seconds[name] for name in COMPONENTS if name != "other"}
+    parts["other"] = max(total - sum(parts.values()), 0.0)
+    return parts
+
+
+def _check_audio(audio: torch.Tensor, tokens: int, what: str) -> None:
+    want = tokens * SAMPLES_PER_TOKEN
+    if audio.shape[-1] != want or not bool(torch.isfinite(audio).all()):
+        raise RuntimeError(
+            f"{what}: got {audio.shape[-1]} samples (finite: {bool(torch.isfinite(audio).all())}), expected {want} "
+            "finite samples; the stage is broken, timings would be meaningless"
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# Rendering: table, JSON, plot
+# ---------------------------------------------------------------------------------------------
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    return "-" if value is None or not math.isfinite(value) else format(value, spec)
+
+
+def header_lines(report: BenchReport) -> list[str]:
+    cfg, env, weights = report.config, report.environment, report.weights
+    lines = ["token2wav end-to-end: RTF, first audio, component split"]
+    if report.command:
+        lines.append(f"command: {report.command}")
+    if env:
+        lines.append(f"device {env['device']} ({env['device_name']}), {env['threads']} threads, torch {env['torch']}")
+        load = env.get("loadavg_start"), env.get("loadavg_end")
+        load_text = " -> ".join(f"{v[0]:.2f}" for v in load if v) or "n/a"
+        lines.append(f"cpu_count {env['cpu_count']}, loadavg (1 min) {load_text}, {env['timestamp_utc']}")
+    if weights:
+        lines.append(f"weights: {weights['kind']} {weights['path']}")
+        if "stand-in" in weights["kind"]:
+            lines.append(
+                "  STAND-IN: seeded random weights of the shipped geometry; costs are real, the audio is noise"
+            )
+    plan = {"cpu": "CPU default", "accelerator": "accelerator default", "fast": "--fast", "explicit": "explicit"}
+    lines.append(
+        f"generated {cfg['gen_seconds']:g} s ({cfg['gen_tokens']} tokens) + prompt {cfg['prompt_seconds']:g} s "
+        f"(real speech), n_timesteps {cfg['n_timesteps']}, {cfg['runs']} run(s) + {cfg['warmup']} warm-up "
+        f"[{plan.get(cfg['plan'], cfg['plan'])} sizes]"
+    )
+    if cfg["plan"] == "cpu":
+        lines.append(
+            "  (the issue's 10 s / n_timesteps 10 are the accelerator defaults; on CPU a run would take ~hour)"
+        )
+    if report.backends:
+        b = report.backends
+        lines.append(
+            f"serving speaker path {b['serving_speaker']}, speech tokenizer {b['speech_tokenizer']}, "
+            f"flow {b['flow_dtype']}; models loaded in {_fmt(report.load_s, '.1f')} s"
+        )
+    return lines
+
+
+def synthesis_lines(report: BenchReport) -> list[str]:
+    modes = [m for m in report.modes if m.runs]
+    if not modes:
+        return []
+    head = (
+        f"{'mode':<7}{'total s':>9}{'RTF':>8}{'RTF after':>11}{'1st chunk':>11}{'1st audio':>11}"
+        f"   split of the median run, s: {' / '.join(COMPONENTS)}"
+    )
+    sub = f"{'':<7}{'':>9}{'':>8}{'setup':>11}{'s':>11}{'s':>11}"
+    lines = ["synthesis, new voice per run (prompt cache cleared); medians of the runs", head, sub]
+    for m in modes:
+        s = m.summary()
+        split = " / ".join(_fmt(s["split_of_median_run_s"][c], ".2f") for c in COMPONENTS)
+        lines.append(
+            f"{m.mode:<7}{s['median_total_s']:>9.2f}{s['rtf']:>8.3f}{s['rtf_after_setup']:>11.3f}"
+            f"{_fmt(s['median_first_chunk_s'], '.2f'):>11}{s['median_first_audio_s']:>11.2f}   {split}"
+        )
+    stream = report.mode("stream")
+    if stream is not None and stream.runs:
+        s = stream.summary()
+        chunks = ", ".join(_fmt(v, ".2f") for v in s["median_chunks_s"] or [])
+        lines.append(f"stream: setup (set_stream_cache) {_fmt(s['median_setup_s'], '.2f')} s; chunks s: {chunks}")
+        parts = stream.median_run().chunk_components_s or []
+        if parts:
+            per_chunk = "; ".join(
+                f"#{i + 1} " + " / ".join(_fmt(p[c], ".2f") for c in ("flow", "vocoder", "other"))
+                for i, p in enumerate(parts)
+            )
+            lines.append(f"stream chunks of the median run, s (flow / vocoder / other): {per_chunk}")
+    return lines
+
+
+def prompt_lines(report: BenchReport) -> list[str]:
+    if not report.prompt_cases or not all(c.calls_ms for c in report.prompt_cases):
+        return []
+    ort = report.prompt_case("ort")
+    lines = [
+        f"prompt preparation (prepare_prompt with tokens, {report.config['prompt_seconds']:g} s prompt), "
+        f"{len(report.prompt_cases[0].calls_ms)} calls each",
+        f"{'case':<8}{'backend':<34}{'median ms':>10}{'p90 ms':>9}{'vs ort':>8}",
+    ]
+    for c in report.prompt_cases:
+        ratio = c.median_ms / ort.median_ms if ort is not None else float("nan")
+        lines.append(f"{c.case:<8}{c.backend:<34}{c.median_ms:>10.2f}{c.p90_ms:>9.2f}{ratio:>8.3f}")
+    lines += [f"note: {n}" for n in report.notes]
+    return lines
+
+
+def render_text(report: BenchReport) -> str:
+    parts = header_lines(report) + [""]
+    for block in (synthesis_lines(report), prompt_lines(report)):
+        if block:
+            parts += [*block, ""]
+    if not report.complete:
+        parts.append("PARTIAL: the run was interrupted; the numbers above are what was measured so far")
+    return "\n".join(parts).rstrip("\n") + "\n"
+
+
+def _finite(value: Any) -> Any:
+    # JSON has no NaN/Infinity: a non-finite measurement is written as null.
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
+def report_json(report: BenchReport) -> str:
+    return json.dumps(_finite(report.to_dict()), indent=2, allow_nan=False) + "\n"
+
+
+def write_json(report: BenchReport, path: Path) -> None:
+    write_bytes_atomic(path, report_json(report).encode())
+
+
+_COLORS: Final = {
+    "prompt": "#4c72b0",
+    "flow_setup": "#8172b2",
+    "flow": "#dd8452",
+    "vocoder": "#55a868",
+    "other": "#999999",
+}
+
+
+def plot_png(report: BenchReport) -> bytes:
+    """PNG bytes: component split per mode, per-chunk stream latency, prompt preparation per speaker path."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(14, 4.5), dpi=100)
+    FigureCanvasAgg(fig)
+    split_ax, chunk_ax, prompt_ax = fig.subplots(1, 3)
+    modes = [m for m in report.modes if m.runs]
+    for row, m in enumerate(modes):
+        s = m.summary()
+        left = 0.0
+        for name in COMPONENTS:
+            width = s["split_of_median_run_s"][name]
+            split_ax.barh(row, width, left=left, color=_COLORS[name], label=name if row == 0 else None)
+            left += width
+        split_ax.text(left, row, f"  RTF {s['rtf']:.2f}", va="center", fontsize=8)
+    split_ax.set_yticks(range(len(modes)), [m.mode for m in modes])
+    split_ax.set_xlabel("seconds (median run)")
+    split_ax.set_title("where the time goes")
+    if modes:
+        split_ax.legend(fontsize=7, loc="lower right")
+        split_ax.margins(x=0.25)
+    stream = report.mode("stream")
+    if stream is not None and stream.runs:
+        chunks = stream.summary()["median_chunks_s"] or []
+        chunk_ax.bar(range(1, len(chunks) + 1), chunks, color=_COLORS["flow"])
+        chunk_ax.set_xticks(range(1, len(chunks) + 1))
+        chunk_ax.axhline(1.0, color="gray", linestyle="--", linewidth=1, label="1 s = audio of a full chunk")
+        chunk_ax.legend(fontsize=7)
+    chunk_ax.set_xlabel("chunk (25 tokens = 1 s of audio)")
+    chunk_ax.set_ylabel("seconds (median over runs)")
+    chunk_ax.set_title("streaming: compute per chunk")
+    cases = [c for c in report.prompt_cases if c.calls_ms]
+    if cases:
+        prompt_ax.bar(
+            range(len(cases)), [c.median_ms for c in cases], color=["#c44e52", "#4c72b0", "#55a868"][: len(cases)]
+        )
+        prompt_ax.set_xticks(range(len(cases)), [f"{c.case}\n{c.backend}" for c in cases], fontsize=7)
+        prompt_ax.set_yscale("log")
+    prompt_ax.set_ylabel("ms per prepare_prompt (median, log)")
+    prompt_ax.set_title("prompt preparation by speaker path")
+    for axes in (split_ax, chunk_ax, prompt_ax):
+        axes.grid(True, alpha=0.3)
+    env, cfg = report.environment, report.config
+    title = (
+        f"token2wav on {env.get('device', '?')} ({env.get('threads', '?')} threads): "
+        f"{cfg['gen_seconds']:g} s generated, n_timesteps {cfg['n_timesteps']}"
+    )
+    if "stand-in" in report.weights.get("kind", ""):
+        title += f"  |  {report.weights['kind'].upper()}: cost only, audio is noise"
+    if not report.complete:
+        title += "  |  PARTIAL"
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png")
+    return buffer.getvalue()
+
+
+def write_plot(report: BenchReport, path: Path) -> None:
+    write_bytes_atomic(path, plot_png(report))
+
+
+__all__ = [
+    "ACCELERATOR_PLAN",
+    "COMPONENTS",
+    "CPU_PLAN",
+    "FAST_PLAN",
+    "PROMPT_CASES",
+    "SCHEMA",
+    "BenchConfig",
+    "BenchReport",
+    "BenchSetupError",
+    "ModeResult",
+    "Plan",
+    "PromptCase",
+    "SynthesisRun",
+    "Token2WavBenchmark",
+    "default_plan",
+    "plot_png",
+    "render_text",
+    "report_json",
+    "write_json",
+    "write_plot",
+]

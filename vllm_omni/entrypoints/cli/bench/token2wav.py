@@ -1,0 +1,227 @@
+# SPDX-License-Identifier: Apache-2.0
+"""`vllm-omni bench token2wav`: how fast is the end-to-end Token2Wav stage here, and where does the time go?
+
+Runs `vllm_omni.benchmarks.token2wav_rtf` on a token2wav directory (default: the deterministic
+full-size stand-in, generated on first use and cached under the vllm_omni cache folder; `--reduced`
+for the small one tests use; `--model-dir` for a real `token2wav/`). Prints a table and writes
+`token2wav_rtf_report.json` and `token2wav_rtf_report.png` to the current folder unless `--json` /
+`--plot` say elsewhere.
+
+Sizes follow the issue on an accelerator (10 s of speech tokens, 10 Euler steps, 5 runs); on a CPU
+the full-size flow runs several times slower than real time, so the CPU default is 2 s and 5 steps
+(3 runs), and the table and JSON say which defaults applied. Explicit options always win.
+
+Exit codes: 0 done; 2 usage error (bad option, unusable directory or device); 130 interrupted
+(the partial report is printed and its JSON written).
+
+This module only parses options (argparse); torch and the models are imported inside `run`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from vllm_omni.entrypoints.cli.types import CLIUsageError
+
+DEFAULT_JSON = "token2wav_rtf_report.json"
+DEFAULT_PLOT = "token2wav_rtf_report.png"
+MAX_DEFAULT_THREADS = 8
+MODEL_DIR_FILES = ("campplus.onnx", "speech_tokenizer_v2_25hz.onnx", "flow.yaml", "flow.pt", "hift.pt")
+
+
+def default_threads() -> int:
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, MAX_DEFAULT_THREADS))
+
+
+def check_device(text: str) -> str:
+    text = text.strip()
+    if text in ("auto", "cpu"):
+        return text
+    head, _, index = text.partition(":")
+    if head not in ("cuda", "npu") or (index and not index.isdigit()):
+        raise CLIUsageError(f"--device {text!r}: expected auto, cpu, cuda[:i] or npu[:i]")
+    return text
+
+
+def _device_type(device: str) -> str:
+    """`cpu`, `cuda` or `npu` for the resolved `--device` (auto asks the platform, which imports torch)."""
+    if device != "auto":
+        return device.split(":")[0]
+    from vllm_omni import platforms
+
+    return platforms.current_omni_platform.device_type
+
+
+def _positive_seconds(option: str, value: float | None) -> None:
+    if value is not None and (not math.isfinite(value) or value <= 0):
+        raise CLIUsageError(f"{option} must be a positive number of seconds, got {value}")
+
+
+def _at_least(option: str, value: int | None, low: int) -> None:
+    if value is not None and value < low:
+        raise CLIUsageError(f"{option} must be >= {low}, got {value}")
+
+
+def _model_dir(value: str | None) -> Path | None:
+    if value is None:
+        return None
+    path = Path(value).expanduser()
+    if not path.is_dir():
+        raise CLIUsageError(f"--model-dir {value}: no such directory")
+    missing = [name for name in MODEL_DIR_FILES if not (path / name).is_file()]
+    if missing:
+        raise CLIUsageError(
+            f"--model-dir {value}: missing {', '.join(missing)}; "
+            f"a token2wav directory holds {', '.join(MODEL_DIR_FILES)}"
+        )
+    return path
+
+
+def build_config(args: argparse.Namespace) -> Any:
+    """The validated `BenchConfig` for `args` (raises `CLIUsageError` for user mistakes)."""
+    if args.reduced and args.model_dir is not None:
+        raise CLIUsageError("--reduced selects the small stand-in; it cannot be combined with --model-dir")
+    device = check_device(args.device)
+    _positive_seconds("--gen-seconds", args.gen_seconds)
+    _positive_seconds("--prompt-seconds", args.prompt_seconds)
+    for option, low in (("n_timesteps", 1), ("runs", 1), ("threads", 1), ("warmup", 0), ("prompt_calls", 1)):
+        _at_least("--" + option.replace("_", "-"), getattr(args, option), low)
+    if args.gen_seconds is not None and round(args.gen_seconds * 25) < 1:
+        raise CLIUsageError(f"--gen-seconds {args.gen_seconds}: less than one 25 Hz speech token (0.04 s)")
+    for option in ("json", "plot"):
+        value = getattr(args, option)
+        if value is not None and Path(value).is_dir():
+            raise CLIUsageError(f"--{option} {value}: is a folder; give a file name")
+    model_dir = _model_dir(args.model_dir)
+
+    from vllm_omni.benchmarks.token2wav_rtf import (
+        MAX_PROMPT_SECONDS,
+        MIN_PROMPT_SECONDS,
+        BenchConfig,
+        default_plan,
+    )
+
+    if args.prompt_seconds is not None and not MIN_PROMPT_SECONDS <= args.prompt_seconds <= MAX_PROMPT_SECONDS:
+        raise CLIUsageError(
+            f"--prompt-seconds {args.prompt_seconds}: must be in [{MIN_PROMPT_SECONDS:g}, {MAX_PROMPT_SECONDS:g}] "
+            "(the streaming caches hold at most ~16.9 s of prompt)"
+        )
+    device_type = _device_type(device)
+    plan = default_plan(device_type, fast=args.fast)
+    sizes = {
+        "gen_seconds": args.gen_seconds,
+        "prompt_seconds": args.prompt_seconds,
+        "n_timesteps": args.n_timesteps,
+        "runs": args.runs,
+        "warmup": args.warmup,
+        "prompt_calls": args.prompt_calls,
+    }
+    explicit = all(value is not None for value in sizes.values())
+    resolved = {name: getattr(plan, name) if value is None else value for name, value in sizes.items()}
+    plan_name = (
+        "explicit" if explicit else ("fast" if args.fast else ("cpu" if device_type == "cpu" else "accelerator"))
+    )
+    return BenchConfig(
+        model_dir=model_dir,
+        reduced=args.reduced,
+        device=device,
+        threads=default_threads() if args.threads is None else args.threads,
+        seed=args.seed,
+        plan=plan_name,
+        **resolved,
+    )
+
+
+class Token2WavSubcommand:
+    name = "token2wav"
+    help = "end-to-end Token2Wav stage: RTF, first-chunk latency, component split, speaker paths"
+
+    def add_cli_args(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument(
+            "--model-dir",
+            metavar="DIR",
+            help="token2wav directory (campplus.onnx, speech_tokenizer_v2_25hz.onnx, flow.yaml, flow.pt, hift.pt); "
+            "default: the deterministic full-size stand-in (~1.2 GB, generated on first use; random weights)",
+        )
+        parser.add_argument(
+            "--reduced", action="store_true", help="use the reduced stand-in (small widths; for tests, not numbers)"
+        )
+        parser.add_argument("--device", default="auto", help="auto (serving device), cpu, cuda[:i] or npu[:i]")
+        parser.add_argument(
+            "--gen-seconds", type=float, metavar="S", help="seconds of speech tokens to synthesise (default 10, CPU 2)"
+        )
+        parser.add_argument(
+            "--prompt-seconds", type=float, metavar="S", help="seconds of the reference voice (default 3)"
+        )
+        parser.add_argument(
+            "--n-timesteps", type=int, metavar="N", help="flow-matching Euler steps (default 10, CPU 5)"
+        )
+        parser.add_argument("--runs", type=int, metavar="N", help="timed runs per mode (default 5, CPU 3)")
+        parser.add_argument("--warmup", type=int, metavar="N", help="untimed 1 s warm-up requests (default 1)")
+        parser.add_argument(
+            "--prompt-calls",
+            type=int,
+            metavar="N",
+            help="timed prepare_prompt calls per speaker path (default 20, CPU 10)",
+        )
+        parser.add_argument(
+            "--threads",
+            type=int,
+            metavar="N",
+            help=f"torch threads and onnxruntime intra-op threads (default: usable cores, <= {MAX_DEFAULT_THREADS})",
+        )
+        parser.add_argument("--seed", type=int, default=0, help="stand-in weights, speech tokens and NSF noise seed")
+        parser.add_argument("--json", metavar="OUT", help=f"JSON report path (default ./{DEFAULT_JSON})")
+        parser.add_argument("--plot", metavar="OUT.png", help=f"PNG plot path (default ./{DEFAULT_PLOT})")
+        parser.add_argument(
+            "--fast",
+            action="store_true",
+            help="quick look: 1.2 s generated, 1 s prompt, 2 steps, 1 run, no warm-up (explicit options win)",
+        )
+
+    def run(self, args: argparse.Namespace) -> int:
+        config = build_config(args)
+        from vllm_omni.benchmarks.token2wav_rtf import (
+            BenchSetupError,
+            Token2WavBenchmark,
+            render_text,
+            write_json,
+            write_plot,
+        )
+
+        json_path = Path(args.json or DEFAULT_JSON)
+        plot_path = Path(args.plot or DEFAULT_PLOT)
+        bench = Token2WavBenchmark(config, stage=lambda text: print(f"[token2wav] {text} ...", file=sys.stderr))
+        program = Path(sys.argv[0]).name
+        bench.report.command = " ".join(["python -m vllm_omni" if program == "__main__.py" else program, *sys.argv[1:]])
+        interrupted = False
+        try:
+            bench.run()
+        except BenchSetupError as exc:
+            raise CLIUsageError(str(exc)) from None
+        except KeyboardInterrupt:
+            interrupted = True
+        report = bench.report
+        sys.stdout.write(render_text(report))
+        write_json(report, json_path)
+        written = [str(json_path)]
+        if any(m.runs for m in report.modes) or report.prompt_cases:
+            write_plot(report, plot_path)
+            written.append(str(plot_path))
+        print(f"wrote {' and '.join(written)}", flush=True)
+        if interrupted:
+            print("vllm-omni: interrupted; the report above and the JSON are partial", file=sys.stderr)
+            return 130
+        return 0
+
+
+SUBCOMMAND = Token2WavSubcommand()
