@@ -393,6 +393,10 @@ class StepAudio2Token2WavCore:
     def clear_prompt_cache(self) -> None:
         self._prompt_cache.clear()
 
+    def clear_stream_setup_cache(self) -> None:
+        """Forget the post-prompt flow caches (streams already set up keep theirs)."""
+        self._setup_cache.clear()
+
     def _compute_prompt(
         self,
         audio: PromptAudio,
