@@ -16,44 +16,14 @@ Extra options are passed to the command unchanged (`--json` / `--plot` are set h
 
 from __future__ import annotations
 
-import contextlib
-import io
 import sys
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-class _Tee(io.TextIOBase):
-    """Write to the terminal and keep a copy (the .txt record of the table)."""
-
-    def __init__(self, stream: io.TextIOBase) -> None:
-        self._stream = stream
-        self.copy = io.StringIO()
-
-    def write(self, text: str) -> int:
-        self.copy.write(text)
-        return self._stream.write(text)
-
-    def flush(self) -> None:
-        self._stream.flush()
-
-
-def _device_type(argv: list[str]) -> str:
-    from vllm_omni import platforms
-
-    device = platforms.current_omni_platform.device_type
-    for i, arg in enumerate(argv):
-        if arg == "--device" and i + 1 < len(argv) and argv[i + 1] != "auto":
-            device = argv[i + 1].split(":")[0]
-        elif arg.startswith("--device=") and arg.split("=", 1)[1] != "auto":
-            device = arg.split("=", 1)[1].split(":")[0]
-    return device
-
-
 def main(argv: list[str]) -> int:
-    from vllm_omni.atomic_io import write_bytes_atomic
-    from vllm_omni.entrypoints.cli.main import main as cli_main
+    from vllm_omni.benchmarks.common import argv_device_type, record_cli_run
 
     results = RESULTS
     if "--results-dir" in argv:
@@ -63,15 +33,8 @@ def main(argv: list[str]) -> int:
             return 2
         results = Path(argv[i + 1])
         argv = argv[:i] + argv[i + 2 :]
-    stem = results / f"token2wav_rtf_{_device_type(argv)}"
-    args = ["bench", "token2wav", *argv, "--json", f"{stem}.json", "--plot", f"{stem}.png"]
-    tee = _Tee(sys.stdout)  # type: ignore[arg-type]
-    with contextlib.redirect_stdout(tee):
-        code = cli_main(args)
-    if code == 0:
-        write_bytes_atomic(Path(f"{stem}.txt"), tee.copy.getvalue().encode())
-        print(f"recorded {stem}.txt")
-    return code
+    stem = results / f"token2wav_rtf_{argv_device_type(argv)}"
+    return record_cli_run(["bench", "token2wav", *argv], stem, recorded_codes=(0,))
 
 
 if __name__ == "__main__":

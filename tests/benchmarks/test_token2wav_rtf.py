@@ -32,10 +32,8 @@ from vllm_omni.benchmarks.token2wav_rtf import (
     SynthesisRun,
     Token2WavBenchmark,
     _ComponentClock,
-    plot_png,
-    render_text,
-    report_json,
 )
+from vllm_omni.benchmarks.token2wav_rtf_report import plot_png, render_text, report_json
 from vllm_omni.model_executor.models.step_audio2.token2wav_stream import stream_chunks
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]

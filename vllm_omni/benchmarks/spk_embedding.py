@@ -42,6 +42,7 @@ from typing import Any, Final, Protocol
 import numpy as np
 import torch
 
+from vllm_omni.benchmarks.common import cpu_model, load_average, resolve_device, usable_cores
 from vllm_omni.logger import init_logger
 
 logger = init_logger(__name__)
@@ -492,24 +493,6 @@ def trt_unavailable_reason(device: torch.device) -> str | None:
 # ---------------------------------------------------------------------------------------------
 
 
-def resolve_device(spec: str) -> torch.device:
-    """`"auto"` -> the serving platform's device; otherwise the spec, which must be on this host's platform."""
-    from vllm_omni import platforms
-
-    platform = platforms.current_omni_platform
-    if spec == "auto":
-        return platform.torch_device()
-    device = platforms.normalize_device(spec)
-    if device.type == "cpu":
-        return device
-    if device.type != platform.device_type:
-        raise ValueError(f"device {spec!r} requested, but this host serves on {platform.device_type}")
-    count = platform.device_count()
-    if device.index is not None and device.index >= count:
-        raise ValueError(f"device {spec!r} requested, but this host has {count} {device.type} device(s)")
-    return device
-
-
 @dataclass(frozen=True)
 class ParityMetrics:
     """One backend's output against onnxruntime's for the same input (worst row for batches)."""
@@ -540,21 +523,6 @@ def tolerances_for(device: torch.device) -> dict[str, float]:
     return {"min_cosine": DEVICE_MIN_COSINE, "max_rel_l2_diff": DEVICE_MAX_REL_L2}
 
 
-def _load_average() -> tuple[float, float, float] | None:
-    try:
-        one, five, fifteen = os.getloadavg()
-    except (OSError, AttributeError):  # not available on every OS
-        return None
-    return (round(one, 2), round(five, 2), round(fifteen, 2))
-
-
-def usable_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # macOS / Windows
-        return os.cpu_count() or 1
-
-
 def _environment(device: torch.device, threads: int, torch_seg_pool: str | None, trt: str | None) -> EnvironmentInfo:
     import onnx
     import onnxruntime
@@ -564,11 +532,11 @@ def _environment(device: torch.device, threads: int, torch_seg_pool: str | None,
     from vllm_omni.version import __version__
 
     platform = platforms.current_omni_platform
-    name = platform.get_device_name(device.index) if device.type != "cpu" else _cpu_model()
+    name = platform.get_device_name(device.index) if device.type != "cpu" else cpu_model()
     return EnvironmentInfo(
         python=py_platform.python_version(),
         os=f"{py_platform.system()} {py_platform.release()}",
-        cpu=_cpu_model(),
+        cpu=cpu_model(),
         cpu_count=os.cpu_count(),
         usable_cores=usable_cores(),
         torch_version=torch.__version__,
@@ -584,20 +552,10 @@ def _environment(device: torch.device, threads: int, torch_seg_pool: str | None,
         ort_intra_op_num_threads=threads,
         ort_seg_pool_mode=ort_seg_pool_mode(),
         torch_seg_pool_mode=torch_seg_pool,
-        load_average_start=_load_average(),
+        load_average_start=load_average(),
         timestamp_utc=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         vllm_omni_version=__version__,
     )
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return py_platform.processor() or py_platform.machine()
 
 
 def _model_seg_pool_mode(model: Any) -> str | None:
@@ -632,7 +590,7 @@ class SpkEmbeddingBenchmark:
             torch.set_num_threads(previous_threads)
             self.report.elapsed_s = round(time.perf_counter() - self._start, 3)
             if self.report.environment is not None:
-                self.report.environment.load_average_end = _load_average()
+                self.report.environment.load_average_end = load_average()
         return self.report
 
     def _run(self) -> None:

@@ -9,20 +9,15 @@ when a plot is written, and only through its Agg canvas (no pyplot, no global ba
 
 from __future__ import annotations
 
-import io
-import json
 import math
 from pathlib import Path
-from typing import Any
 
 from vllm_omni.atomic_io import write_bytes_atomic
+from vllm_omni.benchmarks.common import agg_figure, fmt, json_text, png_bytes
+from vllm_omni.benchmarks.common import write_json as write_report_json
 from vllm_omni.benchmarks.spk_embedding import BenchReport, CellResult
 
 _BACKEND_ORDER = {"ort": 0, "torch": 1, "trt": 2}
-
-
-def _fmt(value: float | None, spec: str, missing: str = "-") -> str:
-    return missing if value is None or not math.isfinite(value) else format(value, spec)
 
 
 def _ratio_text(ratio: float | None) -> str:
@@ -99,15 +94,15 @@ def table_lines(report: BenchReport) -> list[str]:
         values = (
             str(c.frames),
             c.backend_name,
-            _fmt(c.wall.median_ms, ".2f"),
-            _fmt(c.wall.p90_ms, ".2f"),
-            _fmt(c.wall.p99_ms, ".2f"),
-            _fmt(c.host.median_ms, ".2f"),
-            _fmt(c.host_cpu.median_ms, ".2f"),
+            fmt(c.wall.median_ms, ".2f"),
+            fmt(c.wall.p90_ms, ".2f"),
+            fmt(c.wall.p99_ms, ".2f"),
+            fmt(c.host.median_ms, ".2f"),
+            fmt(c.host_cpu.median_ms, ".2f"),
             "1.00 (reference)" if c.backend == "ort" else _ratio_text(c.ratio_vs_ort),
-            _fmt(c.cosine_vs_ort, ".7f"),
-            _fmt(c.rel_l2_diff_vs_ort, ".1e"),
-            _fmt(c.max_abs_diff_vs_ort, ".1e"),
+            fmt(c.cosine_vs_ort, ".7f"),
+            fmt(c.rel_l2_diff_vs_ort, ".1e"),
+            fmt(c.max_abs_diff_vs_ort, ".1e"),
             parity,
         )
         lines.append(
@@ -128,7 +123,7 @@ def ratio_rows(report: BenchReport) -> list[str]:
         if key == "ort":
             continue
         cells = sorted((c for c in report.results if c.backend == key), key=lambda c: c.frames)
-        parts = "  ".join(f"T={c.frames}: {_fmt(c.ratio_vs_ort, '.2f')}" for c in cells)
+        parts = "  ".join(f"T={c.frames}: {fmt(c.ratio_vs_ort, '.2f')}" for c in cells)
         rows.append(f"ratio vs ORT ({names[key]} / onnxruntime-cpu median, below 1 = faster): {parts}")
     return rows
 
@@ -137,7 +132,7 @@ def footer_lines(report: BenchReport) -> list[str]:
     b = report.build
     lines = []
     if b.torch_cold_build_ms is not None:
-        hit = _fmt(b.torch_cache_hit_us, ".1f")
+        hit = fmt(b.torch_cache_hit_us, ".1f")
         lines.append(f"get_campplus_torch: cold build {b.torch_cold_build_ms:.1f} ms, cache hit {hit} us")
     if b.ort_session_build_ms is not None:
         lines.append(f"onnxruntime session build: {b.ort_session_build_ms:.1f} ms")
@@ -149,8 +144,8 @@ def footer_lines(report: BenchReport) -> list[str]:
             lines.append(f"prompt cache: not measured ({p.unavailable})")
         elif p.hit is not None:
             lines.append(
-                f"prompt cache (prepare_prompt, {_fmt(p.prompt_seconds, '.2f')} s prompt, {p.backend}): "
-                f"miss {_fmt(p.miss_ms, '.1f')} ms, hit median {p.hit.median_ms:.3f} ms (p99 {p.hit.p99_ms:.3f} ms)"
+                f"prompt cache (prepare_prompt, {fmt(p.prompt_seconds, '.2f')} s prompt, {p.backend}): "
+                f"miss {fmt(p.miss_ms, '.1f')} ms, hit median {p.hit.median_ms:.3f} ms (p99 {p.hit.p99_ms:.3f} ms)"
             )
     if report.weights is not None and report.weights.standin_generated_s is not None:
         lines.append(f"stand-in generated in {report.weights.standin_generated_s:.1f} s (first use; cached now)")
@@ -178,32 +173,17 @@ def render_text(report: BenchReport) -> str:
     return "\n".join(parts) + "\n"
 
 
-def _finite(value: Any) -> Any:
-    # JSON has no NaN/Infinity: a non-finite measurement is written as null.
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_finite(v) for v in value]
-    return value
-
-
 def report_json(report: BenchReport) -> str:
-    return json.dumps(_finite(report.to_dict()), indent=2, allow_nan=False) + "\n"
+    return json_text(report.to_dict())
 
 
 def write_json(report: BenchReport, path: Path) -> None:
-    write_bytes_atomic(path, report_json(report).encode())
+    write_report_json(report.to_dict(), path)
 
 
 def plot_png(report: BenchReport) -> bytes:
     """PNG bytes: median latency vs T per backend (bars to p90), and each backend's ratio vs onnxruntime."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(11, 4.5), dpi=100)
-    FigureCanvasAgg(fig)
+    fig = agg_figure(11, 4.5)
     lat, ratio = fig.subplots(1, 2)
     names = {c.backend: c.backend_name for c in report.results}
     for key in sorted(names, key=lambda k: _BACKEND_ORDER.get(k, 9)):
@@ -234,11 +214,7 @@ def plot_png(report: BenchReport) -> bytes:
         title += "  |  STAND-IN weights: latency only, not a real speaker space"
     if not report.complete:
         title += "  |  PARTIAL"
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png")
-    return buffer.getvalue()
+    return png_bytes(fig, title)
 
 
 def write_plot(report: BenchReport, path: Path) -> None:

@@ -40,14 +40,12 @@ not pay again (whole: `prepare_prompt`; stream: `set_stream_cache`); "1st audio"
 hears the first sample of a new voice (stream: setup + first chunk; whole: the whole call).
 
 The report object is filled while the run progresses, so an interrupted run still has what was
-measured. Rendering (table, JSON, PNG) is at the bottom of this module.
+measured; `vllm_omni.benchmarks.token2wav_rtf_report` renders it (table, JSON, PNG).
 """
 
 from __future__ import annotations
 
 import contextlib
-import io
-import json
 import math
 import os
 import platform as py_platform
@@ -57,15 +55,16 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import numpy as np
 import torch
 
-from vllm_omni.atomic_io import write_bytes_atomic
+from vllm_omni.benchmarks.common import cpu_model, load_average, resolve_device, usable_cores
 from vllm_omni.logger import init_logger
 
 logger = init_logger(__name__)
+_T = TypeVar("_T")
 
 SCHEMA: Final = "vllm-omni/bench-token2wav/1"
 TOKENS_PER_SECOND: Final = 25
@@ -411,7 +410,6 @@ def resolve_model_dir(config: BenchConfig, stage: Callable[[str], None]) -> tupl
 
 def _environment(device: torch.device, threads: int) -> dict[str, Any]:
     from vllm_omni import platforms
-    from vllm_omni.benchmarks.spk_embedding import usable_cores
     from vllm_omni.version import __version__
 
     try:
@@ -421,7 +419,7 @@ def _environment(device: torch.device, threads: int) -> dict[str, Any]:
     except ImportError:
         ort_version = None
     platform = platforms.current_omni_platform
-    cpu = _cpu_model()
+    cpu = cpu_model()
     return {
         "python": py_platform.python_version(),
         "os": f"{py_platform.system()} {py_platform.release()}",
@@ -434,28 +432,11 @@ def _environment(device: torch.device, threads: int) -> dict[str, Any]:
         "device": str(device),
         "device_name": platform.get_device_name(device.index) if device.type != "cpu" else cpu,
         "threads": threads,
-        "loadavg_start": _load_average(),
+        "loadavg_start": load_average(),
         "loadavg_end": None,
         "timestamp_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "vllm_omni": __version__,
     }
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return py_platform.processor() or py_platform.machine()
-
-
-def _load_average() -> list[float] | None:
-    try:
-        return [round(v, 2) for v in os.getloadavg()]
-    except (OSError, AttributeError):
-        return None
 
 
 def _config_dict(config: BenchConfig) -> dict[str, Any]:
@@ -481,13 +462,12 @@ class Token2WavBenchmark:
                 self._run()
             finally:
                 if self.report.environment:
-                    self.report.environment["loadavg_end"] = _load_average()
+                    self.report.environment["loadavg_end"] = load_average()
         self.report.complete = True
         return self.report
 
     def _run(self) -> None:
         from vllm_omni import platforms
-        from vllm_omni.benchmarks.spk_embedding import resolve_device
         from vllm_omni.model_executor.models.step_audio2.step_audio2_token2wav import StepAudio2Token2WavCore
 
         cfg = self.config
@@ -545,11 +525,12 @@ class Token2WavBenchmark:
         stream = ModeResult("stream", cfg.audio_seconds)
         self.report.modes = [whole, stream]
         with _ComponentClock(core, sync) as clock:
+            requests = _Requests(core, clock, tokens, prompt, sync)
             for index in range(cfg.runs):
                 self._stage(f"run {index + 1}/{cfg.runs}: whole utterance ({cfg.gen_seconds:g} s)")
-                whole.runs.append(self._whole_run(core, clock, tokens, prompt, sync))
+                whole.runs.append(requests.whole())
                 self._stage(f"run {index + 1}/{cfg.runs}: streaming ({cfg.gen_seconds:g} s in 25-token chunks)")
-                stream.runs.append(self._stream_run(core, clock, tokens, prompt, sync))
+                stream.runs.append(requests.stream())
 
     def _speaker_backends(self, core: Any, model_dir: Path, device: torch.device) -> tuple[Any, Any, Any, str]:
         """(serving backend, ORT fallback, device path, note on how the device path was chosen)."""
@@ -605,59 +586,49 @@ class Token2WavBenchmark:
                 for _ in range(per_round):
                     if name != "cached":
                         core.clear_prompt_cache()
-                    sync()
-                    start = time.perf_counter()
-                    core.prepare_prompt(prompt, with_tokens=True)
-                    sync()
-                    cases[name].calls_ms.append((time.perf_counter() - start) * 1e3)
+                    _, seconds = _synced_seconds(sync, core.prepare_prompt, prompt, with_tokens=True)
+                    cases[name].calls_ms.append(seconds * 1e3)
         core.clear_prompt_cache()
 
-    def _whole_run(
-        self,
-        core: Any,
-        clock: _ComponentClock,
-        tokens: list[int],
-        prompt: tuple[np.ndarray, int],
-        sync: Callable[[], None],
-    ) -> SynthesisRun:
-        core.clear_prompt_cache()
-        clock.reset()
-        sync()
-        start = time.perf_counter()
-        audio = core(tokens, prompt)
-        sync()
-        total = time.perf_counter() - start
-        _check_audio(audio, len(tokens), "whole utterance")
-        return SynthesisRun(total_s=total, components_s=_split(clock.seconds, total), samples=int(audio.shape[-1]))
 
-    def _stream_run(
-        self,
-        core: Any,
-        clock: _ComponentClock,
-        tokens: list[int],
-        prompt: tuple[np.ndarray, int],
-        sync: Callable[[], None],
-    ) -> SynthesisRun:
+@dataclass(frozen=True)
+class _Requests:
+    """The timed requests of a run: the same tokens and voice each time, the voice new to the stage each time."""
+
+    core: Any
+    clock: _ComponentClock
+    tokens: list[int]
+    prompt: tuple[np.ndarray, int]
+    sync: Callable[[], None]
+
+    def _new_voice(self) -> None:
+        self.core.clear_prompt_cache()
+        self.clock.reset()
+
+    def whole(self) -> SynthesisRun:
+        self._new_voice()
+        audio, total = _synced_seconds(self.sync, self.core, self.tokens, self.prompt)
+        _check_audio(audio, len(self.tokens), "whole utterance")
+        return SynthesisRun(total_s=total, components_s=_split(self.clock.seconds, total), samples=int(audio.shape[-1]))
+
+    def stream(self) -> SynthesisRun:
         from vllm_omni.model_executor.models.step_audio2.token2wav_stream import stream_chunks
 
-        core.clear_prompt_cache()
-        clock.reset()
-        sync()
-        start = time.perf_counter()
-        state = core.set_stream_cache(prompt)
-        sync()
-        setup = time.perf_counter() - start
+        core, clock = self.core, self.clock
+        self._new_voice()
+        state, setup = _synced_seconds(self.sync, core.set_stream_cache, self.prompt)
         chunks_s, pieces, chunk_parts = [], [], []
-        for chunk, last in stream_chunks(tokens):
+        for chunk, last in stream_chunks(self.tokens):
             before = dict(clock.seconds)
-            chunk_start = time.perf_counter()
-            pieces.append(core.stream(chunk, last_chunk=last, return_waveform=True, state=state))
-            sync()
-            chunks_s.append(time.perf_counter() - chunk_start)
-            chunk_parts.append(_split({k: clock.seconds[k] - before[k] for k in COMPONENTS}, chunks_s[-1]))
+            piece, seconds = _synced_seconds(
+                self.sync, core.stream, chunk, last_chunk=last, return_waveform=True, state=state
+            )
+            pieces.append(piece)
+            chunks_s.append(seconds)
+            chunk_parts.append(_split({k: clock.seconds[k] - before[k] for k in COMPONENTS}, seconds))
         total = setup + sum(chunks_s)
         audio = torch.cat(pieces, dim=-1)
-        _check_audio(audio, len(tokens), "streaming")
+        _check_audio(audio, len(self.tokens), "streaming")
         return SynthesisRun(
             total_s=total,
             components_s=_split(clock.seconds, total),
@@ -666,6 +637,16 @@ class Token2WavBenchmark:
             chunks_s=chunks_s,
             chunk_components_s=chunk_parts,
         )
+
+
+def _synced_seconds(sync: Callable[[], None], fn: Callable[..., _T], *args: Any, **kwargs: Any) -> tuple[_T, float]:
+    """`fn(*args, **kwargs)` and its wall seconds; the platform is synchronised before the clock starts and
+    before it stops, so work the call queued on an asynchronous device is billed to it."""
+    sync()
+    start = time.perf_counter()
+    out = fn(*args, **kwargs)
+    sync()
+    return out, time.perf_counter() - start
 
 
 def _split(seconds: dict[str, float], total: float) -> dict[str, float]:
@@ -681,200 +662,6 @@ def _check_audio(audio: torch.Tensor, tokens: int, what: str) -> None:
             f"{what}: got {audio.shape[-1]} samples (finite: {bool(torch.isfinite(audio).all())}), expected {want} "
             "finite samples; the stage is broken, timings would be meaningless"
         )
-
-
-# ---------------------------------------------------------------------------------------------
-# Rendering: table, JSON, plot
-# ---------------------------------------------------------------------------------------------
-
-
-def _fmt(value: float | None, spec: str) -> str:
-    return "-" if value is None or not math.isfinite(value) else format(value, spec)
-
-
-def header_lines(report: BenchReport) -> list[str]:
-    cfg, env, weights = report.config, report.environment, report.weights
-    lines = ["token2wav end-to-end: RTF, first audio, component split"]
-    if report.command:
-        lines.append(f"command: {report.command}")
-    if env:
-        lines.append(f"device {env['device']} ({env['device_name']}), {env['threads']} threads, torch {env['torch']}")
-        load = env.get("loadavg_start"), env.get("loadavg_end")
-        load_text = " -> ".join(f"{v[0]:.2f}" for v in load if v) or "n/a"
-        lines.append(f"cpu_count {env['cpu_count']}, loadavg (1 min) {load_text}, {env['timestamp_utc']}")
-    if weights:
-        lines.append(f"weights: {weights['kind']} {weights['path']}")
-        if "stand-in" in weights["kind"]:
-            lines.append(
-                "  STAND-IN: seeded random weights of the shipped geometry; costs are real, the audio is noise"
-            )
-    plan = {"cpu": "CPU default", "accelerator": "accelerator default", "fast": "--fast", "explicit": "explicit"}
-    lines.append(
-        f"generated {cfg['gen_seconds']:g} s ({cfg['gen_tokens']} tokens) + prompt {cfg['prompt_seconds']:g} s "
-        f"(real speech), n_timesteps {cfg['n_timesteps']}, {cfg['runs']} run(s) + {cfg['warmup']} warm-up "
-        f"[{plan.get(cfg['plan'], cfg['plan'])} sizes]"
-    )
-    if cfg["plan"] == "cpu":
-        lines.append(
-            "  (the issue's 10 s / n_timesteps 10 are the accelerator defaults; on CPU a run would take ~hour)"
-        )
-    if report.backends:
-        b = report.backends
-        lines.append(
-            f"serving speaker path {b['serving_speaker']}, speech tokenizer {b['speech_tokenizer']}, "
-            f"flow {b['flow_dtype']}; models loaded in {_fmt(report.load_s, '.1f')} s"
-        )
-    return lines
-
-
-def synthesis_lines(report: BenchReport) -> list[str]:
-    modes = [m for m in report.modes if m.runs]
-    if not modes:
-        return []
-    head = (
-        f"{'mode':<7}{'total s':>9}{'RTF':>8}{'RTF after':>11}{'1st chunk':>11}{'1st audio':>11}"
-        f"   split of the median run, s: {' / '.join(COMPONENTS)}"
-    )
-    sub = f"{'':<7}{'':>9}{'':>8}{'setup':>11}{'s':>11}{'s':>11}"
-    lines = ["synthesis, new voice per run (prompt cache cleared); medians of the runs", head, sub]
-    for m in modes:
-        s = m.summary()
-        split = " / ".join(_fmt(s["split_of_median_run_s"][c], ".2f") for c in COMPONENTS)
-        lines.append(
-            f"{m.mode:<7}{s['median_total_s']:>9.2f}{s['rtf']:>8.3f}{s['rtf_after_setup']:>11.3f}"
-            f"{_fmt(s['median_first_chunk_s'], '.2f'):>11}{s['median_first_audio_s']:>11.2f}   {split}"
-        )
-    stream = report.mode("stream")
-    if stream is not None and stream.runs:
-        s = stream.summary()
-        chunks = ", ".join(_fmt(v, ".2f") for v in s["median_chunks_s"] or [])
-        lines.append(f"stream: setup (set_stream_cache) {_fmt(s['median_setup_s'], '.2f')} s; chunks s: {chunks}")
-        parts = stream.median_run().chunk_components_s or []
-        if parts:
-            per_chunk = "; ".join(
-                f"#{i + 1} " + " / ".join(_fmt(p[c], ".2f") for c in ("flow", "vocoder", "other"))
-                for i, p in enumerate(parts)
-            )
-            lines.append(f"stream chunks of the median run, s (flow / vocoder / other): {per_chunk}")
-    return lines
-
-
-def prompt_lines(report: BenchReport) -> list[str]:
-    if not report.prompt_cases or not all(c.calls_ms for c in report.prompt_cases):
-        return []
-    ort = report.prompt_case("ort")
-    lines = [
-        f"prompt preparation (prepare_prompt with tokens, {report.config['prompt_seconds']:g} s prompt), "
-        f"{len(report.prompt_cases[0].calls_ms)} calls each",
-        f"{'case':<8}{'backend':<34}{'median ms':>10}{'p90 ms':>9}{'vs ort':>8}",
-    ]
-    for c in report.prompt_cases:
-        ratio = c.median_ms / ort.median_ms if ort is not None else float("nan")
-        lines.append(f"{c.case:<8}{c.backend:<34}{c.median_ms:>10.2f}{c.p90_ms:>9.2f}{ratio:>8.3f}")
-    lines += [f"note: {n}" for n in report.notes]
-    return lines
-
-
-def render_text(report: BenchReport) -> str:
-    parts = header_lines(report) + [""]
-    for block in (synthesis_lines(report), prompt_lines(report)):
-        if block:
-            parts += [*block, ""]
-    if not report.complete:
-        parts.append("PARTIAL: the run was interrupted; the numbers above are what was measured so far")
-    return "\n".join(parts).rstrip("\n") + "\n"
-
-
-def _finite(value: Any) -> Any:
-    # JSON has no NaN/Infinity: a non-finite measurement is written as null.
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_finite(v) for v in value]
-    return value
-
-
-def report_json(report: BenchReport) -> str:
-    return json.dumps(_finite(report.to_dict()), indent=2, allow_nan=False) + "\n"
-
-
-def write_json(report: BenchReport, path: Path) -> None:
-    write_bytes_atomic(path, report_json(report).encode())
-
-
-_COLORS: Final = {
-    "prompt": "#4c72b0",
-    "flow_setup": "#8172b2",
-    "flow": "#dd8452",
-    "vocoder": "#55a868",
-    "other": "#999999",
-}
-
-
-def plot_png(report: BenchReport) -> bytes:
-    """PNG bytes: component split per mode, per-chunk stream latency, prompt preparation per speaker path."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(14, 4.5), dpi=100)
-    FigureCanvasAgg(fig)
-    split_ax, chunk_ax, prompt_ax = fig.subplots(1, 3)
-    modes = [m for m in report.modes if m.runs]
-    for row, m in enumerate(modes):
-        s = m.summary()
-        left = 0.0
-        for name in COMPONENTS:
-            width = s["split_of_median_run_s"][name]
-            split_ax.barh(row, width, left=left, color=_COLORS[name], label=name if row == 0 else None)
-            left += width
-        split_ax.text(left, row, f"  RTF {s['rtf']:.2f}", va="center", fontsize=8)
-    split_ax.set_yticks(range(len(modes)), [m.mode for m in modes])
-    split_ax.set_xlabel("seconds (median run)")
-    split_ax.set_title("where the time goes")
-    if modes:
-        split_ax.legend(fontsize=7, loc="lower right")
-        split_ax.margins(x=0.25)
-    stream = report.mode("stream")
-    if stream is not None and stream.runs:
-        chunks = stream.summary()["median_chunks_s"] or []
-        chunk_ax.bar(range(1, len(chunks) + 1), chunks, color=_COLORS["flow"])
-        chunk_ax.set_xticks(range(1, len(chunks) + 1))
-        chunk_ax.axhline(1.0, color="gray", linestyle="--", linewidth=1, label="1 s = audio of a full chunk")
-        chunk_ax.legend(fontsize=7)
-    chunk_ax.set_xlabel("chunk (25 tokens = 1 s of audio)")
-    chunk_ax.set_ylabel("seconds (median over runs)")
-    chunk_ax.set_title("streaming: compute per chunk")
-    cases = [c for c in report.prompt_cases if c.calls_ms]
-    if cases:
-        prompt_ax.bar(
-            range(len(cases)), [c.median_ms for c in cases], color=["#c44e52", "#4c72b0", "#55a868"][: len(cases)]
-        )
-        prompt_ax.set_xticks(range(len(cases)), [f"{c.case}\n{c.backend}" for c in cases], fontsize=7)
-        prompt_ax.set_yscale("log")
-    prompt_ax.set_ylabel("ms per prepare_prompt (median, log)")
-    prompt_ax.set_title("prompt preparation by speaker path")
-    for axes in (split_ax, chunk_ax, prompt_ax):
-        axes.grid(True, alpha=0.3)
-    env, cfg = report.environment, report.config
-    title = (
-        f"token2wav on {env.get('device', '?')} ({env.get('threads', '?')} threads): "
-        f"{cfg['gen_seconds']:g} s generated, n_timesteps {cfg['n_timesteps']}"
-    )
-    if "stand-in" in report.weights.get("kind", ""):
-        title += f"  |  {report.weights['kind'].upper()}: cost only, audio is noise"
-    if not report.complete:
-        title += "  |  PARTIAL"
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png")
-    return buffer.getvalue()
-
-
-def write_plot(report: BenchReport, path: Path) -> None:
-    write_bytes_atomic(path, plot_png(report))
 
 
 __all__ = [
@@ -893,9 +680,4 @@ __all__ = [
     "SynthesisRun",
     "Token2WavBenchmark",
     "default_plan",
-    "plot_png",
-    "render_text",
-    "report_json",
-    "write_json",
-    "write_plot",
 ]

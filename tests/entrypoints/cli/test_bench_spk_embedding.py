@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.helpers.bench_cli import run_bench, run_bench_subprocess
 from vllm_omni.entrypoints.cli.main import main
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
@@ -39,11 +40,8 @@ def reduced_onnx() -> Path:
 def e2e(reduced_onnx: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """One real CLI run (subprocess, as a user types it) on the reduced stand-in."""
     out = tmp_path_factory.mktemp("spk_bench")
-    cmd = [
-        sys.executable,
-        "-m",
-        "vllm_omni",
-        "bench",
+    proc = run_bench_subprocess(
+        out,
         "spk-embedding",
         "--onnx",
         str(reduced_onnx),
@@ -55,19 +53,13 @@ def e2e(reduced_onnx: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[st
         "4",
         "--threads",
         "1",
-        "--json",
-        str(out / "report.json"),
-        "--plot",
-        str(out / "report.png"),
-    ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180, cwd=out)
+        timeout=180,
+    )
     return {"proc": proc, "json": out / "report.json", "png": out / "report.png", "onnx": reduced_onnx}
 
 
 def _cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    code = main(["bench", "spk-embedding", *args])
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
+    return run_bench(capsys, "spk-embedding", *args)
 
 
 def test_end_to_end_run_succeeds_and_prints_the_table(e2e: dict[str, Any]) -> None:

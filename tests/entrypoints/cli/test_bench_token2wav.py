@@ -11,13 +11,12 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.helpers.bench_cli import run_bench, run_bench_subprocess
 from vllm_omni.entrypoints.cli.bench.token2wav import SUBCOMMAND, build_config
 from vllm_omni.entrypoints.cli.main import main
 from vllm_omni.entrypoints.cli.types import CLIUsageError
@@ -31,24 +30,9 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 def e2e(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """One real CLI run (subprocess) on the reduced stand-in with the --fast sizes."""
     out = tmp_path_factory.mktemp("t2w_bench")
-    cmd = [
-        sys.executable,
-        "-m",
-        "vllm_omni",
-        "bench",
-        "token2wav",
-        "--reduced",
-        "--fast",
-        "--device",
-        "cpu",
-        "--threads",
-        "1",
-        "--json",
-        str(out / "report.json"),
-        "--plot",
-        str(out / "report.png"),
-    ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=out)
+    proc = run_bench_subprocess(
+        out, "token2wav", "--reduced", "--fast", "--device", "cpu", "--threads", "1", timeout=600
+    )
     return {"proc": proc, "json": out / "report.json", "png": out / "report.png"}
 
 
@@ -59,9 +43,7 @@ def _parse(*argv: str) -> argparse.Namespace:
 
 
 def _cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    code = main(["bench", "token2wav", *args])
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
+    return run_bench(capsys, "token2wav", *args)
 
 
 def test_fast_run_prints_the_table_and_writes_json_and_plot(e2e: dict[str, Any]) -> None:

@@ -18,29 +18,20 @@ inside `run`, so `vllm-omni --help` stays fast.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
+from vllm_omni.benchmarks import common
 from vllm_omni.entrypoints.cli.types import CLIUsageError
 
 BACKEND_CHOICES = ("ort", "torch", "trt")
 DEFAULT_JSON = "spk_embedding_report.json"
 DEFAULT_PLOT = "spk_embedding_report.png"
-MAX_DEFAULT_THREADS = 8
 MIN_FRAMES = 4
 # (lengths, warmup, iters, prompt-cache hits) of the default run and of --fast; explicit options win.
 DEFAULT_PLAN = ((97, 200, 501, 1000), 5, 50, 200)
 FAST_PLAN = ((97, 200), 2, 10, 50)
-
-
-def default_threads() -> int:
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:
-        cores = os.cpu_count() or 1
-    return max(1, min(cores, MAX_DEFAULT_THREADS))
 
 
 def parse_backends(text: str) -> tuple[str, ...]:
@@ -78,11 +69,6 @@ def parse_lengths(text: str) -> tuple[int, ...]:
     return tuple(sorted(set(values)))
 
 
-def _check_at_least(name: str, value: int | None, low: int) -> None:
-    if value is not None and value < low:
-        raise CLIUsageError(f"{name} must be >= {low}, got {value}")
-
-
 def _existing_file(option: str, value: str | None) -> Path | None:
     if value is None:
         return None
@@ -94,25 +80,15 @@ def _existing_file(option: str, value: str | None) -> Path | None:
     return path
 
 
-def _check_device(text: str) -> str:
-    text = text.strip()
-    if text == "auto" or text == "cpu":
-        return text
-    head, _, index = text.partition(":")
-    if head not in ("cuda", "npu") or (index and not index.isdigit()):
-        raise CLIUsageError(f"--device {text!r}: expected auto, cpu, cuda[:i] or npu[:i]")
-    return text
-
-
 def build_config(args: argparse.Namespace) -> Any:
     """The validated `BenchConfig` for `args` (raises `CLIUsageError` for user mistakes)."""
     from vllm_omni.benchmarks.spk_embedding import BenchConfig
 
     plan = FAST_PLAN if args.fast else DEFAULT_PLAN
     for name in ("batch", "threads", "iters"):
-        _check_at_least(f"--{name}", getattr(args, name), 1)
-    _check_at_least("--warmup", args.warmup, 0)
-    device = _check_device(args.device)
+        common.check_at_least(f"--{name}", getattr(args, name), 1)
+    common.check_at_least("--warmup", args.warmup, 0)
+    device = common.check_device(args.device)
     if args.backends is None:
         backends: tuple[str, ...] = ("ort", "torch")
     else:
@@ -120,10 +96,7 @@ def build_config(args: argparse.Namespace) -> Any:
     lengths = parse_lengths(args.lengths) if args.lengths is not None else plan[0]
     if "trt" in backends and max(lengths) > 3000:
         raise CLIUsageError(f"--lengths: T={max(lengths)} exceeds the TensorRT profile (4..3000 frames)")
-    for option in ("json", "plot"):
-        value = getattr(args, option)
-        if value is not None and Path(value).is_dir():
-            raise CLIUsageError(f"--{option} {value}: is a folder; give a file name")
+    common.check_output_files(args)
     return BenchConfig(
         onnx=_existing_file("--onnx", args.onnx),
         device=device,
@@ -132,7 +105,7 @@ def build_config(args: argparse.Namespace) -> Any:
         batch=args.batch,
         warmup=plan[1] if args.warmup is None else args.warmup,
         iters=plan[2] if args.iters is None else args.iters,
-        threads=default_threads() if args.threads is None else args.threads,
+        threads=common.default_threads() if args.threads is None else args.threads,
         audio=_existing_file("--audio", args.audio),
         prompt_cache_iters=plan[3],
         add_trt_when_available=args.backends is None,
@@ -184,7 +157,7 @@ class SpkEmbeddingSubcommand:
             help="campplus.onnx to measure (default: a deterministic full-size stand-in, generated on first use "
             "and cached under the vllm_omni cache folder; its embeddings are not a real speaker space)",
         )
-        parser.add_argument("--device", default="auto", help="auto (serving device), cpu, cuda[:i] or npu[:i]")
+        common.add_device_option(parser)
         parser.add_argument(
             "--backends",
             metavar="LIST",
@@ -197,15 +170,9 @@ class SpkEmbeddingSubcommand:
         parser.add_argument("--batch", type=int, default=1, help="utterances per call (default 1)")
         parser.add_argument("--warmup", type=int, metavar="N", help="untimed calls per backend and T (default 5)")
         parser.add_argument("--iters", type=int, metavar="N", help="timed calls per backend and T (default 50)")
-        parser.add_argument(
-            "--threads",
-            type=int,
-            metavar="N",
-            help=f"torch threads and onnxruntime intra-op threads (default: usable cores, <= {MAX_DEFAULT_THREADS})",
-        )
+        common.add_threads_option(parser)
         parser.add_argument("--audio", metavar="PATH", help="speech file to cut features from (default: shipped clip)")
-        parser.add_argument("--json", metavar="OUT", help=f"JSON report path (default ./{DEFAULT_JSON})")
-        parser.add_argument("--plot", metavar="OUT.png", help=f"PNG plot path (default ./{DEFAULT_PLOT})")
+        common.add_report_file_options(parser, DEFAULT_JSON, DEFAULT_PLOT)
         parser.add_argument(
             "--fast",
             action="store_true",
@@ -214,34 +181,25 @@ class SpkEmbeddingSubcommand:
 
     def run(self, args: argparse.Namespace) -> int:
         config = build_config(args)
+        from vllm_omni.benchmarks import spk_embedding_report
         from vllm_omni.benchmarks.spk_embedding import BenchSetupError, SpkEmbeddingBenchmark
-        from vllm_omni.benchmarks.spk_embedding_report import render_text, write_json, write_plot
 
-        json_path = Path(args.json or DEFAULT_JSON)
-        plot_path = Path(args.plot or DEFAULT_PLOT)
         progress = _BarProgress()
         bench = SpkEmbeddingBenchmark(config, progress)
-        interrupted = False
         try:
-            bench.run()
-        except BenchSetupError as exc:
-            raise CLIUsageError(str(exc)) from None
-        except KeyboardInterrupt:
-            interrupted = True
+            interrupted = common.run_benchmark(bench.run, BenchSetupError)
         finally:
             progress.close()
         report = bench.report
-        sys.stdout.write(render_text(report))
-        write_json(report, json_path)
-        written = [str(json_path)]
-        if report.results:
-            write_plot(report, plot_path)
-            written.append(str(plot_path))
-        print(f"wrote {' and '.join(written)}", flush=True)
-        if interrupted:
-            print("vllm-omni: interrupted; the report above and the JSON are partial", file=sys.stderr)
-            return 130
-        return 1 if report.parity_failures else 0
+        return common.publish_report(
+            report,
+            spk_embedding_report,
+            Path(args.json or DEFAULT_JSON),
+            Path(args.plot or DEFAULT_PLOT),
+            plot=bool(report.results),
+            interrupted=interrupted,
+            code=1 if report.parity_failures else 0,  # a backend outside the parity tolerance
+        )
 
 
 SUBCOMMAND = SpkEmbeddingSubcommand()

@@ -21,35 +21,16 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
+from vllm_omni.benchmarks import common
 from vllm_omni.entrypoints.cli.types import CLIUsageError
 
 DEFAULT_JSON = "token2wav_rtf_report.json"
 DEFAULT_PLOT = "token2wav_rtf_report.png"
-MAX_DEFAULT_THREADS = 8
 MODEL_DIR_FILES = ("campplus.onnx", "speech_tokenizer_v2_25hz.onnx", "flow.yaml", "flow.pt", "hift.pt")
-
-
-def default_threads() -> int:
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:
-        cores = os.cpu_count() or 1
-    return max(1, min(cores, MAX_DEFAULT_THREADS))
-
-
-def check_device(text: str) -> str:
-    text = text.strip()
-    if text in ("auto", "cpu"):
-        return text
-    head, _, index = text.partition(":")
-    if head not in ("cuda", "npu") or (index and not index.isdigit()):
-        raise CLIUsageError(f"--device {text!r}: expected auto, cpu, cuda[:i] or npu[:i]")
-    return text
 
 
 def _device_type(device: str) -> str:
@@ -64,11 +45,6 @@ def _device_type(device: str) -> str:
 def _positive_seconds(option: str, value: float | None) -> None:
     if value is not None and (not math.isfinite(value) or value <= 0):
         raise CLIUsageError(f"{option} must be a positive number of seconds, got {value}")
-
-
-def _at_least(option: str, value: int | None, low: int) -> None:
-    if value is not None and value < low:
-        raise CLIUsageError(f"{option} must be >= {low}, got {value}")
 
 
 def _model_dir(value: str | None) -> Path | None:
@@ -90,17 +66,14 @@ def build_config(args: argparse.Namespace) -> Any:
     """The validated `BenchConfig` for `args` (raises `CLIUsageError` for user mistakes)."""
     if args.reduced and args.model_dir is not None:
         raise CLIUsageError("--reduced selects the small stand-in; it cannot be combined with --model-dir")
-    device = check_device(args.device)
+    device = common.check_device(args.device)
     _positive_seconds("--gen-seconds", args.gen_seconds)
     _positive_seconds("--prompt-seconds", args.prompt_seconds)
     for option, low in (("n_timesteps", 1), ("runs", 1), ("threads", 1), ("warmup", 0), ("prompt_calls", 1)):
-        _at_least("--" + option.replace("_", "-"), getattr(args, option), low)
+        common.check_at_least("--" + option.replace("_", "-"), getattr(args, option), low)
     if args.gen_seconds is not None and round(args.gen_seconds * 25) < 1:
         raise CLIUsageError(f"--gen-seconds {args.gen_seconds}: less than one 25 Hz speech token (0.04 s)")
-    for option in ("json", "plot"):
-        value = getattr(args, option)
-        if value is not None and Path(value).is_dir():
-            raise CLIUsageError(f"--{option} {value}: is a folder; give a file name")
+    common.check_output_files(args)
     model_dir = _model_dir(args.model_dir)
 
     from vllm_omni.benchmarks.token2wav_rtf import (
@@ -134,7 +107,7 @@ def build_config(args: argparse.Namespace) -> Any:
         model_dir=model_dir,
         reduced=args.reduced,
         device=device,
-        threads=default_threads() if args.threads is None else args.threads,
+        threads=common.default_threads() if args.threads is None else args.threads,
         seed=args.seed,
         plan=plan_name,
         **resolved,
@@ -155,7 +128,7 @@ class Token2WavSubcommand:
         parser.add_argument(
             "--reduced", action="store_true", help="use the reduced stand-in (small widths; for tests, not numbers)"
         )
-        parser.add_argument("--device", default="auto", help="auto (serving device), cpu, cuda[:i] or npu[:i]")
+        common.add_device_option(parser)
         parser.add_argument(
             "--gen-seconds", type=float, metavar="S", help="seconds of speech tokens to synthesise (default 10, CPU 2)"
         )
@@ -173,15 +146,9 @@ class Token2WavSubcommand:
             metavar="N",
             help="timed prepare_prompt calls per speaker path (default 20, CPU 10)",
         )
-        parser.add_argument(
-            "--threads",
-            type=int,
-            metavar="N",
-            help=f"torch threads and onnxruntime intra-op threads (default: usable cores, <= {MAX_DEFAULT_THREADS})",
-        )
+        common.add_threads_option(parser)
         parser.add_argument("--seed", type=int, default=0, help="stand-in weights, speech tokens and NSF noise seed")
-        parser.add_argument("--json", metavar="OUT", help=f"JSON report path (default ./{DEFAULT_JSON})")
-        parser.add_argument("--plot", metavar="OUT.png", help=f"PNG plot path (default ./{DEFAULT_PLOT})")
+        common.add_report_file_options(parser, DEFAULT_JSON, DEFAULT_PLOT)
         parser.add_argument(
             "--fast",
             action="store_true",
@@ -190,38 +157,22 @@ class Token2WavSubcommand:
 
     def run(self, args: argparse.Namespace) -> int:
         config = build_config(args)
-        from vllm_omni.benchmarks.token2wav_rtf import (
-            BenchSetupError,
-            Token2WavBenchmark,
-            render_text,
-            write_json,
-            write_plot,
-        )
+        from vllm_omni.benchmarks import token2wav_rtf_report
+        from vllm_omni.benchmarks.token2wav_rtf import BenchSetupError, Token2WavBenchmark
 
-        json_path = Path(args.json or DEFAULT_JSON)
-        plot_path = Path(args.plot or DEFAULT_PLOT)
         bench = Token2WavBenchmark(config, stage=lambda text: print(f"[token2wav] {text} ...", file=sys.stderr))
         program = Path(sys.argv[0]).name
         bench.report.command = " ".join(["python -m vllm_omni" if program == "__main__.py" else program, *sys.argv[1:]])
-        interrupted = False
-        try:
-            bench.run()
-        except BenchSetupError as exc:
-            raise CLIUsageError(str(exc)) from None
-        except KeyboardInterrupt:
-            interrupted = True
+        interrupted = common.run_benchmark(bench.run, BenchSetupError)
         report = bench.report
-        sys.stdout.write(render_text(report))
-        write_json(report, json_path)
-        written = [str(json_path)]
-        if any(m.runs for m in report.modes) or report.prompt_cases:
-            write_plot(report, plot_path)
-            written.append(str(plot_path))
-        print(f"wrote {' and '.join(written)}", flush=True)
-        if interrupted:
-            print("vllm-omni: interrupted; the report above and the JSON are partial", file=sys.stderr)
-            return 130
-        return 0
+        return common.publish_report(
+            report,
+            token2wav_rtf_report,
+            Path(args.json or DEFAULT_JSON),
+            Path(args.plot or DEFAULT_PLOT),
+            plot=any(m.runs for m in report.modes) or bool(report.prompt_cases),
+            interrupted=interrupted,
+        )
 
 
 SUBCOMMAND = Token2WavSubcommand()
