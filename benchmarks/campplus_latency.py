@@ -4,8 +4,14 @@
 
 Interleaves the backends per repeat (noisy shared hosts), reports medians and the torch/ORT ratio,
 plus cold build (onnx -> torch) and cache-hit time. Writes benchmarks/results/campplus_latency.json.
+On a CPU platform torch runs at 1 and at N intra-op threads, like onnxruntime: torch's OpenMP pool
+spins at every barrier (about a thousand parallel regions per call), which collapses when other
+processes hold the cores; `OMP_WAIT_POLICY=PASSIVE` (read when torch loads) avoids that, so the
+environment's value is recorded with the results.
 
     .venv/bin/python benchmarks/campplus_latency.py --repeats 20
+    OMP_WAIT_POLICY=PASSIVE .venv/bin/python benchmarks/campplus_latency.py --repeats 20 \
+        --output benchmarks/results/campplus_latency_omp_passive.json
 """
 
 from __future__ import annotations
@@ -36,8 +42,12 @@ def main() -> int:
     args = parser.parse_args()
     path = args.onnx or ensure_standin_campplus_onnx()
     device = platforms.current_omni_platform.torch_device()
+    # torch thread counts to time: on CPU the same 1 / N split as onnxruntime; elsewhere the device
+    # does the work and the host threads only launch kernels.
+    torch_threads = sorted({1, args.threads}) if device.type == "cpu" else [args.threads]
     torch.set_num_threads(args.threads)
 
+    loadavg_start = os.getloadavg()
     set_.clear_campplus_cache()
     t0 = time.perf_counter()
     backend = set_.get_campplus_torch(path, device)
@@ -58,25 +68,30 @@ def main() -> int:
         x = np.random.default_rng(frames).standard_normal((frames, 80)).astype(np.float32)
         x -= x.mean(0)
         xt = torch.from_numpy(x).to(device)
-        times: dict[str, list[float]] = {k: [] for k in [*sessions, backend.name]}
+        torch_names = {n: f"{backend.name}_{n}t" for n in torch_threads}
+        times: dict[str, list[float]] = {k: [] for k in [*sessions, *torch_names.values()]}
         for rep in range(args.repeats + 3):
             for name, s in sessions.items():
                 t = time.perf_counter()
                 s.run(None, {"input": x[None]})
                 if rep >= 3:
                     times[name].append((time.perf_counter() - t) * 1e3)
-            t = time.perf_counter()
-            backend(xt)
-            platforms.current_omni_platform.synchronize()
-            if rep >= 3:
-                times[backend.name].append((time.perf_counter() - t) * 1e3)
+            for threads, name in torch_names.items():
+                torch.set_num_threads(threads)
+                t = time.perf_counter()
+                backend(xt)
+                platforms.current_omni_platform.synchronize()
+                if rep >= 3:
+                    times[name].append((time.perf_counter() - t) * 1e3)
+        torch.set_num_threads(args.threads)
         med = {k: statistics.median(v) for k, v in times.items()}
         best_ort = min(med[k] for k in sessions)
+        best_torch = min(med[k] for k in torch_names.values())
         rows.append(
             {
                 "frames": frames,
                 **{f"{k}_ms": round(v, 2) for k, v in med.items()},
-                "torch_over_best_ort": round(med[backend.name] / best_ort, 2),
+                "torch_over_best_ort": round(best_torch / best_ort, 2),
             }
         )
     result = {
@@ -84,14 +99,19 @@ def main() -> int:
         "device": str(device),
         "threads": args.threads,
         "repeats": args.repeats,
-        "loadavg": os.getloadavg(),
+        "loadavg_start": loadavg_start,
+        "loadavg_end": os.getloadavg(),
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
         "cold_build_ms": round(cold_ms, 1),
         "cache_hit_ms": round(hit_ms, 3),
         "torch": torch.__version__,
         "onnxruntime": ort.__version__,
         "rows": rows,
     }
-    print(f"cold build {cold_ms:.0f} ms, cache hit {hit_ms:.3f} ms, loadavg {os.getloadavg()}")
+    print(
+        f"cold build {cold_ms:.0f} ms, cache hit {hit_ms:.3f} ms, loadavg {loadavg_start} -> {os.getloadavg()}, "
+        f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}"
+    )
     keys = list(rows[0])
     print(" | ".join(keys))
     for r in rows:

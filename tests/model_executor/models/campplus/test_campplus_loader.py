@@ -180,3 +180,90 @@ def test_embed_batch_rows_equal_single_calls_and_cache_keys(reduced_standin: Pat
     os.utime(copy, ns=(st.st_atime_ns, st.st_mtime_ns + 10_000_000))
     assert set_.get_campplus_torch(copy, "cpu") is not backend
     set_.clear_campplus_cache()
+
+
+# The npu device type only exists once `torch.utils.rename_privateuse1_backend("npu")` ran (what
+# torch_npu does on import). That rename is irreversible, so the case runs in a subprocess. The
+# fake NPU cannot hold tensors, so the device placement (`CampplusInference`) is replaced by a
+# recorder; the parsing of the ONNX file (`load_campplus_from_onnx`) is real and counted.
+_NPU_CACHE_SCRIPT = r"""
+import json, os, sys, threading, types
+import torch
+from tests.helpers.fake_npu import FakeNpuModule
+torch.utils.rename_privateuse1_backend("npu")
+torch.npu = FakeNpuModule(True, count=2)
+sys.modules["torch_npu"] = types.ModuleType("torch_npu")
+from vllm_omni.model_executor.models.cosyvoice3 import speaker_embedding_torch as set_
+
+builds, placed = [], []
+real_load = set_.load_campplus_from_onnx
+
+def counting_load(path, **kwargs):
+    builds.append(str(path))
+    threading.Event().wait(0.05)  # widen the race window: late threads must wait, not rebuild
+    return real_load(path, **kwargs)
+
+class RecordingPlacement:
+    def __init__(self, model, device):
+        placed.append(str(device))
+
+set_.load_campplus_from_onnx = counting_load
+set_.CampplusInference = RecordingPlacement
+path = sys.argv[1]
+spellings = ["npu", "npu:0", torch.device("npu", 0)]
+got = []
+threads = [threading.Thread(target=lambda s=s: got.append(set_.get_campplus_torch(path, s)))
+           for s in spellings * 5 + ["npu:0"]]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+first = got[0]
+same_after = [set_.get_campplus_torch(path, s) is first for s in spellings]
+other_index = set_.get_campplus_torch(path, "npu:1")
+cpu = set_.get_campplus_torch(path, "cpu")
+st = os.stat(path)
+os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 10_000_000))
+changed = set_.get_campplus_torch(path, torch.device("npu", 0))
+print(json.dumps({
+    "threads": len(got), "distinct": len({id(b) for b in got}), "same_after": same_after,
+    "name": first.name, "device": str(first.device), "other_index": other_index.name,
+    "other_is_new": other_index is not first, "cpu": cpu.name, "changed_is_new": changed is not first,
+    "builds": len(builds), "placed": placed,
+}))
+"""
+
+
+def test_npu_spellings_share_one_cache_entry(reduced_standin: Path, tmp_path: Path) -> None:
+    import json
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    repo_root = Path(__file__).resolve().parents[4]
+    copy = tmp_path / "campplus.onnx"  # the script touches the file's mtime
+    shutil.copy(reduced_standin, copy)
+    proc = subprocess.run(
+        [sys.executable, "-c", _NPU_CACHE_SCRIPT, str(copy)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=repo_root,
+        env=dict(os.environ, PYTHONPATH=str(repo_root), VLLM_OMNI_LOGGING_LEVEL="WARNING"),
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result == {
+        "threads": 16,
+        "distinct": 1,  # "npu", "npu:0", torch.device("npu", 0) from 16 threads: one entry, built once
+        "same_after": [True, True, True],
+        "name": "torch-npu:0",
+        "device": "npu:0",
+        "other_index": "torch-npu:1",
+        "other_is_new": True,
+        "cpu": "torch-cpu",  # CPU has no index
+        "changed_is_new": True,  # a file changed on disk is rebuilt, not served from the cache
+        "builds": 4,  # npu:0, npu:1, cpu, npu:0 after the change
+        "placed": ["npu:0", "npu:1", "cpu", "npu:0"],
+    }

@@ -3,8 +3,13 @@
 
 CPU twin: the full-size stand-in, both seg-pool modes, each against an onnxruntime that computes
 that mode ("exact": ORT >= 1.29 as installed; "legacy": the graph rewritten to zero-pad to 100).
-Tolerance max abs <= 1e-4: the issue's 1e-5 is below the fp32 noise floor of random stand-in
-weights (ORT itself is 1-4e-5 from an fp64 evaluation; see docs/design/speaker_embedding.md).
+Tolerance max abs <= 1e-4 and cosine >= 0.999999 (the issue asked for 1e-5): two correct fp32
+evaluations of this 60-layer network do not agree to 1e-5. On the stand-in, whose raw outputs are
+unit scale like a trained network's (rms 1.0-2.4), onnxruntime is 0.6-1.7e-5 from a float64
+evaluation of the same weights and differs from itself by up to 2.5e-5 between graph-optimisation
+levels; torch is 1.2-3.4e-5 from float64; torch - ORT measured 1.4e-5 .. 4.1e-5. Numbers and
+reasoning: docs/design/speaker_embedding.md ("Tolerances"), reproduced by
+`python -m tests.model_executor.models.campplus.parity_floor`.
 Hardware twin: the real asset from CAMPPLUS_ONNX_PATH on the accelerator, max abs <= 1e-3.
 """
 

@@ -14,6 +14,8 @@ mixing this backend with an onnxruntime fallback. See `campplus.segpool`.
 
 Tolerances (stand-in weights, CPU, fp32): max |torch - onnxruntime| <= 1e-4 and cosine >= 0.999999
 on the raw 192-d output; on accelerators vs the CPU session max abs <= 1e-3, cosine >= 0.9999.
+Not tighter on CPU because onnxruntime itself is up to 1.7e-5 from a float64 evaluation of the same
+weights (docs/design/speaker_embedding.md, "Tolerances").
 """
 
 from __future__ import annotations
