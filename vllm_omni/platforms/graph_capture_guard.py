@@ -127,7 +127,6 @@ def make_guarded_call(
     graph_attr: str,
     mode_none: Any,
     get_forward_context: Callable[[], Any],
-    is_forward_context_available: Callable[[], bool] | None,
     monitor: Any,
     counters: GuardCounters,
 ) -> Callable[..., Any]:
@@ -152,9 +151,15 @@ def make_guarded_call(
             resolve_entries(self, entries_attr)
         if monitor.cudagraph_capturing_enabled:  # read live: the runner flips it after capture
             return stock_call(*args, **kwargs)
-        if is_forward_context_available is not None and not is_forward_context_available():
+        # One call instead of `is_forward_context_available()` + `get_forward_context()`: vLLM's getter
+        # asserts a context is set (and returns None under `python -O`). Without one the stock call
+        # decides, as before: eager on CUDA, the stock assertion on ACL.
+        try:
+            context = get_forward_context()
+        except AssertionError:
             return stock_call(*args, **kwargs)
-        context = get_forward_context()
+        if context is None:
+            return stock_call(*args, **kwargs)
         mode = context.cudagraph_runtime_mode
         if mode is mode_none or mode != self.runtime_mode:
             return stock_call(*args, **kwargs)
@@ -183,8 +188,8 @@ def is_guarded(call: Any) -> bool:
     return bool(getattr(call, GUARD_MARKER, False))
 
 
-def bind_vllm_symbols() -> tuple[Any, Callable[[], Any], Callable[[], bool] | None, Any]:
-    """(CUDAGraphMode.NONE, get_forward_context, is_forward_context_available or None, monitor module)."""
+def bind_vllm_symbols() -> tuple[Any, Callable[[], Any], Any]:
+    """(CUDAGraphMode.NONE, get_forward_context, monitor module)."""
     import vllm.compilation.monitor as monitor
     from vllm import forward_context
     from vllm.config import CUDAGraphMode
@@ -192,7 +197,6 @@ def bind_vllm_symbols() -> tuple[Any, Callable[[], Any], Callable[[], bool] | No
     return (
         CUDAGraphMode.NONE,
         forward_context.get_forward_context,
-        getattr(forward_context, "is_forward_context_available", None),
         monitor,
     )
 
@@ -226,7 +230,7 @@ class GuardInstaller:
             stock_call = wrapper_cls.__call__
             if is_guarded(stock_call):
                 return
-            mode_none, get_forward_context, is_available, monitor = bind_vllm_symbols()
+            mode_none, get_forward_context, monitor = bind_vllm_symbols()
             self._patched[wrapper_cls] = stock_call
             wrapper_cls.__call__ = make_guarded_call(  # type: ignore[method-assign]
                 stock_call,
@@ -234,7 +238,6 @@ class GuardInstaller:
                 graph_attr=self.graph_attr,
                 mode_none=mode_none,
                 get_forward_context=get_forward_context,
-                is_forward_context_available=is_available,
                 monitor=monitor,
                 counters=self.counters,
             )
