@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -181,6 +182,24 @@ def test_no_forward_context_keeps_stock_behaviour(env: tuple[Any, Target]) -> No
     fake.set_context(None)
     if target.wrapper_cls is fake.acl_wrapper:
         with pytest.raises(AssertionError, match="Forward context"):
+            wrapper(1)
+    else:
+        assert wrapper(1) == 2 and runnable.calls == 1
+    assert target.stats()["eager_steps"] == 0
+
+
+def test_getter_without_its_assertion_still_means_no_context(
+    env: tuple[Any, Target], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under `python -O` vLLM's get_forward_context returns None instead of asserting: still stock behaviour."""
+    fake, target = env
+    fc = sys.modules["vllm.forward_context"]
+    monkeypatch.setattr(fc, "get_forward_context", lambda: fc._ctx)
+    target.install()
+    wrapper, runnable = _wrapper(target)
+    fake.set_context(None)
+    if target.wrapper_cls is fake.acl_wrapper:
+        with pytest.raises(AttributeError):  # the stock ACL call itself has no availability check
             wrapper(1)
     else:
         assert wrapper(1) == 2 and runnable.calls == 1
