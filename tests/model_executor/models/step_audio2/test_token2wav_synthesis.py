@@ -358,3 +358,25 @@ def test_float16_flow_still_gives_fp32_audio_on_both_paths(token2wav_dir: Path, 
     for audio in (whole, streamed):
         assert audio.dtype == torch.float32 and audio.shape == (1, 33 * SAMPLES_PER_TOKEN)
         assert bool(torch.isfinite(audio).all())
+
+
+def test_passing_the_setup_path_with_every_chunk_decodes_nothing(
+    core: StepAudio2Token2WavCore, prompt: tuple[np.ndarray, int], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import shutil
+
+    import soundfile
+
+    path = tmp_path / "voice.wav"
+    soundfile.write(path, prompt[0], prompt[1], subtype="FLOAT")
+    state = core.set_stream_cache(str(path))
+    decodes = []
+    real = frontend.decode_audio
+    monkeypatch.setattr(frontend, "decode_audio", lambda *a, **k: decodes.append(1) or real(*a, **k))
+    chunks = list(stream_chunks(_tokens(60, seed=13)))
+    core.stream(chunks[0][0], str(path), chunks[0][1], True, state=state)
+    core.stream(chunks[1][0], path, chunks[1][1], True, state=state)  # same file as a Path
+    assert decodes == []
+    copy = shutil.copy(path, tmp_path / "same-voice.wav")  # same content elsewhere: compared by content
+    core.stream(chunks[2][0], str(copy), chunks[2][1], True, state=state)
+    assert decodes == [1] and state.finished

@@ -482,7 +482,7 @@ class StepAudio2Token2WavCore:
                 conformer_trim=self.conformer_trim,
             ),
         )
-        state = Token2WavStream.start(features, flow_cache, self._generator(seed))
+        state = Token2WavStream.start(features, flow_cache, self._generator(seed), prompt_wav)
         self._default_stream = state
         return state
 
@@ -565,6 +565,12 @@ class StepAudio2Token2WavCore:
         return window
 
     def _check_stream_prompt(self, prompt_wav: PromptWav, state: Token2WavStream) -> None:
+        """The same object, or the same path, as at set-up passes without decoding; else compare content."""
+        ref = state.prompt_ref
+        if prompt_wav is ref or (
+            isinstance(prompt_wav, str | Path) and isinstance(ref, str | Path) and Path(prompt_wav) == Path(ref)
+        ):
+            return
         digest, _ = _prompt_source(prompt_wav)
         if digest != state.features.digest:
             raise ValueError(

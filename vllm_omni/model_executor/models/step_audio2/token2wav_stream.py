@@ -84,6 +84,8 @@ class Token2WavStream:
     source_cache: torch.Tensor
     #: Last `SOURCE_CACHE_SAMPLES` speech samples [1, <=3840], held back for the cross-fade.
     speech_cache: torch.Tensor
+    #: The `prompt_wav` argument of `set_stream_cache` (upstream callers pass it again with every chunk).
+    prompt_ref: object = None
     chunks_done: int = 0
     samples_emitted: int = 0
     finished: bool = False
@@ -91,13 +93,14 @@ class Token2WavStream:
 
     @classmethod
     def start(
-        cls, features: PromptFeatures, flow_cache: FlowStreamCache, generator: torch.Generator
+        cls, features: PromptFeatures, flow_cache: FlowStreamCache, generator: torch.Generator, prompt_ref: object
     ) -> Token2WavStream:
         device = features.device
         return cls(
             features=features,
             flow_cache=flow_cache,
             generator=generator,
+            prompt_ref=prompt_ref,
             mel_cache=torch.zeros(1, features.prompt_mel.shape[2], 0, device=device),
             source_cache=torch.zeros(1, 1, 0, device=device),
             speech_cache=torch.zeros(1, 0, device=device),
