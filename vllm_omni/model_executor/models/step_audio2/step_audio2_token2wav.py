@@ -42,6 +42,7 @@ import torch
 
 from vllm_omni.logger import init_logger
 from vllm_omni.model_executor.models.cosyvoice2.flow import ConformerTrim, FlowStreamCache, Lookahead
+from vllm_omni.model_executor.models.cosyvoice2.flow.streaming import CACHE_TAIL_FRAMES
 from vllm_omni.model_executor.models.cosyvoice3.speaker_embedding import (
     SpeakerEmbeddingBackend,
     select_speaker_embedding_backend,
@@ -51,16 +52,25 @@ from vllm_omni.model_executor.models.step_audio2.prompt_features import (
     EMBEDDING_DIM,
     PROMPT_MEL_RATE,
     SPEAKER_RATE,
+    TOKEN_MEL_RATIO,
     PromptFeatures,
     fit_mel_to_tokens,
     waveform_digest,
 )
 from vllm_omni.model_executor.models.step_audio2.token2wav_stream import (
+    CHUNK_TOKENS,
     MEL_CACHE_FRAMES,
     PRE_LOOKAHEAD_TOKENS,
     Token2WavStream,
     crossfade_window,
     waveform_to_pcm16,
+)
+from vllm_omni.model_executor.models.step_audio2.token2wav_synthesis import (
+    SpeechTokens,
+    setup_flow_stream,
+    speech_token_tensor,
+    stream_chunk,
+    synthesize_utterance,
 )
 from vllm_omni.platforms import DeviceSpec, normalize_device
 
@@ -69,7 +79,6 @@ if TYPE_CHECKING:
     from vllm_omni.model_executor.models.cosyvoice2.flow import CausalMaskedDiffWithXvec
     from vllm_omni.model_executor.models.cosyvoice2.hift import HiFTGenerator
     from vllm_omni.model_executor.models.cosyvoice2.speech_tokenizer import SpeechTokenizerBackend
-    from vllm_omni.model_executor.models.step_audio2.token2wav_synthesis import SpeechTokens
 
 logger = init_logger(__name__)
 
@@ -436,8 +445,6 @@ class StepAudio2Token2WavCore:
     # ---- synthesis -----------------------------------------------------------------------------
 
     def _tokens(self, tokens: SpeechTokens, what: str) -> torch.Tensor:
-        from vllm_omni.model_executor.models.step_audio2.token2wav_synthesis import speech_token_tensor
-
         return speech_token_tensor(tokens, SPEECH_VOCAB_SIZE, self.device, what=what)
 
     def _generator(self, seed: int | None) -> torch.Generator:
@@ -449,8 +456,6 @@ class StepAudio2Token2WavCore:
         `tokens` are 25 Hz speech codes (list / 1-D array / tensor) in [0, 6561); `seed` overrides
         the facade's NSF-noise seed for this call.
         """
-        from vllm_omni.model_executor.models.step_audio2.token2wav_synthesis import synthesize_utterance
-
         self._require_synthesis("__call__")
         ids = self._tokens(tokens, "token2wav")
         features = self.prepare_prompt(prompt_wav, with_tokens=True)
@@ -465,8 +470,6 @@ class StepAudio2Token2WavCore:
         returned stream also becomes the facade's default stream, used by `stream()` without
         `state=` (the upstream single-stream API; concurrent requests must pass their own state).
         """
-        from vllm_omni.model_executor.models.step_audio2.token2wav_synthesis import setup_flow_stream
-
         self._require_synthesis("set_stream_cache")
         features = self.prepare_prompt(prompt_wav, with_tokens=True)
         flow = self.flow
@@ -503,8 +506,6 @@ class StepAudio2Token2WavCore:
         `prompt_wav`, if given, must be the prompt the stream was set up with (upstream passes it on
         every call). A failing chunk leaves `state` unchanged.
         """
-        from vllm_omni.model_executor.models.step_audio2.token2wav_synthesis import stream_chunk
-
         if state is None:
             state = self._default_stream
             if state is None:
@@ -523,9 +524,9 @@ class StepAudio2Token2WavCore:
         with state.lock:
             if state.finished:
                 raise RuntimeError("stream(): this stream already had its last chunk; set up a new one")
-            result = stream_chunk(
-                self.flow, self.hift, state, ids, last_chunk=last_chunk, window=self._window_on_device()
-            )
+            flow, hift, window = self.flow, self.hift, self._window  # the window is built with the models
+            assert window is not None
+            result = stream_chunk(flow, hift, state, ids, last_chunk=last_chunk, window=window)
             # Commit only after the whole chunk succeeded: a failure leaves the request resumable.
             state.flow_cache = result.flow_cache
             state.mel_cache = result.mel_cache
@@ -544,10 +545,6 @@ class StepAudio2Token2WavCore:
         reference's scratch limit together with a 25 + 3 token chunk (56 frames): 844 prompt frames
         (16.9 s) with the shipped limits. Failing here beats failing at the first chunk past 2 s.
         """
-        from vllm_omni.model_executor.models.cosyvoice2.flow.streaming import CACHE_TAIL_FRAMES
-        from vllm_omni.model_executor.models.step_audio2.prompt_features import TOKEN_MEL_RATIO
-        from vllm_omni.model_executor.models.step_audio2.token2wav_stream import CHUNK_TOKENS
-
         chunk_frames = TOKEN_MEL_RATIO * (CHUNK_TOKENS + PRE_LOOKAHEAD_TOKENS)
         limit = flow.decoder.max_cache_frames - CACHE_TAIL_FRAMES - chunk_frames
         frames = features.prompt_mel.shape[1]
@@ -557,12 +554,6 @@ class StepAudio2Token2WavCore:
                 f"most {limit} ({limit / 50:.1f} s): the flow's {flow.decoder.max_cache_frames}-frame estimator cache "
                 f"keeps the prompt + {CACHE_TAIL_FRAMES} frames + a {chunk_frames}-frame chunk; use a shorter prompt"
             )
-
-    def _window_on_device(self) -> torch.Tensor:
-        window = self._window
-        if window is None:
-            window = self._window = crossfade_window(self.device)
-        return window
 
     def _check_stream_prompt(self, prompt_wav: PromptWav, state: Token2WavStream) -> None:
         """The same object, or the same path, as at set-up passes without decoding; else compare content."""
