@@ -6,6 +6,7 @@
 | `VLLM_OMNI_PLATFORM`      | force the platform: auto, cpu, cuda, npu                   | auto                      |
 | `VLLM_OMNI_LOGGING_LEVEL` | level of the `vllm_omni` loggers                           | INFO                      |
 | `VLLM_OMNI_CACHE_DIR`     | generated stand-in assets, TensorRT engines, file caches   | `$XDG_CACHE_HOME/vllm_omni` |
+| `VLLM_OMNI_*_BUCKETS`     | padded shape sets (see `model_executor/buckets.py`)        | per set                   |
 
 Values are read on every call (not frozen at import) so tests and long-lived processes see changes.
 """
