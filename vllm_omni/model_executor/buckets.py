@@ -8,11 +8,11 @@ shape, and oneDNN / cuDNN primitives are built per shape too. A serving stage se
 sets here means CAM++, the flow estimator, HiFT and the capture helper agree on them, and a
 deployment changes them in one place (environment variables below, read on every call).
 
-| set                      | default                                  | used for                               | override variable                   |
-|--------------------------|------------------------------------------|----------------------------------------|-------------------------------------|
-| `campplus_frame_buckets` | multiples of 64 up to 3008               | CAM++ fbank frames (100 Hz, 30 s max)  | `VLLM_OMNI_CAMPP_FRAME_BUCKETS`     |
-| `batch_buckets`          | 1, 2, 4, 8, 16, 32                       | rows of one batched stage launch       | `VLLM_OMNI_BATCH_BUCKETS`           |
-| `stage_frame_buckets`    | multiples of 16 up to 1024               | mel frames of one stage launch         | `VLLM_OMNI_STAGE_FRAME_BUCKETS`     |
+| set                      | default                | used for                       | override variable               |
+|--------------------------|------------------------|--------------------------------|---------------------------------|
+| `campplus_frame_buckets` | multiples of 64 ..3008 | CAM++ fbank frames (100 Hz)    | `VLLM_OMNI_CAMPP_FRAME_BUCKETS` |
+| `batch_buckets`          | 1, 2, 4, 8, 16, 32     | rows of one batched launch     | `VLLM_OMNI_BATCH_BUCKETS`       |
+| `stage_frame_buckets`    | multiples of 16 ..1024 | mel frames of a stage launch   | `VLLM_OMNI_STAGE_FRAME_BUCKETS` |
 
 A spec string is either a comma-separated list of sizes (`"1,2,4,8"`) or `"STEP:LIMIT"`
 (multiples of STEP up to and including the first multiple >= LIMIT). A size above the largest
