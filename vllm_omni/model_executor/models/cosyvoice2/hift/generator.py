@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from vllm_omni.model_executor.models.cosyvoice2.hift.config import FULL_HIFT_CONFIG, HiFTConfig
-from vllm_omni.model_executor.models.cosyvoice2.hift.source import SourceModuleHnNSF
+from vllm_omni.model_executor.models.cosyvoice2.hift.source import NoiseSource, SourceModuleHnNSF
 
 
 def _same_padding(kernel_size: int, dilation: int) -> int:
@@ -214,7 +214,7 @@ class HiFTGenerator(nn.Module):
         speech = self._istft(magnitude, phase)
         return torch.clamp(speech, -self.config.audio_limit, self.config.audio_limit)
 
-    def source(self, mel: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    def source(self, mel: torch.Tensor, generator: NoiseSource = None) -> torch.Tensor:
         """mel [B, 80, T] -> NSF excitation [B, 1, 480 T]."""
         f0 = self.f0_predictor(mel)
         f0 = torch.repeat_interleave(f0, self.config.upsample_scale, dim=1)[..., None]  # nearest x480
@@ -225,14 +225,15 @@ class HiFTGenerator(nn.Module):
         mel: torch.Tensor,
         cache_source: torch.Tensor | None = None,
         *,
-        generator: torch.Generator | None = None,
+        generator: NoiseSource = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Vocode `mel` [B, 80, T]; returns (speech [B, 480 T], source [B, 1, 480 T]).
 
         `cache_source` [B, 1, S] (S <= 480 T) overwrites the first S source samples: streaming
         passes the previous chunk's last source samples so the excitation stays phase-continuous
         across chunks. `generator` makes the source noise reproducible (default: torch's global RNG,
-        as the reference does); it must live on `mel`'s device.
+        as the reference does); it must live on `mel`'s device. A sequence of generators (one per row,
+        `None` for padding rows) gives every row the noise of its own batch-1 call (`source.draw`).
         """
         self._check_mel(mel)
         mel = mel.to(self.conv_pre.weight.dtype)
