@@ -110,7 +110,8 @@ def encoder_chunks(
     for i, c in enumerate(cnn):
         if c is not None and c.shape[2] != encoder.cnn_cache_frames:
             raise ValueError(
-                f"flow encoder: row {i} conformer cnn cache has {c.shape[2]} frames, expected {encoder.cnn_cache_frames}"
+                f"flow encoder: row {i} conformer cnn cache has {c.shape[2]} frames, "
+                f"expected {encoder.cnn_cache_frames}"
             )
     offsets = []
     for i, a in enumerate(att):

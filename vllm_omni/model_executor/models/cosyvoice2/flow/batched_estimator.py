@@ -186,7 +186,9 @@ def _block(
 ) -> torch.Tensor:
     s_msa, sc_msa, g_msa, s_mlp, sc_mlp, g_mlp, s_conv, sc_conv, g_conv = block.adaLN_modulation(c).chunk(9, -1)
     h = h + g_msa * _attention(block.attn, modulate(block.norm1(h), s_msa, sc_msa), launch, step, index, new_own)
-    h = h + g_conv * _conv_branch(block, modulate(block.norm3(h), s_conv, sc_conv), launch, cnn_in, cnn_out, step, index)
+    h = h + g_conv * _conv_branch(
+        block, modulate(block.norm3(h), s_conv, sc_conv), launch, cnn_in, cnn_out, step, index
+    )
     return h + g_mlp * block.mlp(modulate(block.norm2(h), s_mlp, sc_mlp))
 
 
@@ -244,9 +246,7 @@ def estimator_chunks(
     cnn_in = torch.stack([cnn.to(dtype) for cnn in rows.cnn], dim=0)  # [rows, n, depth, 2, in + out, 2]
     cnn_out = torch.empty_like(cnn_in)
     new_own = [
-        torch.empty(
-            (n_timesteps, *kv.own.shape[1:4], plan.own_frames, kv.own.shape[5]), dtype=kv_dtype, device=device
-        )
+        torch.empty((n_timesteps, *kv.own.shape[1:4], plan.own_frames, kv.own.shape[5]), dtype=kv_dtype, device=device)
         for kv, plan in zip(rows.att, launch.trims, strict=True)
     ]
 

@@ -130,9 +130,7 @@ class RaggedConv:
             interleave += list(range(src_offset, src_offset + n))
             n_out = seg - k + 1
             if real and n_out < 0:
-                raise ValueError(
-                    f"RaggedConv: row {row} has {n} frames + {ctx} context, fewer than the kernel's {k}"
-                )
+                raise ValueError(f"RaggedConv: row {row} has {n} frames + {ctx} context, fewer than the kernel's {k}")
             n_out = max(n_out, 0)
             outputs += list(range(pos, pos + n_out))
             if real:

@@ -215,8 +215,17 @@ class HiFTGenerator(nn.Module):
         return torch.clamp(speech, -self.config.audio_limit, self.config.audio_limit)
 
     def source(self, mel: torch.Tensor, generator: NoiseSource = None) -> torch.Tensor:
-        """mel [B, 80, T] -> NSF excitation [B, 1, 480 T]."""
-        f0 = self.f0_predictor(mel)
+        """mel [B, 80, T] -> NSF excitation [B, 1, 480 T].
+
+        With per-row generators (a batch of independent requests) F0 is predicted row by row: a
+        batched convolution rounds differently from a batch-1 one (~1e-7 relative), and the sine
+        source integrates the phase over the whole chunk (cumsum x 2 pi x 9 harmonics), which turns
+        that into ~1e-4 differences in the excitation. Row by row, each row's source is its solo one.
+        """
+        if generator is not None and not isinstance(generator, torch.Generator) and mel.shape[0] > 1:
+            f0 = torch.cat([self.f0_predictor(mel[i : i + 1]) for i in range(mel.shape[0])], dim=0)
+        else:
+            f0 = self.f0_predictor(mel)
         f0 = torch.repeat_interleave(f0, self.config.upsample_scale, dim=1)[..., None]  # nearest x480
         return self.m_source(f0, generator).transpose(1, 2)
 
