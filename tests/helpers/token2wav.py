@@ -5,7 +5,7 @@
   for tests of session handling that do not need CAM++ numerics.
 - `make_token2wav_dir`: a token2wav directory whose `campplus.onnx` is the full-size deterministic
   stand-in (`campplus.standin`), plus (`synthesis=True`) the reduced stand-in speech tokenizer, flow
-  and HiFT, so the facades can load and synthesise.
+  and HiFT and the stand-in default voices, so the facades and stage models can load and synthesise.
 - `SessionCounter`: wraps `onnxruntime.InferenceSession` to count (and record) constructions, so
   laziness is observed through the constructor, not through private fields.
 """
@@ -61,7 +61,7 @@ def export_tiny_speaker_onnx(path: Path, *, input_name: str = "input", output_na
 
 
 SPEECH_TOKENIZER_FILE = "speech_tokenizer_v2_25hz.onnx"
-SYNTHESIS_FILES = (SPEECH_TOKENIZER_FILE, "flow.yaml", "flow.pt", "hift.pt")
+SYNTHESIS_FILES = (SPEECH_TOKENIZER_FILE, "flow.yaml", "flow.pt", "hift.pt", "HT_ref_audio.wav", "default_female.wav")
 
 
 def make_token2wav_dir(

@@ -75,13 +75,17 @@ class _Item:
 
 
 class Token2WavEngine:
-    """Streams by request key and the step loop over a `Token2WavBackend` (see the module docstring)."""
+    """Streams by request key and the step loop over a `Token2WavBackend` (see the module docstring).
+
+    `default_voice` is the voice of requests that bring none: a path, encoded bytes or
+    `(waveform, rate)`, normalised like every other reference.
+    """
 
     def __init__(
         self,
         backend: Token2WavBackend,
         store: StreamStore,
-        default_voice: Path | str | Callable[[], Path],
+        default_voice: object,
         config: EngineConfig | None = None,
     ) -> None:
         self.backend = backend
@@ -100,8 +104,7 @@ class Token2WavEngine:
         if prepared is None:
             source = request.source
             if source is None:
-                default = self._default_voice
-                source = str(default() if callable(default) else default)
+                source = str(self._default_voice) if isinstance(self._default_voice, Path) else self._default_voice
             wav = normalize_reference(source, self.config.reference_seconds)
             prepared = self.backend.prepare_voice(request.key, wav)
             self._voices[request.key] = prepared

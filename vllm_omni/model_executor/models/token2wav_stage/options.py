@@ -7,7 +7,7 @@ config on its model config; a plain vLLM config has none and the defaults apply)
 | option              | read from                                                               | default          |
 |---------------------|-------------------------------------------------------------------------|------------------|
 | `model`             | `vllm_config.model_config.model`                                        | required         |
-| `token2wav_path`    | `model_config.hf_config.token2wav_path` (Step-Audio2 upstream)          | from `model`      |
+| `token2wav_path`    | `model_config.hf_config.token2wav_path` (Step-Audio2 upstream)          | from `model`     |
 | `float16`           | `hf_config.token2wav_float16`, `extra["token2wav_float16"]`             | False            |
 | `device`            | `vllm_config.device_config.device`                                      | platform device  |
 | `max_rows`          | `vllm_config.scheduler_config.max_num_seqs` (rows per launch)           | 32               |
@@ -15,7 +15,7 @@ config on its model config; a plain vLLM config has none and the defaults apply)
 | `reference_seconds` | `extra["ref_audio_max_seconds"]` (MiniCPM-o's name)                     | 6.0              |
 | `prompt_wav`        | `extra["prompt_wav"]` (the default voice file)                          | family lookup    |
 | `seed`              | `extra["token2wav_seed"]` (NSF noise seeds)                             | 0                |
-| `max_streams`       | `extra["token2wav_max_streams"]`                                        | 2 x max_rows >=16 |
+| `max_streams`       | `extra["token2wav_max_streams"]`                                        | 2 x max_rows    |
 | `idle_timeout_s`    | `extra["token2wav_stream_idle_timeout_s"]`                              | 600              |
 | `kv_cache_dtype`    | `extra["token2wav_kv_cache_dtype"]` ("bfloat16", "float16", "float32")  | the flow's dtype |
 | `pad_to_buckets`    | `extra["token2wav_pad_to_buckets"]` (graph-capture shapes)              | False            |

@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import torch
 
+from tests.helpers.threads import single_intra_op_thread
 from vllm_omni.model_executor.models.cosyvoice2.flow import CausalMaskedDiffWithXvec, load_flow, write_standin_flow
 
 STANDIN_SEED = 1234
@@ -30,13 +29,4 @@ def fresh_reduced_flow(reduced_flow_files: tuple[Path, Path]) -> CausalMaskedDif
     return load_flow(reduced_flow_files, device="cpu")
 
 
-@pytest.fixture(autouse=True)
-def _single_intra_op_thread() -> Iterator[None]:
-    """The reduced models run tiny ops: with 2 OpenMP threads on a busy 2-core host each op can wait tens
-    of ms for a spinning peer (measured 30x slower). One thread per test, restored afterwards."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)
+_single_intra_op_thread = pytest.fixture(autouse=True)(single_intra_op_thread)

@@ -1,12 +1,22 @@
 # SPDX-License-Identifier: Apache-2.0
 """The flow model's streaming chunk for many streams in one launch: `flow_chunks(flow, rows)`.
 
-Per row it computes what `CausalMaskedDiffWithXvec.inference_chunk` computes for that stream alone
-(tested to agree with it), in three batched steps:
+Per row it computes what `CausalMaskedDiffWithXvec.inference_chunk` computes for that stream alone,
+bit for bit on CPU (tested):
 
-1. token embeddings of all rows, then `batched_encoder.encoder_chunks` (conformer, ragged);
-2. `encoder_proj` over all frames; speaker projection of all rows at once;
-3. `batched_estimator.estimator_chunks` (the CFM Euler loop, both CFG halves, ragged).
+1. the conformer encoder (`forward_chunk`) and `encoder_proj`, row by row;
+2. `batched_estimator.estimator_chunks`: the CFM Euler loop, both CFG halves, all rows in one
+   ragged launch (about 97 % of the flow's arithmetic at the shipped geometry).
+
+Why the encoder runs per row (measured, torch 2.13 CPU): its relative-position attention depends
+on each row's key length (`rel_shift`), and CPU kernels round differently with the shape of the
+whole launch: a GEMM rounds the last `M mod 4` rows of a matrix differently from the others (a
+chunk's 25 or 28 token rows, or a last chunk's few, rarely make M a multiple of 4), and a batch-1
+Conv1d picks another algorithm below ~11 (hidden 64) to ~38 (hidden 512) output frames. Batched,
+those 1-ulp differences in the mel reach 1e-5 in the audio through HiFT's F0 -> phase integral,
+the budget of "each request equals its solo run". The estimator has none of these: its GEMMs see
+`M = 2 x 2 x tokens` rows (a multiple of 4) per row, its convolutions have batch 2 (the CFG
+halves), and SDPA results do not depend on the batch.
 
 A stream's state between chunks is a `FlowRowState` (immutable; every launch returns new ones):
 the conformer caches as in `FlowStreamCache`, the estimator attention cache as an `EstimatorKV`
@@ -28,7 +38,6 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from vllm_omni.model_executor.models.cosyvoice2.flow.batched_encoder import encoder_chunks
 from vllm_omni.model_executor.models.cosyvoice2.flow.batched_estimator import EstimatorRows, estimator_chunks
 from vllm_omni.model_executor.models.cosyvoice2.flow.encoder import REL_POS_MAX_LEN
 from vllm_omni.model_executor.models.cosyvoice2.flow.flow import CausalMaskedDiffWithXvec
@@ -189,18 +198,15 @@ def flow_chunks(
     if len(keys) > 1:
         raise ValueError(f"flow_chunks: rows of one launch must share n_timesteps, dtypes and device, got {keys}")
     device = flow.device
-    lengths = tuple(int(row.tokens.shape[0]) for row in rows)
-    tokens = torch.cat([row.tokens.reshape(-1) for row in rows]).to(device=device, dtype=torch.long)
-    enc = encoder_chunks(
-        flow.encoder,
-        flow.input_embedding(tokens).unsqueeze(0),
-        RaggedLayout(lengths),
-        [row.last for row in rows],
-        [row.state.conformer_cnn for row in rows],
-        [row.state.conformer_att for row in rows],
-    )
-    hidden = flow.encoder_proj(enc.hidden)  # [1, M, 80]
-    layout = enc.layout.with_pad(pad_frames)
+    encoded = []
+    for row in rows:
+        tokens = row.tokens.reshape(1, -1).to(device=device, dtype=torch.long)
+        h, cnn, att = flow.encoder.forward_chunk(
+            flow.input_embedding(tokens), row.last, row.state.conformer_cnn, row.state.conformer_att
+        )
+        encoded.append((flow.encoder_proj(h), cnn, att))
+    layout = RaggedLayout(tuple(int(h.shape[1]) for h, _, _ in encoded), pad_frames)
+    hidden = torch.cat([h for h, _, _ in encoded], dim=1)  # [1, M, 80]
     if pad_frames:
         hidden = torch.cat([hidden, hidden.new_zeros(1, pad_frames, hidden.shape[2])], dim=1)
     spks = torch.cat([row.state.speaker.reshape(1, -1) for row in rows]).to(device=device, dtype=flow.dtype)
@@ -222,12 +228,12 @@ def flow_chunks(
     out = []
     for i, row in enumerate(rows):
         state = row.state
-        att = enc.att[i]
+        _, cnn, att = encoded[i]
         if state.conformer_trim is ConformerTrim.PROMPT_PLUS_TAIL:
             att = trim_time(att, 3, state.prompt_frames, state.tail_frames)
         new_state = replace(
             state,
-            conformer_cnn=enc.cnn[i],
+            conformer_cnn=cnn,
             conformer_att=att,
             estimator_cnn=est_cnn[i],
             estimator_att=est_att[i],

@@ -1,12 +1,12 @@
 # SPDX-License-Identifier: Apache-2.0
 """Rows of different lengths laid end to end on one time axis, and causal convolutions over them.
 
-The batched streaming kernels (`batched_encoder.py`, `batched_estimator.py`) run the chunks of
-several requests in one launch. Everything in the conformer and the DiT except attention and the
-causal convolutions is per frame (Linear, LayerNorm, modulation, MLP, activations), so the frames
-of all rows are concatenated along time and those ops run once on `[B, sum T_i, C]` ("ragged"):
-no padding, no copy of any row's cache, and a row's frames see exactly the arithmetic of a batch-1
-call. Attention is done per row (or per group of rows with equal shapes) by the kernels.
+The batched estimator (`batched_estimator.py`) runs the chunks of several requests in one launch.
+Everything in the DiT except attention and the causal convolutions is per frame (Linear,
+LayerNorm, modulation, MLP, activations), so the frames of all rows are concatenated along time and
+those ops run once on `[B, sum T_i, C]` ("ragged"): no padding, no copy of any row's cache, and a
+row's frames see the arithmetic of a batch-1 call. Attention is done per group of rows with equal
+shapes by the kernel.
 
 A causal convolution with kernel k needs k - 1 frames of left context per row (its cached frames).
 `RaggedConv` runs it as ONE convolution over the interleaved sequence
