@@ -23,7 +23,9 @@ import math
 import os
 import platform as py_platform
 import sys
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
@@ -67,6 +69,77 @@ def load_average() -> tuple[float, float, float] | None:
     except (OSError, AttributeError):  # not available on every OS
         return None
     return (round(one, 2), round(five, 2), round(fifteen, 2))
+
+
+@contextlib.contextmanager
+def torch_threads(threads: int) -> Iterator[None]:
+    """Run the block with `torch.set_num_threads(threads)`; the previous count is restored afterwards."""
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+def host_environment(device: torch.device, threads: int) -> dict[str, Any]:
+    """What a Token2Wav report records about where it ran (the caller fills `loadavg_end` at the end)."""
+    import torch
+
+    from vllm_omni import platforms
+    from vllm_omni.version import __version__
+
+    try:
+        import onnxruntime
+
+        ort_version: str | None = onnxruntime.__version__
+    except ImportError:
+        ort_version = None
+    platform = platforms.current_omni_platform
+    cpu = cpu_model()
+    return {
+        "python": py_platform.python_version(),
+        "os": f"{py_platform.system()} {py_platform.release()}",
+        "cpu": cpu,
+        "cpu_count": os.cpu_count(),
+        "usable_cores": usable_cores(),
+        "torch": torch.__version__,
+        "onnxruntime": ort_version,
+        "platform": platform.device_type,
+        "device": str(device),
+        "device_name": platform.get_device_name(device.index) if device.type != "cpu" else cpu,
+        "threads": threads,
+        "loadavg_start": load_average(),
+        "loadavg_end": None,
+        "timestamp_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "vllm_omni": __version__,
+    }
+
+
+def token2wav_model_dir(
+    model_dir: Path | None, *, reduced: bool, seed: int, stage: Callable[[str], None], error: type[Exception]
+) -> tuple[Path, dict[str, Any]]:
+    """(token2wav folder, its description for a report): `model_dir`, or the stand-in generated on first use."""
+    if model_dir is not None:
+        path = Path(model_dir).expanduser()
+        if not path.is_dir():
+            raise error(f"--model-dir {path}: not a directory")
+        return path, {"kind": "model-dir", "path": str(path)}
+    from vllm_omni.model_executor.models.step_audio2.standin import ensure_standin_token2wav_dir
+
+    size = "reduced" if reduced else "full"
+    stage(f"stand-in token2wav directory ({size} size; the first full-size use writes ~1.2 GB, minutes)")
+    start = time.perf_counter()
+    path = ensure_standin_token2wav_dir(reduced=reduced, seed=seed)
+    return path, {
+        "kind": f"stand-in ({size} size)",
+        "path": str(path),
+        "seed": seed,
+        "ensure_s": time.perf_counter() - start,
+        "note": "seeded random weights: costs are real, the audio is noise",
+    }
 
 
 def resolve_device(spec: str) -> torch.device:
@@ -286,6 +359,7 @@ __all__ = [
     "default_threads",
     "finite",
     "fmt",
+    "host_environment",
     "json_text",
     "load_average",
     "png_bytes",
@@ -293,6 +367,8 @@ __all__ = [
     "record_cli_run",
     "resolve_device",
     "run_benchmark",
+    "token2wav_model_dir",
+    "torch_threads",
     "usable_cores",
     "write_json",
 ]

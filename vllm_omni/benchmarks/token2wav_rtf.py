@@ -45,22 +45,24 @@ measured; `vllm_omni.benchmarks.token2wav_rtf_report` renders it (table, JSON, P
 
 from __future__ import annotations
 
-import contextlib
 import math
-import os
-import platform as py_platform
 import statistics
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
 import numpy as np
 import torch
 
-from vllm_omni.benchmarks.common import cpu_model, load_average, resolve_device, usable_cores
+from vllm_omni.benchmarks.common import (
+    host_environment,
+    load_average,
+    resolve_device,
+    token2wav_model_dir,
+    torch_threads,
+)
 from vllm_omni.logger import init_logger
 
 logger = init_logger(__name__)
@@ -360,16 +362,6 @@ class _ComponentClock:
         self._hooks = []
 
 
-@contextlib.contextmanager
-def _torch_threads(threads: int) -> Iterator[None]:
-    previous = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)
-
-
 def prompt_audio(seconds: float) -> tuple[np.ndarray, int]:
     """The shipped real speech clip cut (or tiled) to `seconds`: the reference voice of every request."""
     from vllm_omni.assets.audio import speech_sample
@@ -388,55 +380,9 @@ def speech_tokens(count: int, seed: int) -> list[int]:
 
 def resolve_model_dir(config: BenchConfig, stage: Callable[[str], None]) -> tuple[Path, dict[str, Any]]:
     """(token2wav directory, description for the report); generates the stand-in on first use."""
-    if config.model_dir is not None:
-        path = Path(config.model_dir).expanduser()
-        if not path.is_dir():
-            raise BenchSetupError(f"--model-dir {path}: not a directory")
-        return path, {"kind": "model-dir", "path": str(path)}
-    from vllm_omni.model_executor.models.step_audio2.standin import ensure_standin_token2wav_dir
-
-    size = "reduced" if config.reduced else "full"
-    stage(f"stand-in token2wav directory ({size} size; the first full-size use writes ~1.2 GB, minutes)")
-    start = time.perf_counter()
-    path = ensure_standin_token2wav_dir(reduced=config.reduced, seed=config.seed)
-    return path, {
-        "kind": f"stand-in ({size} size)",
-        "path": str(path),
-        "seed": config.seed,
-        "ensure_s": time.perf_counter() - start,
-        "note": "seeded random weights: costs are real, the audio is noise",
-    }
-
-
-def _environment(device: torch.device, threads: int) -> dict[str, Any]:
-    from vllm_omni import platforms
-    from vllm_omni.version import __version__
-
-    try:
-        import onnxruntime
-
-        ort_version: str | None = onnxruntime.__version__
-    except ImportError:
-        ort_version = None
-    platform = platforms.current_omni_platform
-    cpu = cpu_model()
-    return {
-        "python": py_platform.python_version(),
-        "os": f"{py_platform.system()} {py_platform.release()}",
-        "cpu": cpu,
-        "cpu_count": os.cpu_count(),
-        "usable_cores": usable_cores(),
-        "torch": torch.__version__,
-        "onnxruntime": ort_version,
-        "platform": platform.device_type,
-        "device": str(device),
-        "device_name": platform.get_device_name(device.index) if device.type != "cpu" else cpu,
-        "threads": threads,
-        "loadavg_start": load_average(),
-        "loadavg_end": None,
-        "timestamp_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "vllm_omni": __version__,
-    }
+    return token2wav_model_dir(
+        config.model_dir, reduced=config.reduced, seed=config.seed, stage=stage, error=BenchSetupError
+    )
 
 
 def _config_dict(config: BenchConfig) -> dict[str, Any]:
@@ -457,7 +403,7 @@ class Token2WavBenchmark:
         self._stage = stage if stage is not None else (lambda text: logger.info("%s", text))
 
     def run(self) -> BenchReport:
-        with _torch_threads(self.config.threads):
+        with torch_threads(self.config.threads):
             try:
                 self._run()
             finally:
@@ -480,7 +426,7 @@ class Token2WavBenchmark:
         def sync() -> None:
             platform.synchronize(device)
 
-        self.report.environment = _environment(device, cfg.threads)
+        self.report.environment = host_environment(device, cfg.threads)
         model_dir, self.report.weights = resolve_model_dir(cfg, self._stage)
         core = StepAudio2Token2WavCore(
             model_dir,
