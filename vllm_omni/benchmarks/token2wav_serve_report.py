@@ -17,7 +17,7 @@ from vllm_omni.benchmarks.common import agg_figure, fmt, png_bytes
 from vllm_omni.benchmarks.common import write_json as write_report_json
 from vllm_omni.benchmarks.token2wav_serve import MODES, ServeReport
 
-_MB = 1024 * 1024
+_MB = 1_000_000  # decimal megabytes
 
 
 def _p(block: dict[str, Any] | None, key: str, spec: str = ".2f") -> str:
