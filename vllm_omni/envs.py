@@ -7,6 +7,7 @@
 | `VLLM_OMNI_LOGGING_LEVEL` | level of the `vllm_omni` loggers                           | INFO                      |
 | `VLLM_OMNI_CACHE_DIR`     | generated stand-in assets, TensorRT engines, file caches   | `$XDG_CACHE_HOME/vllm_omni` |
 | `VLLM_OMNI_*_BUCKETS`     | padded shape sets (see `model_executor/buckets.py`)        | per set                   |
+| `STEP_AUDIO2_DEFAULT_PROMPT_WAV` | Step-Audio2 stage's default voice file (upstream's name, `token2wav_stage/families.py`) | `default_female.wav` lookup |
 
 Values are read on every call (not frozen at import) so tests and long-lived processes see changes.
 """

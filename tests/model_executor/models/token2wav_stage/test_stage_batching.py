@@ -233,3 +233,24 @@ def test_step_audio2_batches_streams_of_many_requests_and_whole_utterances_share
         r.sent = 1
     _run_batched(batched, requests, seed=8)
     _assert_equal_to_solo(requests, solo)
+
+
+def test_bucket_padded_launches_give_the_unpadded_audio(
+    minicpmo: tuple[MiniCPMO45Code2Wav, MiniCPMO45Code2Wav],
+    model_dir: Path,
+    voices: list[tuple[np.ndarray, int]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Graph-capture shapes: frames padded to a stage-frame bucket, vocoder rows to a batch bucket."""
+    monkeypatch.setenv("VLLM_OMNI_STAGE_FRAME_BUCKETS", "64:2048")
+    monkeypatch.setenv("VLLM_OMNI_BATCH_BUCKETS", "4,8")
+    _, solo = minicpmo
+    padded = MiniCPMO45Code2Wav(model=str(model_dir), pad_to_buckets=True, **FAST_OPTIONS)
+    requests = _schedule(MiniCPMO45Code2Wav, voices, n=3, seed=9)
+    for r in requests:
+        r.chunks = [replace(c, request_id=f"pad-{c.request_id}") for c in r.chunks]
+    _run_batched(padded, requests, seed=10)
+    plan = padded.engine.last_plan
+    assert all(launch.pad > 0 for launch in plan.vocoder)  # 1-3 rows -> 4
+    assert all((launch.frames + launch.pad) % 64 == 0 for launch in plan.flow)
+    _assert_equal_to_solo(requests, solo)
