@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
@@ -34,13 +35,15 @@ STANDIN_VERSION = 1
 _cache_lock = threading.Lock()
 
 
-def standin_hift_state_dict(*, reduced: bool, seed: int, key_scheme: KeyScheme = "new") -> dict[str, torch.Tensor]:
-    """The stand-in tensors, keyed like hift.pt in `key_scheme` (no prefix)."""
+def standin_state_dict(
+    shapes: dict[str, tuple[int, ...]], *, seed: int, key_scheme: KeyScheme = "new"
+) -> dict[str, torch.Tensor]:
+    """Stand-in tensors for a HiFT-layout key set `shapes` (new weight-norm spelling), in `key_scheme`.
+
+    The recipe only looks at key suffixes, so it serves both vocoders (HiFT and the causal HiFT).
+    """
     if key_scheme not in ("new", "old"):
         raise ValueError(f"key_scheme must be 'new' or 'old', got {key_scheme!r}")
-    config = REDUCED_HIFT_CONFIG if reduced else FULL_HIFT_CONFIG
-    with torch.device("meta"):
-        shapes = expected_hift_shapes(HiFTGenerator(config))
     gen = torch.Generator().manual_seed(seed)
     out: dict[str, torch.Tensor] = {}
     for key in sorted(shapes):
@@ -76,6 +79,25 @@ def standin_hift_state_dict(*, reduced: bool, seed: int, key_scheme: KeyScheme =
     return out
 
 
+def standin_hift_state_dict(*, reduced: bool, seed: int, key_scheme: KeyScheme = "new") -> dict[str, torch.Tensor]:
+    """The stand-in tensors, keyed like hift.pt in `key_scheme` (no prefix)."""
+    config = REDUCED_HIFT_CONFIG if reduced else FULL_HIFT_CONFIG
+    with torch.device("meta"):
+        shapes = expected_hift_shapes(HiFTGenerator(config))
+    return standin_state_dict(shapes, seed=seed, key_scheme=key_scheme)
+
+
+def save_standin(path: str | os.PathLike[str], state_dict: dict[str, torch.Tensor], *, prefix: bool, what: str) -> Path:
+    """Write `state_dict` (optionally with every key under `generator.`) to `path` atomically."""
+    if prefix:
+        state_dict = {PREFIX + k: v for k, v in state_dict.items()}
+    path = Path(path)
+    with atomic_output(path) as tmp:
+        torch.save(state_dict, tmp)
+    logger.info("wrote stand-in %s to %s", what, path)
+    return path
+
+
 def write_standin_hift(
     path: str | os.PathLike[str],
     *,
@@ -86,19 +108,19 @@ def write_standin_hift(
 ) -> Path:
     """Write a deterministic stand-in hift.pt to `path` (atomically) and return the path."""
     state_dict = standin_hift_state_dict(reduced=reduced, seed=seed, key_scheme=key_scheme)
-    if prefix:
-        state_dict = {PREFIX + k: v for k, v in state_dict.items()}
-    path = Path(path)
-    with atomic_output(path) as tmp:
-        torch.save(state_dict, tmp)
-    logger.info(
-        "wrote stand-in hift.pt (%s, seed %d, %s keys%s) to %s",
-        "reduced" if reduced else "full size",
-        seed,
-        key_scheme,
-        ", generator. prefix" if prefix else "",
-        path,
+    what = (
+        f"hift.pt ({'reduced' if reduced else 'full size'}, seed {seed}, {key_scheme} keys"
+        f"{', generator. prefix' if prefix else ''})"
     )
+    return save_standin(path, state_dict, prefix=prefix, what=what)
+
+
+def cached_standin(folder: str, name: str, write: Callable[[Path], object]) -> Path:
+    """`vllm_omni.envs.cache_dir("standins", folder) / name`, written by `write(path)` on first use."""
+    path = envs.cache_dir("standins", folder) / name
+    with _cache_lock:
+        if not path.is_file():
+            write(path)
     return path
 
 
@@ -106,8 +128,8 @@ def cached_standin_hift(*, reduced: bool, seed: int = 0, key_scheme: KeyScheme =
     """A stand-in hift.pt under `vllm_omni.envs.cache_dir("standins", "hift")`, generated on first use."""
     size = "reduced" if reduced else "full"
     name = f"hift_v{STANDIN_VERSION}_{size}_s{seed}_{key_scheme}{'_prefix' if prefix else ''}.pt"
-    path = envs.cache_dir("standins", "hift") / name
-    with _cache_lock:
-        if not path.is_file():
-            write_standin_hift(path, reduced=reduced, seed=seed, key_scheme=key_scheme, prefix=prefix)
-    return path
+    return cached_standin(
+        "hift",
+        name,
+        lambda path: write_standin_hift(path, reduced=reduced, seed=seed, key_scheme=key_scheme, prefix=prefix),
+    )
