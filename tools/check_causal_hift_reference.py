@@ -65,6 +65,7 @@ from vllm_omni.model_executor.models.cosyvoice3.hift import (  # noqa: E402
     GeneratedNoiseTable,
     NoiseOrigin,
     load_causal_hift,
+    standin_mel,
     write_standin_causal_hift,
 )
 
@@ -172,11 +173,7 @@ def _pair(
 
 
 def _mel(frames: int, seed: int = 7) -> torch.Tensor:
-    """A flow-like log-mel: smooth over time, values around -5 .. 0."""
-    g = torch.Generator().manual_seed(seed)
-    base = torch.randn(1, 80, frames // 4 + 2, generator=g)
-    smooth = torch.nn.functional.interpolate(base, size=frames, mode="linear", align_corners=False)
-    return (smooth * 1.2 - 3.0 + 0.3 * torch.randn(1, 80, frames, generator=g)).contiguous()
+    return standin_mel(frames, seed=seed)
 
 
 # -- checks --------------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from vllm_omni.model_executor.models.cosyvoice3.hift import (
     CausalHiFTGenerator,
     NoiseOrigin,
     load_causal_hift,
+    standin_mel,
     write_standin_causal_hift,
 )
 
@@ -34,8 +35,5 @@ def model(reduced_path: Path) -> CausalHiFTGenerator:
 
 
 def flow_like_mel(frames: int, seed: int, batch: int = 1) -> torch.Tensor:
-    """A log-mel shaped like the flow's output: smooth over time, around -3."""
-    g = torch.Generator().manual_seed(seed)
-    base = torch.randn(batch, 80, frames // 4 + 2, generator=g)
-    smooth = torch.nn.functional.interpolate(base, size=frames, mode="linear", align_corners=False)
-    return smooth * 1.2 - 3.0 + 0.3 * torch.randn(batch, 80, frames, generator=g)
+    """A log-mel shaped like the flow's output (the shared stand-in input)."""
+    return standin_mel(frames, seed=seed, batch=batch)

@@ -28,6 +28,7 @@ from vllm_omni.model_executor.models.cosyvoice3.hift.source import PhaseMode
 from vllm_omni.model_executor.models.cosyvoice3.hift.standin import (
     cached_standin_causal_hift,
     standin_causal_hift_state_dict,
+    standin_mel,
     write_standin_causal_hift,
 )
 from vllm_omni.model_executor.models.cosyvoice3.hift.stream import (
@@ -59,5 +60,6 @@ __all__ = [
     "cached_standin_causal_hift",
     "load_causal_hift",
     "standin_causal_hift_state_dict",
+    "standin_mel",
     "write_standin_causal_hift",
 ]

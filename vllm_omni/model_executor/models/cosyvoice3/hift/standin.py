@@ -68,3 +68,16 @@ def cached_standin_causal_hift(
         name,
         lambda path: write_standin_causal_hift(path, reduced=reduced, seed=seed, key_scheme=key_scheme, prefix=prefix),
     )
+
+
+def standin_mel(frames: int, *, seed: int, batch: int = 1) -> torch.Tensor:
+    """A deterministic log-mel [batch, 80, frames] shaped like the flow's output: smooth over time, around -3.
+
+    Input for tests, tools and benchmarks of the vocoder, which never see a real flow here.
+    """
+    if frames < 0 or batch < 1:
+        raise ValueError(f"standin_mel needs frames >= 0 and batch >= 1, got {frames}, {batch}")
+    g = torch.Generator().manual_seed(seed)
+    base = torch.randn(batch, 80, frames // 4 + 2, generator=g)
+    smooth = torch.nn.functional.interpolate(base, size=frames, mode="linear", align_corners=False)
+    return smooth * 1.2 - 3.0 + 0.3 * torch.randn(batch, 80, frames, generator=g)
