@@ -26,7 +26,7 @@ def header_lines(report: StreamBenchReport) -> list[str]:
         load = env.get("loadavg_start"), env.get("loadavg_end")
         load_text = " -> ".join(f"{v[0]:.2f}" for v in load if v) or "n/a"
         lines.append(
-            f"device {env['device']} ({env['device_name']}), {env['threads']} threads, torch {env['torch']}, "
+            f"device {env['device']} ({env['device_name']}), threads {env['threads']}, torch {env['torch']}, "
             f"usable cores {env['usable_cores']}, loadavg (1 min) {load_text}, {env['timestamp_utc']}"
         )
     if weights:
@@ -107,5 +107,6 @@ def write_plot(report: StreamBenchReport, path: Path) -> None:
     env = report.environment
     title = f"causal HiFT, {report.config['chunk_frames']}-frame chunks, {report.weights.get('kind', '')}"
     if env:
-        title += f"\n{env['device_name']}, {env['threads']} threads"
+        threads = env["threads"]
+        title += f"\n{env['device_name']}, {threads} thread{'s' if threads != 1 else ''}"
     write_bytes_atomic(path, png_bytes(fig, title))

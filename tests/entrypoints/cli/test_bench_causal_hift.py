@@ -91,11 +91,8 @@ def test_ratio_is_the_median_cumulative_over_the_median_bounded_time() -> None:
     ],
 )
 def test_usage_errors_exit_2_with_one_line(capsys: pytest.CaptureFixture[str], args: list[str], message: str) -> None:
-    code, _, err = (
-        run_bench(capsys, "causal-hift", "--device", "cpu", *args)
-        if "--device" not in args
-        else run_bench(capsys, "causal-hift", *args)
-    )
+    argv = args if "--device" in args else ["--device", "cpu", *args]
+    code, _, err = run_bench(capsys, "causal-hift", *argv)
     assert code == 2
     assert message in err and "Traceback" not in err
 
