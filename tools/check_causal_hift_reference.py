@@ -288,6 +288,11 @@ def check_stream(args: argparse.Namespace, folder: Path) -> None:
         emitted_ref.append(ref_chunk)
         emitted_ours.append(ours_chunk)
     report("all chunks", torch.cat(emitted_ours, 1), torch.cat(emitted_ref, 1))
+    # For scale: how far the reference's own streaming is from its own whole-utterance output.
+    whole, _ = ref.inference(mel, finalize=True)
+    report("reference streaming vs reference whole (not a check)", torch.cat(emitted_ref, 1), whole, float("inf"))
+    with torch.inference_mode():
+        report("our streaming vs our whole", torch.cat(emitted_ours, 1), ours.inference(mel))
 
 
 def check_minicpmo(args: argparse.Namespace, folder: Path) -> None:
