@@ -5,7 +5,8 @@
 Why: the recorded cost-per-chunk curve of the causal HiFT (bounded streaming vs upstream's
 cumulative re-run; quoted by docs/benchmarks/causal_hift.md and the issue's closing note) must come
 from the same command an operator runs; this script runs exactly that command and stores its three
-outputs as `benchmarks/results/causal_hift_stream_<device>.{txt,json,png}` (`<device>` = cpu, cuda, npu).
+outputs as `benchmarks/results/causal_hift_stream_<device>[_full].{txt,json,png}` (`<device>` = cpu,
+cuda, npu; `_full` with `--full`).
 
     .venv/bin/python benchmarks/causal_hift_stream.py                       # reduced stand-in, 55 x 50 frames
     .venv/bin/python benchmarks/causal_hift_stream.py --full --device cuda --runs 3
@@ -33,7 +34,8 @@ def main(argv: list[str]) -> int:
             return 2
         results = Path(argv[i + 1])
         argv = argv[:i] + argv[i + 2 :]
-    stem = results / f"causal_hift_stream_{argv_device_type(argv)}"
+    size = "_full" if "--full" in argv else ""
+    stem = results / f"causal_hift_stream_{argv_device_type(argv)}{size}"
     return record_cli_run(["bench", "causal-hift", *argv], stem, recorded_codes=(0,))
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,6 +21,8 @@ from vllm_omni.model_executor.models.cosyvoice3.hift import (
     NoiseCursor,
     NoiseOrigin,
     TensorNoiseTable,
+    load_causal_hift,
+    write_standin_causal_hift,
 )
 from vllm_omni.model_executor.models.cosyvoice3.hift.noise import f0_predictor_init_draws
 
@@ -143,3 +146,15 @@ def test_no_instance_holds_a_table_and_instances_share_the_start_state() -> None
     assert held == []
     with pytest.raises(ValueError, match="draws_before must be >= 0"):
         NoiseOrigin(seed=1, draws_before=-1)
+
+
+def test_the_loader_takes_a_preset_and_applies_it_to_the_files_config(tmp_path: Path) -> None:
+    path = write_standin_causal_hift(tmp_path / "hift.pt", reduced=True, seed=1)
+    model = load_causal_hift(path, device="cpu", noise=NoiseOrigin.vocoder_yaml)
+    assert isinstance(model.noise, GeneratedNoiseTable)
+    assert model.noise.origin == NoiseOrigin.vocoder_yaml(REDUCED_CAUSAL_HIFT_CONFIG)
+    default = load_causal_hift(path, device="cpu")
+    assert isinstance(default.noise, GeneratedNoiseTable)
+    assert default.noise.origin == NoiseOrigin.cosyvoice3(REDUCED_CAUSAL_HIFT_CONFIG)
+    with pytest.raises(ValueError, match="noise table has 3 harmonics, the vocoder makes 9"):
+        load_causal_hift(path, device="cpu", noise=TensorNoiseTable(torch.zeros(10, 3)))

@@ -10,6 +10,7 @@ which table) and where its float64 F0 predictor runs.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 import torch
 
@@ -23,8 +24,12 @@ from vllm_omni.model_executor.models.cosyvoice3.hift.generator import CausalHiFT
 from vllm_omni.model_executor.models.cosyvoice3.hift.noise import GeneratedNoiseTable, NoiseOrigin, NoiseTable
 from vllm_omni.platforms import DeviceSpec
 
+NoiseSpec = NoiseTable | NoiseOrigin | Callable[[CausalHiFTConfig], NoiseOrigin] | None
 
-def _noise_table(config: CausalHiFTConfig, noise: NoiseTable | NoiseOrigin | None) -> NoiseTable:
+
+def _noise_table(config: CausalHiFTConfig, noise: NoiseSpec) -> NoiseTable:
+    if callable(noise):  # a preset such as NoiseOrigin.vocoder_yaml, given the file's config
+        noise = noise(config)
     if noise is None or isinstance(noise, NoiseOrigin):
         return GeneratedNoiseTable.for_config(config, noise)
     if noise.harmonics != config.nb_harmonics + 1:
@@ -41,20 +46,23 @@ def load_causal_hift(
     device: DeviceSpec = None,
     fold_weight_norm: bool = True,
     dtype: torch.dtype = torch.float32,
-    noise: NoiseTable | NoiseOrigin | None = None,
+    noise: NoiseSpec = None,
 ) -> CausalHiFTGenerator:
     """Build the causal HiFT from `hift.pt` (either weight-norm scheme, optional `generator.` prefix).
 
-    `noise`: the table the reference would draw (default `NoiseOrigin.cosyvoice3`, what
-    CosyVoice's CosyVoice3 loader draws; `NoiseOrigin.vocoder_yaml(config)` for a vocoder-only
-    config; or any `NoiseTable`). Returns the model in eval mode on `device` (default: the serving
-    platform's device), decoder in `dtype`, F0 predictor in float64 — on the CPU when serving on an
-    NPU (no float64 convolutions there), else next to the decoder.
+    `noise`: the table the reference would draw: a `NoiseOrigin`, a preset taking the file's config
+    (`NoiseOrigin.cosyvoice3`, the default: what CosyVoice's CosyVoice3 loader draws;
+    `NoiseOrigin.vocoder_yaml`: a vocoder-only config), or any `NoiseTable`.
+
+    Returns the model in eval mode on `device` (default: the serving platform's device), decoder
+    in `dtype`, F0 predictor in float64: on the CPU when serving on an NPU (no float64
+    convolutions there), else next to the decoder.
     """
     path, state_dict, config = read_hift_checkpoint(
         path, base=FULL_CAUSAL_HIFT_CONFIG, conv_pre_kernel=CAUSAL_HIFT_CONV_PRE_KERNEL
     )
-    assert isinstance(config, CausalHiFTConfig)
+    if not isinstance(config, CausalHiFTConfig):  # read_hift_checkpoint returns `base`'s type
+        raise TypeError(f"expected a CausalHiFTConfig, got {type(config).__name__}")
     table = _noise_table(config, noise)
     model = build_loaded(
         path,
