@@ -163,6 +163,7 @@ def test_failed_capture_falls_back_to_eager_once_per_key_and_logs_once(caplog: p
     assert len(module.captures) == 2
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING and "test-net" in r.getMessage()]
     assert len(warnings) == 1 and "injected capture failure" in warnings[0].getMessage()
+    assert counters.last_failure is not None and counters.last_failure.startswith("[5, 8] float32: capture raised")
 
 
 def test_host_sync_inside_fn_fails_the_capture_and_results_stay_correct() -> None:

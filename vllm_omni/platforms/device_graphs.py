@@ -124,6 +124,7 @@ class GraphCounters:
     failures: int
     capture_ms: float  # total time spent warming up, capturing and verifying
     eager_reasons: dict[str, int] = field(default_factory=dict)
+    last_failure: str | None = None  # the shape and reason of the latest failed capture
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -146,6 +147,7 @@ class _Tally:
     disabled_calls: int = 0
     capture_ms: float = 0.0
     eager_reasons: dict[str, int] = field(default_factory=dict)
+    last_failure: str | None = None
 
 
 @dataclass
@@ -481,6 +483,7 @@ class DeviceGraphRunner(Generic[T]):
     def _record_failure(self, key: GraphKey, reason: str) -> None:
         with self._lock:
             self._tally.failures += 1
+            self._tally.last_failure = f"{describe_key(key)}: {reason}"
             failures = self._tally.failures
             self._failed[key] = reason
             while len(self._failed) > _FAILED_KEYS_FACTOR * self.max_graphs:
@@ -526,6 +529,7 @@ class DeviceGraphRunner(Generic[T]):
                 failures=tally.failures,
                 capture_ms=tally.capture_ms,
                 eager_reasons=reasons,
+                last_failure=tally.last_failure,
             )
 
     def captured_keys(self) -> list[GraphKey]:
