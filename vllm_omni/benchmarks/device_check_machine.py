@@ -76,6 +76,8 @@ def _torch_facts() -> dict[str, Any]:
         "float32_matmul_precision": torch.get_float32_matmul_precision(),
         "cudnn_allow_tf32": bool(cudnn.allow_tf32),
         "matmul_allow_tf32": bool(torch.backends.cuda.matmul.allow_tf32),
+        # torch >= 2.9 spells the same per backend and op; None where this torch has no such attribute
+        "cudnn_conv_fp32_precision": getattr(getattr(cudnn, "conv", None), "fp32_precision", None),
     }
 
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import importlib.util
 import math
 import os
 import sys
@@ -57,7 +56,11 @@ GOAL_STREAM_RTF: Final = 0.05
 @contextlib.contextmanager
 def resampler() -> Iterator[str]:
     """python-soxr when installed, else a stand-in `soxr` module over scipy for this block; yields which."""
-    if importlib.util.find_spec("soxr") is not None:
+    try:
+        import soxr  # noqa: F401
+    except ImportError:
+        pass
+    else:
         yield "python-soxr"
         return
     try:
@@ -75,15 +78,15 @@ def resampler() -> Iterator[str]:
     module = types.ModuleType("soxr")
     module.__doc__ = "device-check stand-in for python-soxr: scipy.signal.resample_poly"
     module.resample = resample  # type: ignore[attr-defined]
-    previous = sys.modules.get("soxr")
+    had, previous = "soxr" in sys.modules, sys.modules.get("soxr")  # a failed import may leave an entry
     sys.modules["soxr"] = module
     try:
         yield "scipy.signal.resample_poly (stand-in: python-soxr is not installed)"
     finally:
-        if previous is None:
-            sys.modules.pop("soxr", None)
+        if had:
+            sys.modules["soxr"] = previous  # type: ignore[assignment]
         else:
-            sys.modules["soxr"] = previous
+            sys.modules.pop("soxr", None)
 
 
 def _campplus_dir(onnx: Path) -> Path:
