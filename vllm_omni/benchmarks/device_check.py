@@ -51,7 +51,7 @@ from typing import Any, Final
 import torch
 
 from vllm_omni.atomic_io import write_bytes_atomic
-from vllm_omni.benchmarks.common import finite, json_text
+from vllm_omni.benchmarks.common import finite, json_text, torch_threads
 from vllm_omni.logger import init_logger
 from vllm_omni.platforms.device_graphs import FROM_PLATFORM
 
@@ -297,16 +297,6 @@ class _Watchdog:
         os._exit(3)
 
 
-@contextlib.contextmanager
-def _torch_threads(threads: int) -> Iterator[None]:
-    previous = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)
-
-
 def _new_document(config: CheckConfig, command: str, sections: Sequence[Section]) -> dict[str, Any]:
     cfg = asdict(config)
     for key in ("out_dir", "onnx", "model_dir"):
@@ -381,7 +371,7 @@ def run_device_check(
         f"report {report.path}"
     )
     try:
-        with _torch_threads(config.threads):
+        with torch_threads(config.threads):
             for section in chosen:
                 current[0] = section.name
                 _run_section(section, config, device, report, deadline, shared, graph_api, log)

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Final
 import numpy as np
 import torch
 
+from vllm_omni.benchmarks.common import timed_ms
 from vllm_omni.benchmarks.device_check import SectionSkip
 
 if TYPE_CHECKING:
@@ -112,14 +113,6 @@ def latency_row(values_ms: list[float]) -> dict[str, Any]:
         "min_ms": min(values_ms),
         "mean_ms": statistics.fmean(values_ms),
     }
-
-
-def timed_ms(fn: Callable[[], Any], sync: Callable[[], None]) -> float:
-    sync()
-    start = time.perf_counter()
-    fn()
-    sync()
-    return (time.perf_counter() - start) * 1e3
 
 
 @contextlib.contextmanager
@@ -426,5 +419,4 @@ __all__ = [
     "speech_features",
     "speech_waveform",
     "strict_fp32",
-    "timed_ms",
 ]

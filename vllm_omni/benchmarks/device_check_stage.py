@@ -31,14 +31,9 @@ from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 
+from vllm_omni.benchmarks.common import timed_ms
 from vllm_omni.benchmarks.device_check import SectionSkip
-from vllm_omni.benchmarks.device_check_campplus import (
-    SAMPLE_RATE,
-    campplus_backends,
-    latency_row,
-    speech_waveform,
-    timed_ms,
-)
+from vllm_omni.benchmarks.device_check_campplus import SAMPLE_RATE, campplus_backends, latency_row, speech_waveform
 
 if TYPE_CHECKING:
     from vllm_omni.benchmarks.device_check import SectionContext
