@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import torch
 
 from tests.helpers.fake_device_graphs import fake_graph_api
 from vllm_omni.benchmarks import device_check as dc
@@ -179,7 +180,13 @@ def test_results_are_on_disk_while_a_section_is_still_running(tmp_path: Path) ->
             ctx.flush()
             seen.append(json.loads((tmp_path / dc.JSON_NAME).read_text())["sections"]["measuring"])
 
-    _run(tmp_path, [dc.Section("measuring", "m", 5, 5, measuring)])
+    def odd_value(ctx: dc.SectionContext) -> None:
+        ctx.result["device"] = torch.device("cpu")  # not JSON: written as its repr, the report stays writable
+
+    _run(tmp_path, [dc.Section("measuring", "m", 5, 5, measuring), dc.Section("odd", "o", 5, 5, odd_value)])
+    assert (
+        json.loads((tmp_path / dc.JSON_NAME).read_text())["sections"]["odd"]["result"]["device"] == "device(type='cpu')"
+    )
     assert [len(s["result"]["rows"]) for s in seen] == [1, 2, 3]
     assert all(s["status"] == "running" for s in seen)
     assert seen[-1]["result"]["rows"][1]["value"] is None  # non-finite numbers are written as null

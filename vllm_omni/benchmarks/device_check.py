@@ -51,7 +51,7 @@ from typing import Any, Final
 import torch
 
 from vllm_omni.atomic_io import write_bytes_atomic
-from vllm_omni.benchmarks.common import finite, json_text, torch_threads
+from vllm_omni.benchmarks.common import finite, torch_threads
 from vllm_omni.logger import init_logger
 from vllm_omni.platforms.device_graphs import FROM_PLATFORM
 
@@ -68,7 +68,6 @@ WATCHDOG_S: Final = 45.0
 JSON_NAME: Final = "device_check.json"
 TEXT_NAME: Final = "device_check.txt"
 PLOT_NAME: Final = "device_check.png"
-STATUSES: Final = ("pending", "running", "ok", "partial", "timeout", "error", "skipped")
 
 
 class SectionTimeout(BaseException):
@@ -113,7 +112,8 @@ class DeviceCheckReport:
         with self._lock:
             for attempt in range(3):  # the main thread may mutate a dict while the watchdog serialises
                 try:
-                    text = json_text(self.document)
+                    # `default=repr`: a value JSON cannot hold is written as its repr, never a failed write
+                    text = json.dumps(finite(self.document), indent=2, allow_nan=False, default=repr) + "\n"
                     break
                 except RuntimeError:
                     if attempt == 2:
@@ -170,7 +170,9 @@ class SectionContext:
         return False
 
     def sync(self) -> None:
-        self.platform.synchronize(self.device) if self.device.type != "cpu" else None
+        """Wait for the device's queued work (no-op on CPU)."""
+        if self.device.type != "cpu":
+            self.platform.synchronize(self.device)
 
     def note(self, text: str) -> None:
         self.entry["notes"].append(text)

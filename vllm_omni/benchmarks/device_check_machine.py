@@ -52,7 +52,11 @@ def package_versions() -> dict[str, str | None]:
     """Version of each optional package, None when it is not importable (found without importing it)."""
     versions: dict[str, str | None] = {}
     for name in PACKAGES:
-        if importlib.util.find_spec(name) is None:
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):  # a broken install or a module without a spec
+            found = False
+        if not found:
             versions[name] = None
             continue
         try:
