@@ -20,6 +20,7 @@ import torch
 
 from tests.helpers.fake_device_graphs import FakeGraphModule, fake_graph_api, install_fake_npu_with_graphs
 from tests.helpers.fake_npu import install_fake_torch_npu
+from tests.helpers.mark import hardware_test
 from vllm_omni import envs, platforms
 from vllm_omni.platforms.cpu.platform import CpuOmniPlatform
 from vllm_omni.platforms.cuda.platform import CudaOmniPlatform
@@ -27,7 +28,8 @@ from vllm_omni.platforms.device_graphs import MAX_FAILURES, DeviceGraphRunner, a
 from vllm_omni.platforms.graph_api import TorchGraphApi
 from vllm_omni.platforms.npu.platform import NpuOmniPlatform
 
-pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
+pytestmark = [pytest.mark.core_model]
+cpu = pytest.mark.cpu
 
 GEN = torch.Generator().manual_seed(0)
 W = torch.randn(8, 6, generator=GEN)
@@ -69,6 +71,7 @@ def _runner(fn=_net, module: FakeGraphModule | None = None, **kwargs) -> tuple[D
     return DeviceGraphRunner(fn, name=kwargs.pop("name", "test-net"), device="cpu", graph_api=api, **kwargs), module
 
 
+@cpu
 def test_first_call_captures_once_and_later_calls_replay_on_new_inputs() -> None:
     fn = _Counted()
     runner, module = _runner(fn, warmup_iters=2)
@@ -83,6 +86,7 @@ def test_first_call_captures_once_and_later_calls_replay_on_new_inputs() -> None
     assert module.replays == 5 and len(module.captures) == 1
 
 
+@cpu
 def test_each_shape_and_dtype_gets_its_own_graph() -> None:
     runner, _ = _runner()
     for x in (_x(4, 1), _x(5, 2), _x(4, 3), _x(5, 4)):
@@ -95,6 +99,7 @@ def test_each_shape_and_dtype_gets_its_own_graph() -> None:
     assert sorted(k[0][0] for k in runner.captured_keys()) == [(4, 8), (5, 8)]
 
 
+@cpu
 def test_lru_cap_evicts_the_least_recently_used_graph() -> None:
     runner, _ = _runner(max_graphs=2)
     a, b, c = _x(1, 1), _x(2, 2), _x(3, 3)
@@ -108,6 +113,7 @@ def test_lru_cap_evicts_the_least_recently_used_graph() -> None:
     assert [k[0][0][0] for k in runner.captured_keys()] == [3, 2]
 
 
+@cpu
 def test_max_graphs_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(envs.DEVICE_GRAPHS_MAX_ENV, "3")
     assert _runner()[0].max_graphs == 3
@@ -118,7 +124,9 @@ def test_max_graphs_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) 
         _runner(max_graphs=0)
 
 
+@cpu
 @pytest.mark.parametrize("how", ["flag", "env"])
+@cpu
 def test_switch_off_runs_fn_unchanged_and_counts(monkeypatch: pytest.MonkeyPatch, how: str) -> None:
     fn = _Counted()
     if how == "env":
@@ -136,12 +144,14 @@ def test_switch_off_runs_fn_unchanged_and_counts(monkeypatch: pytest.MonkeyPatch
     assert counters.disabled_reason is not None and (how == "flag") == ("enabled=False" in counters.disabled_reason)
 
 
+@cpu
 def test_switch_rejects_unknown_values(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(envs.DEVICE_GRAPHS_ENV, "maybe")
     with pytest.raises(ValueError, match=envs.DEVICE_GRAPHS_ENV):
         _runner()
 
 
+@cpu
 def test_enabled_true_overrides_the_environment_switch(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(envs.DEVICE_GRAPHS_ENV, "0")
     runner, _ = _runner(enabled=True)
@@ -149,6 +159,7 @@ def test_enabled_true_overrides_the_environment_switch(monkeypatch: pytest.Monke
     assert _close(runner(x), x) and runner.counters().captures == 1
 
 
+@cpu
 def test_failed_capture_falls_back_to_eager_once_per_key_and_logs_once(caplog: pytest.LogCaptureFixture) -> None:
     runner, module = _runner()
     module.fail_captures = 2
@@ -166,6 +177,7 @@ def test_failed_capture_falls_back_to_eager_once_per_key_and_logs_once(caplog: p
     assert counters.last_failure is not None and counters.last_failure.startswith("[5, 8] float32: capture raised")
 
 
+@cpu
 def test_host_sync_inside_fn_fails_the_capture_and_results_stay_correct() -> None:
     def branchy(x: torch.Tensor) -> torch.Tensor:
         return x * 2 if bool(x.sum() > 0) else x * -3  # reads a device value on the host
@@ -178,6 +190,7 @@ def test_host_sync_inside_fn_fails_the_capture_and_results_stay_correct() -> Non
     assert counters.failures == 1 and counters.captures == 0 and counters.eager_fallbacks == 2
 
 
+@cpu
 def test_after_max_failures_no_new_shape_is_captured_but_graphs_keep_replaying() -> None:
     runner, module = _runner()
     good = _x(1, 0)
@@ -199,6 +212,7 @@ def test_after_max_failures_no_new_shape_is_captured_but_graphs_keep_replaying()
     assert runner.counters().capture_stopped is None and runner.captured_keys() == []
 
 
+@cpu
 def test_verification_rejects_a_graph_that_froze_a_changing_python_value() -> None:
     step = itertools.count(1)
 
@@ -216,6 +230,7 @@ def test_verification_rejects_a_graph_that_froze_a_changing_python_value() -> No
     assert unchecked.counters().captures == 1 and unchecked.counters().failures == 0
 
 
+@cpu
 def test_an_error_of_fn_itself_propagates_and_is_not_a_capture_failure() -> None:
     def picky(x: torch.Tensor) -> torch.Tensor:
         if x.shape[0] == 3:
@@ -231,6 +246,7 @@ def test_an_error_of_fn_itself_propagates_and_is_not_a_capture_failure() -> None
     assert counters.failures == 0 and counters.captures == 0 and not module.captures
 
 
+@cpu
 def test_lazy_off_captures_only_at_explicit_warmup() -> None:
     fn = _Counted()
     runner, _ = _runner(fn, lazy=False)
@@ -248,6 +264,7 @@ def test_lazy_off_captures_only_at_explicit_warmup() -> None:
     assert _runner(enabled=False)[0].warmup(x) is False
 
 
+@cpu
 def test_outputs_are_clones_by_default_and_static_buffers_when_asked() -> None:
     owned, _ = _runner()
     a, b = _x(2, 1), _x(2, 2)
@@ -263,6 +280,7 @@ def test_outputs_are_clones_by_default_and_static_buffers_when_asked() -> None:
     assert not torch.equal(out_a, kept)
 
 
+@cpu
 def test_structured_outputs_are_replayed_and_cloned() -> None:
     def pair(x: torch.Tensor) -> dict[str, object]:
         return {"y": _net(x), "parts": (x.sum(dim=1), x.max(dim=1).values)}
@@ -276,7 +294,9 @@ def test_structured_outputs_are_replayed_and_cloned() -> None:
         np.testing.assert_allclose(out["parts"][1].numpy(), x.numpy().max(axis=1))
 
 
+@cpu
 @pytest.mark.parametrize("first_in_inference_mode", [True, False])
+@cpu
 def test_capture_and_replay_work_inside_and_outside_inference_mode(first_in_inference_mode: bool) -> None:
     runner, _ = _runner()
     x1, x2, x3 = _x(4, 1), _x(4, 2), _x(4, 3)
@@ -296,6 +316,7 @@ def test_capture_and_replay_work_inside_and_outside_inference_mode(first_in_infe
     assert runner.counters().captures == 1
 
 
+@cpu
 def test_many_threads_capture_each_key_once_and_get_their_own_results() -> None:
     fn = _Counted()
     runner, module = _runner(fn, warmup_iters=1)
@@ -323,6 +344,7 @@ def test_many_threads_capture_each_key_once_and_get_their_own_results() -> None:
     assert fn.calls == 3 * 2  # one warm-up and one capture per key, never a replay
 
 
+@cpu
 def test_captures_use_one_side_stream_one_pool_and_the_thread_local_mode() -> None:
     runner, module = _runner()
     for rows in (1, 2, 3):
@@ -337,6 +359,7 @@ def test_captures_use_one_side_stream_one_pool_and_the_thread_local_mode() -> No
     assert module.default_stream.waited_events  # replays chained by the runner's event
 
 
+@cpu
 def test_arguments_must_be_tensors_on_the_runner_device() -> None:
     runner, _ = _runner()
     with pytest.raises(TypeError, match="functools.partial"):
@@ -345,6 +368,7 @@ def test_arguments_must_be_tensors_on_the_runner_device() -> None:
         runner(torch.empty(2, 8, device="meta"))
 
 
+@cpu
 def test_counters_are_listed_for_every_live_runner_and_logged(caplog: pytest.LogCaptureFixture) -> None:
     runner, _ = _runner(name="listed-net")
     runner(_x(2, 0))
@@ -355,6 +379,7 @@ def test_counters_are_listed_for_every_live_runner_and_logged(caplog: pytest.Log
     assert "listed-net: fake-graph, 1/64 graphs, 1 captures" in caplog.text
 
 
+@cpu
 def test_cpu_device_and_cpu_platform_run_eagerly() -> None:
     platforms.reset_current_platform(CpuOmniPlatform())
     try:
@@ -368,6 +393,7 @@ def test_cpu_device_and_cpu_platform_run_eagerly() -> None:
     assert CpuOmniPlatform().memory_stats() is None
 
 
+@cpu
 def test_npu_platform_builds_the_graph_api_from_torch_npu(monkeypatch: pytest.MonkeyPatch) -> None:
     module = install_fake_npu_with_graphs(monkeypatch)
     api = NpuOmniPlatform().device_graph_api()
@@ -380,18 +406,42 @@ def test_npu_platform_builds_the_graph_api_from_torch_npu(monkeypatch: pytest.Mo
     assert len(module.captures) == 1 and module.replays == 2
 
 
+@cpu
 def test_npu_platform_without_a_graph_api_runs_eagerly(monkeypatch: pytest.MonkeyPatch) -> None:
     install_fake_torch_npu(monkeypatch)  # a torch_npu without NPUGraph
     assert NpuOmniPlatform().device_graph_api() is None
 
 
+@cpu
 def test_cuda_platform_adapts_torch_cuda() -> None:
     api = CudaOmniPlatform().device_graph_api()
     assert isinstance(api, TorchGraphApi) and api.name == "cuda-graph"
     assert api.capture_error_mode == "thread_local"
 
 
+@cpu
 def test_adapter_names_what_a_device_module_lacks() -> None:
     partial = types.SimpleNamespace(graph=None, Stream=None, stream=None, current_stream=None, Event=None)
     with pytest.raises(RuntimeError, match="has no NPUGraph, graph_pool_handle;"):
         TorchGraphApi(partial, "NPUGraph", "partial")
+
+
+@hardware_test(res={"npu": "A2", "cuda": "H100"}, num_cards=1)
+def test_real_graph_runtime_captures_once_and_replays_new_inputs() -> None:
+    """Hardware twin of the fake-runtime tests: the platform's own graph API on its device."""
+    device = platforms.current_omni_platform.torch_device()
+    w, b = W.to(device), B.to(device)
+    calls = []
+
+    def net(x: torch.Tensor) -> torch.Tensor:
+        calls.append(1)
+        return torch.relu_(x @ w + b).mul_(2.0)
+
+    runner = DeviceGraphRunner(net, name="device-net", device=device, enabled=True)
+    assert runner.graphs_active, runner.counters().disabled_reason
+    for seed in range(4):
+        x = _x(4, seed)
+        assert _close(runner(x.to(device)).cpu(), x)
+    counters = runner.counters()
+    assert (counters.captures, counters.replays, counters.failures) == (1, 4, 0), counters.summary()
+    assert len(calls) == 3  # two warm-ups and the capture: every result came from a replay

@@ -16,13 +16,12 @@ import pytest
 import torch
 
 from tests.helpers.fake_device_graphs import fake_graph_api
+from tests.helpers.mark import hardware_test
 from vllm_omni.model_executor.models.campplus.dtdnn import CAMPPlus
 from vllm_omni.model_executor.models.campplus.inference import CampplusInference
 from vllm_omni.model_executor.models.campplus.standin import build_standin_campplus
 from vllm_omni.model_executor.models.cosyvoice3.speaker_embedding import SpeakerEmbeddingBackend
 from vllm_omni.model_executor.models.cosyvoice3.speaker_embedding_graphed import GraphedCampplus
-
-pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 
 
 @pytest.fixture(scope="module")
@@ -47,6 +46,8 @@ def _check(got: torch.Tensor, model: CAMPPlus, feats: torch.Tensor) -> None:
     np.testing.assert_allclose(got.numpy(), eager.numpy(), rtol=0, atol=1e-6)
 
 
+@pytest.mark.core_model
+@pytest.mark.cpu
 @pytest.mark.parametrize("mode", ["exact", "legacy"])
 def test_graphed_embeddings_match_the_reference_network_with_one_capture_per_shape(model: CAMPPlus, mode: str) -> None:
     model.set_seg_pool_mode(mode)
@@ -64,6 +65,8 @@ def test_graphed_embeddings_match_the_reference_network_with_one_capture_per_sha
     assert len(module.captures) == 3
 
 
+@pytest.mark.core_model
+@pytest.mark.cpu
 def test_embed_batch_groups_lengths_into_batched_graphs(model: CAMPPlus) -> None:
     model.set_seg_pool_mode("exact")
     api, _ = fake_graph_api()
@@ -79,6 +82,8 @@ def test_embed_batch_groups_lengths_into_batched_graphs(model: CAMPPlus) -> None
     assert keys == [(1, 230, 80), (2, 150, 80)]
 
 
+@pytest.mark.core_model
+@pytest.mark.cpu
 def test_warmup_captures_ahead_and_later_calls_only_replay(model: CAMPPlus) -> None:
     model.set_seg_pool_mode("exact")
     api, module = fake_graph_api()
@@ -95,6 +100,8 @@ def test_warmup_captures_ahead_and_later_calls_only_replay(model: CAMPPlus) -> N
         backend.warmup(frames=[3])
 
 
+@pytest.mark.core_model
+@pytest.mark.cpu
 def test_switched_off_it_is_the_eager_torch_backend(model: CAMPPlus) -> None:
     model.set_seg_pool_mode("exact")
     backend = GraphedCampplus(model, "cpu", enabled=False)
@@ -105,3 +112,23 @@ def test_switched_off_it_is_the_eager_torch_backend(model: CAMPPlus) -> None:
     assert backend.counters().disabled_calls == 1 and backend.counters().captures == 0
     with pytest.raises(ValueError, match="80 mel bins"):
         backend(torch.zeros(50, 40))
+
+
+@pytest.mark.core_model
+@hardware_test(res={"npu": "A2", "cuda": "H100"}, num_cards=1)
+def test_real_device_graphs_replay_campplus_like_eager(model: CAMPPlus) -> None:
+    """Hardware twin of the fake-runtime tests above: real CUDA / NPU graphs, same kernels as eager."""
+    from vllm_omni import platforms
+    from vllm_omni.model_executor.models.cosyvoice3.speaker_embedding_torch import CampplusTorch
+
+    device = platforms.current_omni_platform.torch_device()
+    model.set_seg_pool_mode("exact")
+    backend = GraphedCampplus(model, device, enabled=True)
+    eager = CampplusTorch(model, device)
+    assert backend.runner.graphs_active, backend.counters().disabled_reason
+    for frames, seed in [(97, 1), (200, 2), (97, 3), (345, 4)]:
+        feats = _feats(frames, seed).to(device)
+        got, want = backend(feats), eager(feats)
+        np.testing.assert_allclose(got.cpu().numpy(), want.cpu().numpy(), rtol=0, atol=1e-5)
+    counters = backend.counters()
+    assert (counters.captures, counters.failures, counters.replays) == (3, 0, 4), counters.summary()
