@@ -11,7 +11,8 @@ through (`--smoke`, `--device`, `--sections`, `--deadline-s`, `--onnx`, `--model
 
 The device tool call (docs/design/device_graphs.md explains the sizing):
 
-    run(command="PYTHONUNBUFFERED=1 python3 benchmarks/device_check.py 2>&1 | tee $OUT/device_check.log",
+    run(command="set -o pipefail; PYTHONUNBUFFERED=1 python3 benchmarks/device_check.py 2>&1 "
+                "| tee $OUT/device_check.log",
         timeout_s=540)
 
 CPU smoke (CI runs it through tests/benchmarks/test_device_check.py):
