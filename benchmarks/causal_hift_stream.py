@@ -24,16 +24,14 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def main(argv: list[str]) -> int:
-    from vllm_omni.benchmarks.common import argv_device_type, record_cli_run
+    from vllm_omni.benchmarks.common import argv_device_type, pop_results_dir, record_cli_run
+    from vllm_omni.entrypoints.cli.types import CLIUsageError
 
-    results = RESULTS
-    if "--results-dir" in argv:
-        i = argv.index("--results-dir")
-        if i + 1 >= len(argv):
-            print("causal_hift_stream.py: --results-dir needs a folder", file=sys.stderr)
-            return 2
-        results = Path(argv[i + 1])
-        argv = argv[:i] + argv[i + 2 :]
+    try:
+        results, argv = pop_results_dir(argv, RESULTS)
+    except CLIUsageError as exc:
+        print(f"causal_hift_stream.py: {exc}", file=sys.stderr)
+        return 2
     size = "_full" if "--full" in argv else ""
     stem = results / f"causal_hift_stream_{argv_device_type(argv)}{size}"
     return record_cli_run(["bench", "causal-hift", *argv], stem, recorded_codes=(0,))

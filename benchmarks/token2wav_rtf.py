@@ -23,16 +23,14 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def main(argv: list[str]) -> int:
-    from vllm_omni.benchmarks.common import argv_device_type, record_cli_run
+    from vllm_omni.benchmarks.common import argv_device_type, pop_results_dir, record_cli_run
+    from vllm_omni.entrypoints.cli.types import CLIUsageError
 
-    results = RESULTS
-    if "--results-dir" in argv:
-        i = argv.index("--results-dir")
-        if i + 1 >= len(argv):
-            print("token2wav_rtf.py: --results-dir needs a folder", file=sys.stderr)
-            return 2
-        results = Path(argv[i + 1])
-        argv = argv[:i] + argv[i + 2 :]
+    try:
+        results, argv = pop_results_dir(argv, RESULTS)
+    except CLIUsageError as exc:
+        print(f"token2wav_rtf.py: {exc}", file=sys.stderr)
+        return 2
     stem = results / f"token2wav_rtf_{argv_device_type(argv)}"
     return record_cli_run(["bench", "token2wav", *argv], stem, recorded_codes=(0,))
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import os
 import statistics
-import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
@@ -33,7 +32,7 @@ from typing import Any, Final
 
 import torch
 
-from vllm_omni.benchmarks.common import cpu_model, load_average, resolve_device, usable_cores
+from vllm_omni.benchmarks.common import cpu_model, load_average, resolve_device, timed_ms, torch_threads, usable_cores
 from vllm_omni.benchmarks.progress import progress
 from vllm_omni.logger import init_logger
 
@@ -175,15 +174,12 @@ class CausalHiFTStreamBenchmark:
         self._stage = stage if stage is not None else (lambda text: logger.info("%s", text))
 
     def run(self) -> StreamBenchReport:
-        previous = torch.get_num_threads()
-        torch.set_num_threads(self.config.threads)
-        try:
-            with torch.inference_mode():
+        with torch_threads(self.config.threads), torch.inference_mode():
+            try:
                 self._run()
-        finally:
-            torch.set_num_threads(previous)
-            if self.report.environment:
-                self.report.environment["loadavg_end"] = load_average()
+            finally:
+                if self.report.environment:
+                    self.report.environment["loadavg_end"] = load_average()
         self.report.complete = True
         return self.report
 
@@ -225,11 +221,9 @@ class CausalHiFTStreamBenchmark:
         platform = platforms.current_omni_platform
 
         def timed(fn: Callable[[], Any]) -> tuple[Any, float]:
-            platform.synchronize(device)
-            start = time.perf_counter()
-            out = fn()
-            platform.synchronize(device)
-            return out, (time.perf_counter() - start) * 1000.0
+            out: list[Any] = []
+            ms = timed_ms(lambda: out.append(fn()), lambda: platform.synchronize(device))
+            return out[0], ms
 
         mel = standin_mel(cfg.frames, seed=cfg.seed).to(device)
         streamer = CausalHiFTStreamer(model, COSYVOICE3_STREAM)

@@ -295,6 +295,17 @@ def record_cli_run(command: Sequence[str], stem: Path, *, recorded_codes: Sequen
     return code
 
 
+def pop_results_dir(argv: Sequence[str], default: Path) -> tuple[Path, list[str]]:
+    """A recorder script's `--results-dir DIR` (tests record elsewhere) taken out of `argv`; `default` if absent."""
+    args = list(argv)
+    if "--results-dir" not in args:
+        return default, args
+    i = args.index("--results-dir")
+    if i + 1 >= len(args):
+        raise CLIUsageError("--results-dir needs a folder")
+    return Path(args[i + 1]), args[:i] + args[i + 2 :]
+
+
 __all__ = [
     "MAX_DEFAULT_THREADS",
     "ReportWriter",
@@ -313,6 +324,7 @@ __all__ = [
     "json_text",
     "load_average",
     "png_bytes",
+    "pop_results_dir",
     "publish_report",
     "record_cli_run",
     "resolve_device",

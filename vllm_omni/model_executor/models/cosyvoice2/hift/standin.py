@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -79,57 +80,69 @@ def standin_state_dict(
     return out
 
 
-def standin_hift_state_dict(*, reduced: bool, seed: int, key_scheme: KeyScheme = "new") -> dict[str, torch.Tensor]:
-    """The stand-in tensors, keyed like hift.pt in `key_scheme` (no prefix)."""
+@dataclass(frozen=True)
+class StandinFamily:
+    """One kind of stand-in vocoder file: its key layout, its name in logs, where cached copies live.
+
+    `shapes(reduced)` gives the key -> shape map (new weight-norm spelling) of the full or reduced
+    model; the methods make the tensors, write them and keep cached copies, the same way for every
+    family (HiFT here, CosyVoice3's causal HiFT in `cosyvoice3.hift.standin`).
+    """
+
+    name: str  # in log lines: "hift.pt"
+    stem: str  # cache file names: <stem>_v<version>_<size>_s<seed>_<scheme>[_prefix].pt
+    shapes: Callable[[bool], dict[str, tuple[int, ...]]]
+
+    def state_dict(self, *, reduced: bool, seed: int, key_scheme: KeyScheme = "new") -> dict[str, torch.Tensor]:
+        """The stand-in tensors, keyed like the shipped file in `key_scheme` (no prefix)."""
+        return standin_state_dict(self.shapes(reduced), seed=seed, key_scheme=key_scheme)
+
+    def write(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        reduced: bool,
+        seed: int,
+        key_scheme: KeyScheme = "new",
+        prefix: bool = False,
+    ) -> Path:
+        """Write a deterministic stand-in to `path` (atomically; keys under `generator.` with `prefix`)."""
+        state_dict = self.state_dict(reduced=reduced, seed=seed, key_scheme=key_scheme)
+        if prefix:
+            state_dict = {PREFIX + k: v for k, v in state_dict.items()}
+        path = Path(path)
+        with atomic_output(path) as tmp:
+            torch.save(state_dict, tmp)
+        logger.info(
+            "wrote stand-in %s (%s, seed %d, %s keys%s) to %s",
+            self.name,
+            "reduced" if reduced else "full size",
+            seed,
+            key_scheme,
+            ", generator. prefix" if prefix else "",
+            path,
+        )
+        return path
+
+    def cached(self, *, reduced: bool, seed: int = 0, key_scheme: KeyScheme = "new", prefix: bool = False) -> Path:
+        """A stand-in under `vllm_omni.envs.cache_dir("standins", stem)`, generated on first use."""
+        size = "reduced" if reduced else "full"
+        name = f"{self.stem}_v{STANDIN_VERSION}_{size}_s{seed}_{key_scheme}{'_prefix' if prefix else ''}.pt"
+        path = envs.cache_dir("standins", self.stem) / name
+        with _cache_lock:
+            if not path.is_file():
+                self.write(path, reduced=reduced, seed=seed, key_scheme=key_scheme, prefix=prefix)
+        return path
+
+
+def _hift_shapes(reduced: bool) -> dict[str, tuple[int, ...]]:
     config = REDUCED_HIFT_CONFIG if reduced else FULL_HIFT_CONFIG
     with torch.device("meta"):
-        shapes = expected_hift_shapes(HiFTGenerator(config))
-    return standin_state_dict(shapes, seed=seed, key_scheme=key_scheme)
+        return expected_hift_shapes(HiFTGenerator(config))
 
 
-def save_standin(path: str | os.PathLike[str], state_dict: dict[str, torch.Tensor], *, prefix: bool, what: str) -> Path:
-    """Write `state_dict` (optionally with every key under `generator.`) to `path` atomically."""
-    if prefix:
-        state_dict = {PREFIX + k: v for k, v in state_dict.items()}
-    path = Path(path)
-    with atomic_output(path) as tmp:
-        torch.save(state_dict, tmp)
-    logger.info("wrote stand-in %s to %s", what, path)
-    return path
-
-
-def write_standin_hift(
-    path: str | os.PathLike[str],
-    *,
-    reduced: bool,
-    seed: int,
-    key_scheme: KeyScheme = "new",
-    prefix: bool = False,
-) -> Path:
-    """Write a deterministic stand-in hift.pt to `path` (atomically) and return the path."""
-    state_dict = standin_hift_state_dict(reduced=reduced, seed=seed, key_scheme=key_scheme)
-    what = (
-        f"hift.pt ({'reduced' if reduced else 'full size'}, seed {seed}, {key_scheme} keys"
-        f"{', generator. prefix' if prefix else ''})"
-    )
-    return save_standin(path, state_dict, prefix=prefix, what=what)
-
-
-def cached_standin(folder: str, name: str, write: Callable[[Path], object]) -> Path:
-    """`vllm_omni.envs.cache_dir("standins", folder) / name`, written by `write(path)` on first use."""
-    path = envs.cache_dir("standins", folder) / name
-    with _cache_lock:
-        if not path.is_file():
-            write(path)
-    return path
-
-
-def cached_standin_hift(*, reduced: bool, seed: int = 0, key_scheme: KeyScheme = "new", prefix: bool = False) -> Path:
-    """A stand-in hift.pt under `vllm_omni.envs.cache_dir("standins", "hift")`, generated on first use."""
-    size = "reduced" if reduced else "full"
-    name = f"hift_v{STANDIN_VERSION}_{size}_s{seed}_{key_scheme}{'_prefix' if prefix else ''}.pt"
-    return cached_standin(
-        "hift",
-        name,
-        lambda path: write_standin_hift(path, reduced=reduced, seed=seed, key_scheme=key_scheme, prefix=prefix),
-    )
+HIFT_STANDINS = StandinFamily("hift.pt", "hift", _hift_shapes)
+# The module's long-standing entry points.
+standin_hift_state_dict = HIFT_STANDINS.state_dict
+write_standin_hift = HIFT_STANDINS.write
+cached_standin_hift = HIFT_STANDINS.cached
