@@ -24,17 +24,10 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def main(argv: list[str]) -> int:
-    from vllm_omni.benchmarks.common import argv_device_type, pop_results_dir, record_cli_run
-    from vllm_omni.entrypoints.cli.types import CLIUsageError
+    from vllm_omni.benchmarks.common import record_main
 
-    try:
-        results, argv = pop_results_dir(argv, RESULTS)
-    except CLIUsageError as exc:
-        print(f"causal_hift_stream.py: {exc}", file=sys.stderr)
-        return 2
-    size = "_full" if "--full" in argv else ""
-    stem = results / f"causal_hift_stream_{argv_device_type(argv)}{size}"
-    return record_cli_run(["bench", "causal-hift", *argv], stem, recorded_codes=(0,))
+    stem = "causal_hift_stream_full" if "--full" in argv else "causal_hift_stream"
+    return record_main(argv, script=Path(__file__).name, bench="causal-hift", stem=stem, results=RESULTS)
 
 
 if __name__ == "__main__":

@@ -23,16 +23,10 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def main(argv: list[str]) -> int:
-    from vllm_omni.benchmarks.common import argv_device_type, pop_results_dir, record_cli_run
-    from vllm_omni.entrypoints.cli.types import CLIUsageError
+    from vllm_omni.benchmarks.common import record_main
 
-    try:
-        results, argv = pop_results_dir(argv, RESULTS)
-    except CLIUsageError as exc:
-        print(f"token2wav_rtf.py: {exc}", file=sys.stderr)
-        return 2
-    stem = results / f"token2wav_rtf_{argv_device_type(argv)}"
-    return record_cli_run(["bench", "token2wav", *argv], stem, recorded_codes=(0,))
+    stem = "token2wav_rtf"
+    return record_main(argv, script=Path(__file__).name, bench="token2wav", stem=stem, results=RESULTS)
 
 
 if __name__ == "__main__":

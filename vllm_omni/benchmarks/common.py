@@ -295,15 +295,20 @@ def record_cli_run(command: Sequence[str], stem: Path, *, recorded_codes: Sequen
     return code
 
 
-def pop_results_dir(argv: Sequence[str], default: Path) -> tuple[Path, list[str]]:
-    """A recorder script's `--results-dir DIR` (tests record elsewhere) taken out of `argv`; `default` if absent."""
+def record_main(argv: Sequence[str], *, script: str, bench: str, stem: str, results: Path) -> int:
+    """A recorder script's main: `vllm-omni bench <bench> <argv>` kept as `<results>/<stem>_<device>.{txt,json,png}`.
+
+    `--results-dir DIR` in `argv` records elsewhere (tests); `<device>` is cpu, cuda or npu (from
+    `--device`). Returns the command's exit code (2 for a `--results-dir` without a folder).
+    """
     args = list(argv)
-    if "--results-dir" not in args:
-        return default, args
-    i = args.index("--results-dir")
-    if i + 1 >= len(args):
-        raise CLIUsageError("--results-dir needs a folder")
-    return Path(args[i + 1]), args[:i] + args[i + 2 :]
+    if "--results-dir" in args:
+        i = args.index("--results-dir")
+        if i + 1 >= len(args):
+            print(f"{script}: --results-dir needs a folder", file=sys.stderr)
+            return 2
+        results, args = Path(args[i + 1]), args[:i] + args[i + 2 :]
+    return record_cli_run(["bench", bench, *args], results / f"{stem}_{argv_device_type(args)}", recorded_codes=(0,))
 
 
 __all__ = [
@@ -324,9 +329,9 @@ __all__ = [
     "json_text",
     "load_average",
     "png_bytes",
-    "pop_results_dir",
     "publish_report",
     "record_cli_run",
+    "record_main",
     "resolve_device",
     "run_benchmark",
     "timed_ms",

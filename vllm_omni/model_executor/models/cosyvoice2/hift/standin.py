@@ -15,15 +15,16 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 
 from vllm_omni import envs
 from vllm_omni.atomic_io import atomic_output
 from vllm_omni.logger import init_logger
-from vllm_omni.model_executor.models.cosyvoice2.hift.config import FULL_HIFT_CONFIG, REDUCED_HIFT_CONFIG
+from vllm_omni.model_executor.models.cosyvoice2.hift.config import FULL_HIFT_CONFIG, REDUCED_HIFT_CONFIG, HiFTConfig
 from vllm_omni.model_executor.models.cosyvoice2.hift.generator import HiFTGenerator
+from vllm_omni.model_executor.models.cosyvoice2.hift.layers import HiFTBase
 from vllm_omni.model_executor.models.cosyvoice2.hift.loader import PREFIX, expected_hift_shapes
 
 logger = init_logger(__name__)
@@ -84,14 +85,21 @@ def standin_state_dict(
 class StandinFamily:
     """One kind of stand-in vocoder file: its key layout, its name in logs, where cached copies live.
 
-    `shapes(reduced)` gives the key -> shape map (new weight-norm spelling) of the full or reduced
-    model; the methods make the tensors, write them and keep cached copies, the same way for every
-    family (HiFT here, CosyVoice3's causal HiFT in `cosyvoice3.hift.standin`).
+    The methods make the tensors for the full or reduced config, write them and keep cached
+    copies, the same way for every family (HiFT here, CosyVoice3's causal HiFT in
+    `cosyvoice3.hift.standin`).
     """
 
     name: str  # in log lines: "hift.pt"
     stem: str  # cache file names: <stem>_v<version>_<size>_s<seed>_<scheme>[_prefix].pt
-    shapes: Callable[[bool], dict[str, tuple[int, ...]]]
+    build: Callable[[Any], HiFTBase]  # config -> model (built on the meta device for the shapes)
+    full: HiFTConfig
+    reduced: HiFTConfig
+
+    def shapes(self, reduced: bool) -> dict[str, tuple[int, ...]]:
+        """Key -> shape of the file (new weight-norm spelling), from a model on the meta device."""
+        with torch.device("meta"):
+            return expected_hift_shapes(self.build(self.reduced if reduced else self.full))
 
     def state_dict(self, *, reduced: bool, seed: int, key_scheme: KeyScheme = "new") -> dict[str, torch.Tensor]:
         """The stand-in tensors, keyed like the shipped file in `key_scheme` (no prefix)."""
@@ -135,13 +143,7 @@ class StandinFamily:
         return path
 
 
-def _hift_shapes(reduced: bool) -> dict[str, tuple[int, ...]]:
-    config = REDUCED_HIFT_CONFIG if reduced else FULL_HIFT_CONFIG
-    with torch.device("meta"):
-        return expected_hift_shapes(HiFTGenerator(config))
-
-
-HIFT_STANDINS = StandinFamily("hift.pt", "hift", _hift_shapes)
+HIFT_STANDINS = StandinFamily("hift.pt", "hift", HiFTGenerator, FULL_HIFT_CONFIG, REDUCED_HIFT_CONFIG)
 # The module's long-standing entry points.
 standin_hift_state_dict = HIFT_STANDINS.state_dict
 write_standin_hift = HIFT_STANDINS.write

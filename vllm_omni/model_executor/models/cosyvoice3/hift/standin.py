@@ -11,20 +11,13 @@ from __future__ import annotations
 
 import torch
 
-from vllm_omni.model_executor.models.cosyvoice2.hift.loader import expected_hift_shapes
 from vllm_omni.model_executor.models.cosyvoice2.hift.standin import StandinFamily
 from vllm_omni.model_executor.models.cosyvoice3.hift.config import FULL_CAUSAL_HIFT_CONFIG, REDUCED_CAUSAL_HIFT_CONFIG
 from vllm_omni.model_executor.models.cosyvoice3.hift.generator import CausalHiFTGenerator
 
-
-def causal_hift_shapes(reduced: bool) -> dict[str, tuple[int, ...]]:
-    """Key -> shape of a causal hift.pt (new weight-norm spelling), computed on the meta device."""
-    config = REDUCED_CAUSAL_HIFT_CONFIG if reduced else FULL_CAUSAL_HIFT_CONFIG
-    with torch.device("meta"):
-        return expected_hift_shapes(CausalHiFTGenerator(config))
-
-
-CAUSAL_HIFT_STANDINS = StandinFamily("causal hift.pt", "causal_hift", causal_hift_shapes)
+CAUSAL_HIFT_STANDINS = StandinFamily(
+    "causal hift.pt", "causal_hift", CausalHiFTGenerator, FULL_CAUSAL_HIFT_CONFIG, REDUCED_CAUSAL_HIFT_CONFIG
+)
 standin_causal_hift_state_dict = CAUSAL_HIFT_STANDINS.state_dict
 write_standin_causal_hift = CAUSAL_HIFT_STANDINS.write
 cached_standin_causal_hift = CAUSAL_HIFT_STANDINS.cached
