@@ -5,7 +5,7 @@
 Why: the recorded cost-per-chunk curve of the causal HiFT (bounded streaming vs upstream's
 cumulative re-run; quoted by docs/benchmarks/causal_hift.md and the issue's closing note) must come
 from the same command an operator runs; this script runs exactly that command and stores its three
-outputs as `benchmarks/results/causal_hift_stream_<device>[_full].{txt,json,png}` (`<device>` = cpu,
+outputs as `benchmarks/results/causal_hift_stream[_full]_<device>.{txt,json,png}` (`<device>` = cpu,
 cuda, npu; `_full` with `--full`).
 
     .venv/bin/python benchmarks/causal_hift_stream.py                       # reduced stand-in, 55 x 50 frames
