@@ -105,6 +105,17 @@ def test_minicpmo_policy_is_chunking_invariant_and_leads_with_3840_zeros(
     torch.testing.assert_close(streamed[:, 3840:], whole[0], rtol=0, atol=1e-6)
 
 
+def test_empty_non_final_pushes_return_no_audio_under_every_policy(model: CausalHiFTGenerator) -> None:
+    for policy in (COSYVOICE3_STREAM, MINICPMO_1_0_7_STREAM):
+        streamer = CausalHiFTStreamer(model, policy)
+        audio, state = streamer.push(streamer.start(), torch.zeros(1, 80, 0))
+        assert audio.shape == (1, 0) and state.received == 0 and not state.finalized
+        _, state = streamer.push(state, flow_like_mel(20, seed=18))
+        audio, later = streamer.push(state, torch.zeros(1, 80, 0))
+        assert audio.shape == (1, 0) and later.emitted == state.emitted == 12
+        assert later.emitted_samples == 12 * 480
+
+
 def test_minicpmo_zeros_are_skipped_when_the_first_audio_comes_with_the_last_chunk(model: CausalHiFTGenerator) -> None:
     streamer = CausalHiFTStreamer(model, MINICPMO_1_0_7_STREAM)
     mel = flow_like_mel(12, seed=9)

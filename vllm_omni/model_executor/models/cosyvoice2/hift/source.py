@@ -20,6 +20,10 @@ random initial phase (added to sample 0 only) does not reach the output. It is s
 the RNG stream identical to the reference: per call `rand(B, H)` (initial phases), then
 `randn(B, L, H)` (additive noise of the harmonics), then `randn(B, L, 1)` (the source module's
 noise output, unused by HiFT).
+
+The harmonic increments, the excitation formula and the learned merge (`HarmonicMerge`) are shared
+with CosyVoice3's causal source (`cosyvoice3/hift/source.py`), which differs only in how it makes
+the phase (nearest up-sampling, carried between chunks) and the noise (a fixed table).
 """
 
 from __future__ import annotations

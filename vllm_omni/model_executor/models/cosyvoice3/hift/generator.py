@@ -163,7 +163,8 @@ class CausalHiFTGenerator(HiFTBase):
 
         finalize=True: the whole utterance, 480 T samples. finalize=False: the last 3 frames only
         feed the F0 predictor, the 4 before them only conv_pre, and the last 480 samples are dropped:
-        480 (T - 8) samples, equal to the first ones of the finalized output. Returns [B, samples].
+        480 (T - 8) samples, equal to the first ones of the finalized output (none for T <= 8,
+        where the reference fails). Returns [B, samples].
         """
         from vllm_omni.model_executor.models.cosyvoice3.hift.stream import COSYVOICE3_STREAM, CausalHiFTStreamer
 

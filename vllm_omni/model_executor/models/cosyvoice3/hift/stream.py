@@ -120,7 +120,7 @@ class CausalHiFTStreamState:
     @property
     def emitted_samples(self) -> int:
         """Audio samples returned so far, leading zeros excluded."""
-        return self.emitted * 480
+        return self.emitted * self.layout.config.upsample_scale
 
 
 class CausalHiFTStreamer:
@@ -204,7 +204,7 @@ class CausalHiFTStreamer:
             if finalize:
                 audio, state = self._step(state, mel[..., :0], True)
                 outputs.append(audio)
-        audio = torch.cat(outputs, dim=-1) if len(outputs) > 1 else outputs[0]
+        audio = torch.cat(outputs, dim=-1) if outputs else mel.new_zeros(state.batch, 0)
         if state.silence_pending and audio.shape[-1]:
             # minicpmo-utils: zeros before the first non-empty output, unless that call is the last.
             if not finalize:
