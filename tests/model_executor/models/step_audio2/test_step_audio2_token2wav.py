@@ -471,6 +471,11 @@ def test_missing_speaker_model_is_named_with_the_directory_listing(tmp_path: Pat
         pytest.param(lambda tmp: str(tmp / "missing.wav"), id="missing-file"),
         pytest.param(lambda tmp: b"definitely not audio", id="garbage-bytes"),
         pytest.param(lambda tmp: (np.zeros(16000, dtype=np.float32), 16000), id="digital-silence"),
+        pytest.param(
+            lambda tmp: ((1e-6 * np.random.default_rng(0).standard_normal(16000)).astype(np.float32), 16000),
+            id="near-silent-noise",
+        ),
+        pytest.param(lambda tmp: (np.full(16000, 0.25, dtype=np.float32), 16000), id="dc-offset-only"),
         pytest.param(lambda tmp: (np.full(16000, 3.0, dtype=np.float32), 16000), id="float-out-of-range"),
         pytest.param(lambda tmp: (np.ones(100, dtype=np.float32) * 0.1, 16000), id="too-short"),
         pytest.param(lambda tmp: (np.ones(16000, dtype=np.float32) * 0.1, 0), id="bad-rate"),
