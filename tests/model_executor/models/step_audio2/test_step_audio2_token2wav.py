@@ -17,7 +17,12 @@ import pytest
 import soundfile
 import torch
 
-from tests.helpers.token2wav import SessionCounter, assert_embeddings_close
+from tests.helpers.token2wav import (
+    SessionCounter,
+    assert_embeddings_close,
+    export_other_speaker_net_onnx,
+    make_token2wav_dir,
+)
 from vllm_omni.model_executor.models import audio as frontend
 from vllm_omni.model_executor.models.cosyvoice3 import speaker_embedding, speaker_embedding_torch
 from vllm_omni.model_executor.models.step_audio2.step_audio2_token2wav import StepAudio2Token2WavCore
@@ -491,6 +496,33 @@ def test_prompt_audio_errors_surface_unchanged(token2wav_dir: Path, tmp_path: Pa
     # identical message (object addresses in decoder messages differ between two calls)
     assert re.sub(r"0x[0-9a-f]+", "0x", str(got.value)) == re.sub(r"0x[0-9a-f]+", "0x", str(expected.value))
     assert core.prompt_cache_stats.size == 0
+
+
+def test_a_speaker_model_of_another_network_is_refused_by_both_backends(
+    tmp_path: Path, short_speech: tuple[np.ndarray, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """[B, T, 80] -> [B, 192] like CAM++, but another network: neither the ORT fallback nor the torch
+    path may serve it (the same structural check, the same message), and nothing is cached."""
+    from vllm_omni.model_executor.models.campplus.onnx_import import CampplusOnnxError
+
+    other = export_other_speaker_net_onnx(tmp_path / "other.onnx")
+    directory = make_token2wav_dir(tmp_path / "t2w", campplus=other)
+    counter = SessionCounter(monkeypatch)
+    fallback = StepAudio2Token2WavCore(directory)
+    with pytest.raises(CampplusOnnxError, match=r"not a CAM\+\+ export") as ort_error:
+        fallback.prepare_prompt(short_speech)
+    assert counter.count == 0 and fallback.prompt_cache_stats.size == 0
+    monkeypatch.setattr(speaker_embedding, "CPU_DEVICE_PATH_BACKEND", "torch")
+    with pytest.raises(CampplusOnnxError) as torch_error:
+        StepAudio2Token2WavCore(directory).enable_device_spk_embedding()
+    # Same diagnosis; the torch path names the resolved file, the fallback the path it was given.
+    assert str(torch_error.value).split(": ", 1)[1] == str(ort_error.value).split(": ", 1)[1]
+
+
+def test_a_directory_in_place_of_an_asset_is_named_as_such(tmp_path: Path) -> None:
+    (tmp_path / "campplus.onnx").mkdir()
+    with pytest.raises(IsADirectoryError, match=r"campplus\.onnx is a directory"):
+        StepAudio2Token2WavCore(tmp_path).enable_device_spk_embedding()
 
 
 def test_bad_configuration_is_rejected(tmp_path: Path) -> None:

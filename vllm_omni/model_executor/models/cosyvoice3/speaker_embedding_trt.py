@@ -139,6 +139,15 @@ def _build_serialized_engine(trt: Any, onnx_path: Path) -> bytes:
     return bytes(serialized)
 
 
+def _checked_engine(trt: Any, onnx_path: Path) -> bytes:
+    """An engine for `onnx_path` after the structural check every backend runs (TensorRT, like onnxruntime,
+    would build any network whose shapes fit)."""
+    from vllm_omni.model_executor.models.campplus.onnx_import import check_campplus_export
+
+    check_campplus_export(onnx_path, feat_dim=FEAT_DIM, embedding_size=EMBEDDING_DIM)
+    return _build_serialized_engine(trt, onnx_path)
+
+
 class TrtSpeakerEmbedding:
     """`SpeakerEmbeddingBackend` running a cached TensorRT engine of `campplus.onnx` on `device`.
 
@@ -151,7 +160,9 @@ class TrtSpeakerEmbedding:
         if device.type != "cuda":
             raise RuntimeError(f"TensorRT speaker embedding needs a CUDA device, got {device}")
         from vllm_omni import platforms
+        from vllm_omni.model_executor.models.cosyvoice3.speaker_embedding import check_speaker_model_path
 
+        check_speaker_model_path(Path(onnx_path))
         self.onnx_path = Path(onnx_path)
         self._device = device
         trt = importlib.import_module("tensorrt")
@@ -162,7 +173,7 @@ class TrtSpeakerEmbedding:
             tensorrt_version=str(getattr(trt, "__version__", "unknown")),
         )
         self.engine_path = key.engine_path()
-        data = load_or_build_engine(self.engine_path, lambda: _build_serialized_engine(trt, self.onnx_path))
+        data = load_or_build_engine(self.engine_path, lambda: _checked_engine(trt, self.onnx_path))
         runtime = trt.Runtime(trt.Logger(trt.Logger.WARNING))
         engine = runtime.deserialize_cuda_engine(data)
         if engine is None:

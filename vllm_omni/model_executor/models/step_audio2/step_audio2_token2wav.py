@@ -209,6 +209,8 @@ class StepAudio2Token2WavCore:
                 f"expected it to hold {name}"
             )
         path = self.model_path / name
+        if path.is_dir():
+            raise IsADirectoryError(f"{path} is a directory; the token2wav directory must hold {name} as a file")
         if not path.is_file():
             present = sorted(p.name for p in self.model_path.iterdir())
             raise FileNotFoundError(
