@@ -498,6 +498,25 @@ def test_prompt_audio_errors_surface_unchanged(token2wav_dir: Path, tmp_path: Pa
     assert core.prompt_cache_stats.size == 0
 
 
+def test_an_overlong_prompt_gets_advice_that_works_here(
+    ort_core: StepAudio2Token2WavCore, speech: tuple[np.ndarray, int], tmp_path: Path
+) -> None:
+    wav, rate = speech
+    long = np.tile(wav, 8)  # 32 s
+    path = tmp_path / "long.wav"
+    soundfile.write(path, long, rate, subtype="PCM_16")
+    for source in ((long, rate), str(path), path.read_bytes()):
+        with pytest.raises(ValueError) as exc:
+            ort_core.prepare_prompt(source)
+        message = str(exc.value)
+        assert "32.00 s long, over the 30 s prompt limit" in message
+        assert "(waveform[: int(30 * rate)], rate)" in message
+        # prepare_prompt takes neither: advice naming them would not work here.
+        assert "truncate" not in message and "max_seconds" not in message
+    # Following the advice works.
+    assert ort_core.prepare_prompt((long[: int(30 * rate)], rate)).speaker_embedding.shape == (1, 192)
+
+
 def test_a_speaker_model_of_another_network_is_refused_by_both_backends(
     tmp_path: Path, short_speech: tuple[np.ndarray, int], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -160,6 +160,18 @@ def _check_samples(samples: np.ndarray, origin: str) -> None:
         )
 
 
+class AudioTooLongError(ValueError):
+    """Audio over the duration limit. The message advises the loader's own options (`max_seconds`,
+    `truncate=True`); callers that do not expose them re-phrase it from `origin`, `seconds`, `max_seconds`."""
+
+    def __init__(self, origin: str, seconds: float, max_seconds: float) -> None:
+        super().__init__(
+            f"{origin}: audio is {seconds:.2f} s long, over the {max_seconds:g} s limit; "
+            f"trim it, raise max_seconds, or pass truncate=True to keep the first {max_seconds:g} s"
+        )
+        self.origin, self.seconds, self.max_seconds = origin, seconds, max_seconds
+
+
 def _limit(num_samples: int, rate: int, max_seconds: float | None, truncate: bool, origin: str) -> int:
     """How many samples to keep under the duration limit (raises unless truncation was asked for)."""
     if max_seconds is None:
@@ -168,10 +180,7 @@ def _limit(num_samples: int, rate: int, max_seconds: float | None, truncate: boo
     if num_samples <= limit:
         return num_samples
     if not truncate:
-        raise ValueError(
-            f"{origin}: audio is {num_samples / rate:.2f} s long, over the {max_seconds:g} s limit; "
-            f"trim it, raise max_seconds, or pass truncate=True to keep the first {max_seconds:g} s"
-        )
+        raise AudioTooLongError(origin, num_samples / rate, max_seconds)
     logger.info("%s: truncating %.2f s of audio to the first %.2f s", origin, num_samples / rate, max_seconds)
     return limit
 

@@ -31,8 +31,9 @@ Request paths (computation in `token2wav_synthesis.py`, stream state in `token2w
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
@@ -512,6 +513,11 @@ class StepAudio2Token2WavCore:
             state = self._default_stream
             if state is None:
                 raise RuntimeError("stream(): no stream is set up; call set_stream_cache(prompt_wav) first")
+        elif not isinstance(state, Token2WavStream):
+            raise TypeError(
+                f"stream(): state must be the Token2WavStream that set_stream_cache() returned, "
+                f"got {type(state).__name__}"
+            )
         ids = self._tokens(tokens, "stream")
         emitted = ids.shape[1] if last_chunk else ids.shape[1] - PRE_LOOKAHEAD_TOKENS
         min_emitted = 1 if last_chunk else MEL_CACHE_FRAMES // 2
@@ -585,12 +591,33 @@ def _prompt_source(prompt_wav: PromptWav) -> tuple[str, Callable[[], PromptAudio
     """
     from vllm_omni.model_executor.models import audio as frontend
 
+    def load() -> PromptAudio:
+        with _prompt_limit_advice():
+            return frontend.load_prompt_audio(prompt_wav)
+
     if isinstance(prompt_wav, tuple) and len(prompt_wav) == 2:
         waveform, rate = prompt_wav
         if isinstance(waveform, np.ndarray | torch.Tensor) and waveform.ndim == 1 and isinstance(rate, int):
-            return waveform_digest(waveform, rate), lambda: frontend.load_prompt_audio(prompt_wav)
-    decoded = frontend.decode_audio(prompt_wav, max_seconds=frontend.DEFAULT_MAX_PROMPT_SECONDS)
-    return decoded.digest(), lambda: frontend.load_prompt_audio(prompt_wav)
+            return waveform_digest(waveform, rate), load
+    with _prompt_limit_advice():
+        decoded = frontend.decode_audio(prompt_wav, max_seconds=frontend.DEFAULT_MAX_PROMPT_SECONDS)
+    return decoded.digest(), load
+
+
+@contextlib.contextmanager
+def _prompt_limit_advice() -> Iterator[None]:
+    """Re-phrase the front end's too-long error with advice that works here: the facades take no
+    `max_seconds` / `truncate` (a prompt is the voice to clone; silently cutting it is the caller's call)."""
+    from vllm_omni.model_executor.models.audio import AudioTooLongError
+
+    try:
+        yield
+    except AudioTooLongError as exc:
+        limit = f"{exc.max_seconds:g}"
+        raise ValueError(
+            f"{exc.origin}: prompt is {exc.seconds:.2f} s long, over the {limit} s prompt limit of the Token2Wav "
+            f"facades; pass a shorter prompt, e.g. its first {limit} s as (waveform[: int({limit} * rate)], rate)"
+        ) from None
 
 
 __all__ = [
