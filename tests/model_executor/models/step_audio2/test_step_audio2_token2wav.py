@@ -544,6 +544,23 @@ def test_a_directory_in_place_of_an_asset_is_named_as_such(tmp_path: Path) -> No
         StepAudio2Token2WavCore(tmp_path).enable_device_spk_embedding()
 
 
+def test_installing_a_backend_is_logged_at_info_once_per_process(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from vllm_omni.logger import _reset_once_cache
+
+    _reset_once_cache()
+    caplog.set_level("DEBUG", logger="vllm_omni")
+    for _ in range(12):  # a benchmark installs the same backend into many facades
+        StepAudio2Token2WavCore(tmp_path).install_spk_backend(ConstantBackend(name="constant-once-test"))
+    StepAudio2Token2WavCore(tmp_path).install_spk_backend(ConstantBackend(name="constant-other-test"))
+    lines = [r.getMessage() for r in caplog.records if "speaker embedding via" in r.getMessage()]
+    assert lines == [
+        "StepAudio2Token2WavCore: speaker embedding via constant-once-test",
+        "StepAudio2Token2WavCore: speaker embedding via constant-other-test",
+    ]
+
+
 def test_bad_configuration_is_rejected(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="n_timesteps"):
         StepAudio2Token2WavCore(tmp_path, n_timesteps=0)

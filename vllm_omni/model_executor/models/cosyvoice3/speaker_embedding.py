@@ -109,7 +109,7 @@ def select_speaker_embedding_backend(
         reason = speaker_embedding_trt.tensorrt_unavailable_reason()
         if reason is None:
             return speaker_embedding_trt.TrtSpeakerEmbedding(onnx_path, device)
-        logger.info("speaker embedding: %s; using the torch CAM++ on %s", reason, device)
+        logger.info_once("speaker embedding: %s; using the torch CAM++ on %s", reason, device)
         return _torch_backend(onnx_path, device, seg_pool_mode)
     if device.type == "cpu" and CPU_DEVICE_PATH_BACKEND == "onnxruntime":
         return _ort_backend(onnx_path, device, ort_intra_op_threads)

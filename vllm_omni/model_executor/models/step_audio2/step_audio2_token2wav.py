@@ -247,7 +247,8 @@ class StepAudio2Token2WavCore:
             raise TypeError(f"{backend!r} is not a SpeakerEmbeddingBackend (needs __call__, name and device)")
         with self._lock:
             self._spk = backend
-        logger.info("%s: speaker embedding via %s", type(self).__name__, backend.name)
+        # Once per process and (facade, backend): stages and benchmarks install backends many times.
+        logger.info_once("%s: speaker embedding via %s", type(self).__name__, backend.name)
 
     def enable_device_spk_embedding(self) -> str:
         """Install the device speaker-embedding path for this facade's device; returns its name.
