@@ -6,6 +6,8 @@
 - `copy_with_io_names`: a copy of an ONNX file whose graph input/output carry other names.
 - `export_other_speaker_net_onnx`: a few-KB ONNX of ANOTHER network with CAM++'s I/O contract
   ([B, T, 80] -> [B, 192]), which every speaker backend must refuse to serve.
+- `rewrite_in_place_same_size`: change a CAM++ export's weights inside the same file (same size, same
+  inode, mtime put back): the edit a stat-based cache key cannot see.
 - `make_token2wav_dir`: a token2wav directory whose `campplus.onnx` is the full-size deterministic
   stand-in (`campplus.standin`), plus (`synthesis=True`) the reduced stand-in speech tokenizer, flow
   and HiFT, so the facades can load and synthesise.
@@ -96,6 +98,29 @@ def copy_with_io_names(source: Path, target: Path, *, input_name: str, output_na
             node.output[i] = renames.get(name, name)
     onnx.save(model, str(target))
     return target
+
+
+def rewrite_in_place_same_size(path: Path, *, scale: float = 2.0) -> None:
+    """Scale `xvector.dense.linear.weight` of the CAM++ export at `path`, writing into the same file
+    (same inode and byte size) and restoring its mtime, like `cp --preserve=timestamps` over it."""
+    import onnx
+    from onnx import numpy_helper
+
+    before = path.stat()
+    model = onnx.load(str(path))
+    for init in model.graph.initializer:
+        if init.name == "xvector.dense.linear.weight":
+            init.CopyFrom(numpy_helper.from_array((numpy_helper.to_array(init) * scale).astype("float32"), init.name))
+            break
+    else:
+        raise AssertionError(f"{path}: no xvector.dense.linear.weight initializer")
+    data = model.SerializeToString()
+    assert len(data) == before.st_size, "the rewrite must keep the file size"
+    with path.open("r+b") as handle:
+        handle.write(data)
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = path.stat()
+    assert (after.st_size, after.st_mtime_ns, after.st_ino) == (before.st_size, before.st_mtime_ns, before.st_ino)
 
 
 SPEECH_TOKENIZER_FILE = "speech_tokenizer_v2_25hz.onnx"

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import os
 import platform as py_platform
 import tempfile
@@ -43,6 +42,7 @@ import numpy as np
 import torch
 
 from vllm_omni.benchmarks.common import cpu_model, load_average, resolve_device, usable_cores
+from vllm_omni.file_identity import file_sha256
 from vllm_omni.logger import init_logger
 
 logger = init_logger(__name__)
@@ -318,14 +318,6 @@ class BenchReport:
 # ---------------------------------------------------------------------------------------------
 # Inputs: weights, audio, features
 # ---------------------------------------------------------------------------------------------
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def describe_weights(path: Path, *, standin: bool, generated_s: float | None = None) -> WeightsInfo:

@@ -7,6 +7,7 @@ import io
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import threading
@@ -22,6 +23,7 @@ from tests.helpers.token2wav import (
     assert_embeddings_close,
     export_other_speaker_net_onnx,
     make_token2wav_dir,
+    rewrite_in_place_same_size,
 )
 from vllm_omni.model_executor.models import audio as frontend
 from vllm_omni.model_executor.models.cosyvoice3 import speaker_embedding, speaker_embedding_torch
@@ -542,6 +544,50 @@ def test_a_directory_in_place_of_an_asset_is_named_as_such(tmp_path: Path) -> No
     (tmp_path / "campplus.onnx").mkdir()
     with pytest.raises(IsADirectoryError, match=r"campplus\.onnx is a directory"):
         StepAudio2Token2WavCore(tmp_path).enable_device_spk_embedding()
+
+
+@pytest.mark.parametrize("path", ["fallback", "device"])
+def test_a_changed_speaker_model_is_kept_until_reload_and_new_facades_see_it(
+    tmp_path: Path, short_speech: tuple[np.ndarray, int], monkeypatch: pytest.MonkeyPatch, path: str
+) -> None:
+    from tests.model_executor.models.campplus.helpers import ort_embed, ort_session
+    from vllm_omni.model_executor.models.campplus.standin import ensure_standin_campplus_onnx
+
+    own = tmp_path / "own-campplus.onnx"  # a private copy: the cached stand-in must not be edited
+    shutil.copyfile(ensure_standin_campplus_onnx(), own)
+    directory = make_token2wav_dir(tmp_path / "t2w", campplus=own)
+    monkeypatch.setattr(speaker_embedding, "CPU_DEVICE_PATH_BACKEND", "torch")
+
+    def facade() -> StepAudio2Token2WavCore:
+        core = StepAudio2Token2WavCore(directory, spk_seg_pool_mode="auto")  # agree with the installed ORT
+        if path == "device":
+            core.enable_device_spk_embedding()
+        return core
+
+    core = facade()
+    before = core.speaker_embedding(short_speech).clone()
+    feats = frontend.speaker_features(frontend.load_prompt_audio(short_speech).wav_16k)
+    rewrite_in_place_same_size(own)
+    expected = torch.from_numpy(ort_embed(ort_session(own), feats))  # what the file on disk computes now
+    assert not torch.allclose(before, expected, rtol=1e-3)
+
+    # A running facade keeps what it loaded, also when it computes the embedding again.
+    core.clear_prompt_cache()
+    assert_embeddings_close(core.speaker_embedding(short_speech), before, rel_l2=1e-5, min_cosine=0.999999)
+    # reload_spk_embedding() reads the file again, the way the backend was made, and drops cached features.
+    assert core.reload_spk_embedding() == ("torch-cpu" if path == "device" else "onnxruntime-cpu")
+    assert core.spk_backend == ("torch-cpu" if path == "device" else "onnxruntime-cpu")
+    assert_embeddings_close(core.speaker_embedding(short_speech), expected, rel_l2=1e-4, min_cosine=0.999999)
+    # A facade built after the change sees it without a reload (no stale process cache).
+    assert_embeddings_close(facade().speaker_embedding(short_speech), expected, rel_l2=1e-4, min_cosine=0.999999)
+
+
+def test_reload_refuses_to_guess_how_a_hand_installed_backend_was_made(tmp_path: Path) -> None:
+    core = StepAudio2Token2WavCore(tmp_path)
+    core.install_spk_backend(ConstantBackend())
+    with pytest.raises(RuntimeError, match="passed to install_spk_backend"):
+        core.reload_spk_embedding()
+    assert core.spk_backend == "constant-cpu"
 
 
 def test_installing_a_backend_is_logged_at_info_once_per_process(
