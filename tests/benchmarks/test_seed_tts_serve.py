@@ -199,9 +199,15 @@ def _cfg(url: str, concurrency: int = 3) -> ServeConfig:
     return ServeConfig(base_url=url, model="tts-test", max_concurrency=concurrency, timeout_s=CLIENT_TIMEOUT_S)
 
 
-def test_failures_are_counted_per_category_and_good_audio_is_saved(server, meta: Path, tmp_path: Path) -> None:
+def test_failures_are_counted_per_category_and_good_audio_is_saved(
+    server, meta: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "out"
-    rows = run_requests(load_seed_tts_meta(meta), _cfg(server.url), out)
+    rows = run_requests(load_seed_tts_meta(meta), _cfg(server.url), out, progress=True)
+    # Progress in a log (stderr is not a terminal here): whole lines, never carriage-return redraws.
+    err = capsys.readouterr().err
+    assert "\r" not in err and "requests: 7/7 req (100 %" in err
+    assert "c: http_error (HTTP 500" in err
     assert {u: r["status"] for u, r in rows.items()} == {
         "a": "ok",
         "b": "ok",
