@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
+from tests.helpers.asr import KeyedASR
 from vllm_omni.benchmarks.data_modules.seed_tts_dataset import load_seed_tts_meta
 from vllm_omni.benchmarks.seed_tts_serve import REQUESTS_FILE, ServeConfig, run_requests, serve_and_score
 
@@ -175,12 +176,19 @@ def server() -> Iterator[SpeechServer]:
     srv.server_close()
 
 
+def write_meta(folder: Path, lines: list[tuple[str, str]]) -> Path:
+    """`folder/meta.lst` with one item per (utt, target text), all sharing one short prompt wav."""
+    prompts = folder / "prompts"
+    prompts.mkdir(exist_ok=True)
+    sf.write(prompts / "ref.wav", np.zeros(1600, dtype=np.float32), 16000, subtype="PCM_16")
+    path = folder / "meta.lst"
+    path.write_text("".join(f"{u}|prompt words|prompts/ref.wav|{t}\n" for u, t in lines), encoding="utf-8")
+    return path
+
+
 @pytest.fixture
 def meta(tmp_path: Path) -> Path:
     """Target texts start with the server behaviour they trigger."""
-    prompts = tmp_path / "prompts"
-    prompts.mkdir()
-    sf.write(prompts / "ref.wav", np.zeros(1600, dtype=np.float32), 16000, subtype="PCM_16")
     lines = [
         ("a", "ok the weather is fine"),
         ("b", "ok two words more here now"),
@@ -190,9 +198,7 @@ def meta(tmp_path: Path) -> Path:
         ("f", "slow server never answers"),
         ("g", "empty body"),
     ]
-    path = tmp_path / "meta.lst"
-    path.write_text("".join(f"{u}|prompt words|prompts/ref.wav|{t}\n" for u, t in lines), encoding="utf-8")
-    return path
+    return write_meta(tmp_path, lines)
 
 
 def _cfg(url: str, concurrency: int = 3) -> ServeConfig:
@@ -260,24 +266,14 @@ def test_concurrency_is_bounded(server, meta: Path, tmp_path: Path) -> None:
     assert server.max_in_flight == 2
 
 
-class WordCountASR:
-    """Transcribes the server's tones: duration / 0.1 s words of the matching target text."""
-
-    name = "word-count-stub"
-    model_id = "stub"
-    device = "cpu"
-    locale = "en"
-
-    def __init__(self, by_words: dict[int, str]) -> None:
-        self.by_words = by_words
-
-    def __call__(self, audio: np.ndarray) -> str:
-        return self.by_words[round(len(audio) / 1600)]
+def word_count_asr(by_words: dict[int, str]) -> KeyedASR:
+    """Transcribes the server's tones: duration / 0.1 s (at the 16 kHz ASR rate) words of the target text."""
+    return KeyedASR("word-count-stub", by_words, key=lambda audio: round(len(audio) / 1600))
 
 
 def test_serve_then_score_reports_request_counts_and_strict_wer(server, meta: Path, tmp_path: Path) -> None:
     texts = [it.target_text for it in load_seed_tts_meta(meta).items]
-    asr = WordCountASR({len(t.split()): t for t in texts})
+    asr = word_count_asr({len(t.split()): t for t in texts})
     summary = serve_and_score(load_seed_tts_meta(meta), _cfg(server.url, 2), tmp_path / "out", lambda: asr)
     assert summary["requests"]["counts"] == {
         "ok": 2,
@@ -330,10 +326,7 @@ def test_bad_serve_config_is_rejected(kwargs: dict[str, Any], match: str) -> Non
 @pytest.fixture
 def odd_bodies_meta(tmp_path: Path) -> Path:
     """Items whose 200 response is not the requested raw PCM (plus one good item); the two audio items
-    have word counts no other item has, so `WordCountASR` transcribes them unambiguously."""
-    prompts = tmp_path / "prompts"
-    prompts.mkdir()
-    sf.write(prompts / "ref.wav", np.zeros(1600, dtype=np.float32), 16000, subtype="PCM_16")
+    have word counts no other item has, so `word_count_asr` transcribes them unambiguously."""
     lines = [
         ("a", "ok fine"),
         ("j", "json error page here"),
@@ -343,9 +336,7 @@ def odd_bodies_meta(tmp_path: Path) -> Path:
         ("x", "wavcut container cut in half"),
         ("r", "wav16k at the wrong rate"),
     ]
-    path = tmp_path / "meta.lst"
-    path.write_text("".join(f"{u}|prompt words|prompts/ref.wav|{t}\n" for u, t in lines), encoding="utf-8")
-    return path
+    return write_meta(tmp_path, lines)
 
 
 def test_bodies_that_are_not_the_requested_audio_are_never_saved_as_audio(
@@ -383,7 +374,7 @@ def test_bad_bodies_are_counted_shown_and_kept_out_of_scoring_and_rtf(
     from vllm_omni.benchmarks.seed_tts_eval import format_summary_table
 
     texts = [it.target_text for it in load_seed_tts_meta(odd_bodies_meta).items]
-    asr = WordCountASR({len(t.split()): t for t in texts})
+    asr = word_count_asr({len(t.split()): t for t in texts})
     summary = serve_and_score(load_seed_tts_meta(odd_bodies_meta), _cfg(server.url), tmp_path / "out", lambda: asr)
     counts = summary["requests"]["counts"]
     assert counts["bad_body"] == 4 and counts["ok"] == 2 and counts["truncated"] == 1
@@ -399,7 +390,7 @@ def test_bad_bodies_are_counted_shown_and_kept_out_of_scoring_and_rtf(
 
 def test_elapsed_covers_the_request_phase(server, meta: Path, tmp_path: Path) -> None:
     texts = [it.target_text for it in load_seed_tts_meta(meta).items]
-    asr = WordCountASR({len(t.split()): t for t in texts})
+    asr = word_count_asr({len(t.split()): t for t in texts})
     summary = serve_and_score(load_seed_tts_meta(meta), _cfg(server.url), tmp_path / "out", lambda: asr)
     # The "slow" item alone keeps the request phase open for the client timeout.
     assert summary["requests_elapsed_s"] >= CLIENT_TIMEOUT_S
@@ -414,11 +405,7 @@ def test_ctrl_c_stops_requests_in_flight_and_writes_an_interrupted_summary(
 ) -> None:
     from vllm_omni.benchmarks import seed_tts_results
 
-    prompts = tmp_path / "prompts"
-    prompts.mkdir()
-    sf.write(prompts / "ref.wav", np.zeros(1600, dtype=np.float32), 16000, subtype="PCM_16")
-    meta = tmp_path / "meta.lst"
-    meta.write_text("a|p|prompts/ref.wav|ok quick one\nb|p|prompts/ref.wav|hang streams for seconds\n")
+    meta = write_meta(tmp_path, [("a", "ok quick one"), ("b", "hang streams for seconds")])
     real_append = seed_tts_results.JsonlLog.append
 
     def interrupt_after_first_row(self: Any, row: Any) -> None:

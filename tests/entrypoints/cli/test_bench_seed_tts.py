@@ -8,12 +8,12 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
 import soundfile as sf
 
+from tests.helpers.asr import KeyedASR
 from vllm_omni.benchmarks.asr.faster_whisper_backend import bundled_tiny_en_path
 from vllm_omni.entrypoints.cli.main import main
 
@@ -82,21 +82,6 @@ def test_demo_scores_espeak_speech_offline_and_gates(tmp_path: Path, capsys: pyt
     assert len((out / "scores.jsonl").read_text().splitlines()) == 2
 
 
-class EchoASR:
-    """Transcribes every file as the text it was written for (keyed by its sample count)."""
-
-    name = "echo-stub"
-    model_id = "stub"
-    device = "cpu"
-    locale = "en"
-
-    def __init__(self, by_len: dict[int, str]) -> None:
-        self.by_len = by_len
-
-    def __call__(self, audio: Any) -> str:
-        return self.by_len[len(audio)]
-
-
 @pytest.fixture
 def scored_set(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """meta.lst + gen/<utt>.wav for three items, and an ASR stub behind `--asr auto`."""
@@ -110,7 +95,8 @@ def scored_set(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         sf.write(tmp_path / "gen" / f"{utt}.wav", np.full(n, 0.1, dtype=np.float32), 16000, subtype="PCM_16")
         by_len[n] = text
     (tmp_path / "meta.lst").write_text("".join(f"{u}|p|p.wav|{t}\n" for u, t in texts.items()), encoding="utf-8")
-    monkeypatch.setattr(asr, "select_asr_backend", lambda *a, **k: EchoASR(by_len))
+    # Transcribes every file as the text it was written for (keyed by its sample count).
+    monkeypatch.setattr(asr, "select_asr_backend", lambda *a, **k: KeyedASR("echo-stub", by_len, key=len))
     return tmp_path
 
 
