@@ -139,7 +139,10 @@ def footer_lines(report: BenchReport) -> list[str]:
     lines = []
     if b.torch_cold_build_ms is not None:
         hit = fmt(b.torch_cache_hit_us, ".1f")
-        lines.append(f"get_campplus_torch: cold build {b.torch_cold_build_ms:.1f} ms, cache hit {hit} us")
+        lines.append(
+            f"get_campplus_torch: cold build {b.torch_cold_build_ms:.1f} ms, cache hit {hit} us "
+            "(a hit stats and hashes the file: vllm_omni/file_identity.py)"
+        )
     if b.ort_session_build_ms is not None:
         lines.append(f"onnxruntime session build: {b.ort_session_build_ms:.1f} ms")
     if b.trt_build_or_load_s is not None:
