@@ -23,7 +23,8 @@ import math
 import os
 import platform as py_platform
 import sys
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
@@ -87,6 +88,29 @@ def resolve_device(spec: str) -> torch.device:
     if device.index is not None and device.index >= count:
         raise ValueError(f"device {spec!r} requested, but this host has {count} {device.type} device(s)")
     return device
+
+
+@contextlib.contextmanager
+def torch_threads(threads: int) -> Iterator[None]:
+    """torch's intra-op threads set to `threads` inside the block, restored afterwards."""
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+def timed_ms(fn: Callable[[], Any], sync: Callable[[], None]) -> float:
+    """Wall milliseconds of `fn()`, the device synchronised before the clock starts and before it stops
+    (asynchronous device work is billed to the call that queued it)."""
+    sync()
+    start = time.perf_counter()
+    fn()
+    sync()
+    return (time.perf_counter() - start) * 1e3
 
 
 def check_device(text: str) -> str:
@@ -299,6 +323,8 @@ __all__ = [
     "record_cli_run",
     "resolve_device",
     "run_benchmark",
+    "timed_ms",
+    "torch_threads",
     "usable_cores",
     "write_json",
 ]

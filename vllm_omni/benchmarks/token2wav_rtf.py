@@ -45,13 +45,12 @@ measured; `vllm_omni.benchmarks.token2wav_rtf_report` renders it (table, JSON, P
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
 import platform as py_platform
 import statistics
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -60,7 +59,7 @@ from typing import Any, Final, TypeVar
 import numpy as np
 import torch
 
-from vllm_omni.benchmarks.common import cpu_model, load_average, resolve_device, usable_cores
+from vllm_omni.benchmarks.common import cpu_model, load_average, resolve_device, torch_threads, usable_cores
 from vllm_omni.logger import init_logger
 
 logger = init_logger(__name__)
@@ -360,16 +359,6 @@ class _ComponentClock:
         self._hooks = []
 
 
-@contextlib.contextmanager
-def _torch_threads(threads: int) -> Iterator[None]:
-    previous = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)
-
-
 def prompt_audio(seconds: float) -> tuple[np.ndarray, int]:
     """The shipped real speech clip cut (or tiled) to `seconds`: the reference voice of every request."""
     from vllm_omni.assets.audio import speech_sample
@@ -457,7 +446,7 @@ class Token2WavBenchmark:
         self._stage = stage if stage is not None else (lambda text: logger.info("%s", text))
 
     def run(self) -> BenchReport:
-        with _torch_threads(self.config.threads):
+        with torch_threads(self.config.threads):
             try:
                 self._run()
             finally:

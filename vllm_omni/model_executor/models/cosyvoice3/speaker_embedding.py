@@ -7,8 +7,9 @@ the serving device (`speaker_embedding_torch`), or as a TensorRT engine on CUDA
 (`speaker_embedding_trt`). The Token2Wav facades never pick a backend themselves: they call
 `select_speaker_embedding_backend` and hold whatever it returns behind `SpeakerEmbeddingBackend`.
 
-The three backend modules live next to this one so that "where does the speaker embedding happen"
-is answered by reading this folder.
+The backend modules (`_ort`, `_torch`, `_graphed` = the torch one replayed from device graphs, `_trt`)
+live next to this one so that "where does the speaker embedding happen" is answered by reading this
+folder.
 """
 
 from __future__ import annotations
