@@ -36,6 +36,8 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 MAX_DEFAULT_THREADS: Final = 8
+# Where reports go unless an output path is given: one folder, ignored by git (.gitignore: /out/).
+DEFAULT_REPORT_DIR: Final = Path("out")
 
 
 def usable_cores() -> int:
@@ -151,6 +153,9 @@ def add_threads_option(parser: argparse.ArgumentParser) -> None:
 def add_report_file_options(parser: argparse.ArgumentParser, default_json: str, default_plot: str) -> None:
     parser.add_argument("--json", metavar="OUT", help=f"JSON report path (default ./{default_json})")
     parser.add_argument("--plot", metavar="OUT.png", help=f"PNG plot path (default ./{default_plot})")
+    parser.epilog = (parser.epilog + "\n" if parser.epilog else "") + (
+        f"Reports go to ./{DEFAULT_REPORT_DIR}/ (ignored by git) unless --json / --plot name other files."
+    )
 
 
 class ReportWriter(Protocol):
@@ -198,7 +203,7 @@ def publish_report(
     if plot:
         writer.write_plot(report, plot_path)
         written.append(str(plot_path))
-    print(f"wrote {' and '.join(written)}", flush=True)
+    print(f"wrote {' and '.join(written)} (in {json_path.resolve().parent})", flush=True)
     if interrupted:
         print("vllm-omni: interrupted; the report above and the JSON are partial", file=sys.stderr)
         return 130
@@ -312,6 +317,7 @@ def record_main(argv: Sequence[str], *, script: str, bench: str, stem: str, resu
 
 
 __all__ = [
+    "DEFAULT_REPORT_DIR",
     "MAX_DEFAULT_THREADS",
     "ReportWriter",
     "add_device_option",
