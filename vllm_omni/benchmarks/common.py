@@ -300,6 +300,22 @@ def record_cli_run(command: Sequence[str], stem: Path, *, recorded_codes: Sequen
     return code
 
 
+def record_main(argv: Sequence[str], *, script: str, bench: str, stem: str, results: Path) -> int:
+    """A recorder script's main: `vllm-omni bench <bench> <argv>` kept as `<results>/<stem>_<device>.{txt,json,png}`.
+
+    `--results-dir DIR` in `argv` records elsewhere (tests); `<device>` is cpu, cuda or npu (from
+    `--device`). Returns the command's exit code (2 for a `--results-dir` without a folder).
+    """
+    args = list(argv)
+    if "--results-dir" in args:
+        i = args.index("--results-dir")
+        if i + 1 >= len(args):
+            print(f"{script}: --results-dir needs a folder", file=sys.stderr)
+            return 2
+        results, args = Path(args[i + 1]), args[:i] + args[i + 2 :]
+    return record_cli_run(["bench", bench, *args], results / f"{stem}_{argv_device_type(args)}", recorded_codes=(0,))
+
+
 __all__ = [
     "DEFAULT_REPORT_DIR",
     "MAX_DEFAULT_THREADS",
@@ -321,6 +337,7 @@ __all__ = [
     "png_bytes",
     "publish_report",
     "record_cli_run",
+    "record_main",
     "resolve_device",
     "run_benchmark",
     "timed_ms",
