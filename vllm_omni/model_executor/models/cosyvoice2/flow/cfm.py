@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from vllm_omni.model_executor.models.cosyvoice2.flow.dit import DiT
-from vllm_omni.model_executor.models.cosyvoice2.flow.euler import cosine_t_span, euler_cfg
+from vllm_omni.model_executor.models.cosyvoice2.flow.euler import cfg_pair, cosine_t_span, euler_cfg
 
 __all__ = ["MAX_CACHE_FRAMES", "NOISE_FRAMES", "CausalConditionalCFM", "cosine_t_span"]
 
@@ -87,9 +87,7 @@ class CausalConditionalCFM(nn.Module):
         """mu, cond `(1, C, T)`, mask `(1, 1, T)`, spks `(1, C)` -> mel `(1, C, T)`."""
         x = self.noise(0, mu.size(2)).to(mu.dtype) * temperature
         mask_in = torch.cat([mask, mask], dim=0)
-        mu_in = torch.cat([mu, torch.zeros_like(mu)], dim=0)
-        spks_in = torch.cat([spks, torch.zeros_like(spks)], dim=0)
-        cond_in = torch.cat([cond, torch.zeros_like(cond)], dim=0)
+        mu_in, spks_in, cond_in = cfg_pair(mu), cfg_pair(spks), cfg_pair(cond)
 
         def velocity(step: int, x_in: torch.Tensor, t_in: torch.Tensor) -> torch.Tensor:
             return self.estimator(x_in, mask_in, mu_in, t_in, spks_in, cond_in)
@@ -125,9 +123,7 @@ class CausalConditionalCFM(nn.Module):
                 f"about {(self.max_cache_frames - 156) / 50:.0f} s and trim the cache to prompt + 100 frames"
             )
         x = self.noise(offset, frames).to(mu.dtype) * temperature
-        mu_in = torch.cat([mu, torch.zeros_like(mu)], dim=0)
-        spks_in = torch.cat([spks, torch.zeros_like(spks)], dim=0)
-        cond_in = torch.cat([cond, torch.zeros_like(cond)], dim=0)
+        mu_in, spks_in, cond_in = cfg_pair(mu), cfg_pair(spks), cfg_pair(cond)
         new_cnn: list[torch.Tensor] = []
         new_att: list[torch.Tensor] = []
 

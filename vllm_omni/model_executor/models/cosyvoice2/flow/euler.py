@@ -29,6 +29,14 @@ def cosine_t_span(n_timesteps: int, device: torch.device, dtype: torch.dtype) ->
     return 1 - torch.cos(t * 0.5 * torch.pi)
 
 
+def cfg_pair(cond_branch: torch.Tensor) -> torch.Tensor:
+    """`[c; 0]` along the batch: the conditional rows, then the unconditional branch's zeroed copy.
+
+    The unconditional branch zeroes mu, the speaker and the prompt cond; `x` and `t` are shared.
+    """
+    return torch.cat([cond_branch, torch.zeros_like(cond_branch)], dim=0)
+
+
 def euler_cfg(x: torch.Tensor, n_timesteps: int, cfg_rate: float, velocity: Velocity) -> torch.Tensor:
     """Integrate from `x` (the noise, batch B) over the cosine schedule with CFG; returns x at t=1."""
     if n_timesteps < 1:

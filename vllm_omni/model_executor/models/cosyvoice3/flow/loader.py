@@ -1,0 +1,150 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Load CosyVoice3's `flow.pt` (+ the `flow:` section of `cosyvoice3.yaml`), and write deterministic stand-ins.
+
+A Fun-CosyVoice3 directory holds `cosyvoice3.yaml` and `flow.pt`. The config comes from the yaml when
+present (`config.flow_config_from_yaml`), else `REAL_FLOW_CONFIG` (vLLM-Omni 0.30 hard-codes the same
+values). Loading is strict: the model is built in float32 with explicit dtypes (a bf16 process
+default changes nothing), halved first when `float16` (the RoPE `inv_freq` stays float32), the key set
+and every shape checked with errors naming the file and tensor, then `load_state_dict(strict=True)`.
+
+Stand-ins (`write_standin_flow`): `flow.pt` with seeded weights of the exact layout (330 keys,
+332,257,088 parameters, 1.3 GB at full size; the persistent `rotary_embed.inv_freq` holds the real
+RoPE frequencies) and a `cosyvoice3.yaml` with its `flow:` section, cached per size and seed under
+`vllm_omni.envs.cache_dir("standins")` by `ensure_standin_flow`.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import torch
+
+from vllm_omni.atomic_io import atomic_output, write_bytes_atomic
+from vllm_omni.logger import init_logger
+from vllm_omni.model_executor.model_loader.state_dict import (
+    check_state_dict_layout,
+    ensure_cached_files,
+    read_state_dict,
+    standin_state_dict,
+)
+from vllm_omni.model_executor.models.cosyvoice3.flow.config import (
+    REAL_FLOW_CONFIG,
+    REDUCED_FLOW_CONFIG,
+    CosyVoice3FlowConfig,
+    flow_config_from_yaml,
+    render_cosyvoice3_yaml,
+)
+from vllm_omni.model_executor.models.cosyvoice3.flow.flow import CausalMaskedDiffWithDiT
+
+logger = init_logger(__name__)
+
+CONFIG_YAML = "cosyvoice3.yaml"
+FLOW_PT = "flow.pt"
+#: Bump when the stand-in recipe changes so cached files are regenerated.
+STANDIN_VERSION = 1
+
+
+def write_standin_flow(directory: str | Path, *, reduced: bool, seed: int) -> tuple[Path, Path]:
+    """Write `cosyvoice3.yaml` + `flow.pt` (deterministic in `seed`) into `directory`; returns their paths."""
+    directory = Path(directory)
+    yaml_path, pt_path = directory / CONFIG_YAML, directory / FLOW_PT
+    start = time.perf_counter()
+    config = REDUCED_FLOW_CONFIG if reduced else REAL_FLOW_CONFIG
+    model = CausalMaskedDiffWithDiT(config)
+    state = standin_state_dict(model, seed)
+    del model
+    # weights first: a complete cosyvoice3.yaml next to a flow.pt means both are whole
+    with atomic_output(pt_path) as tmp:
+        torch.save(state, tmp)
+    write_bytes_atomic(yaml_path, render_cosyvoice3_yaml(config).encode())
+    logger.info(
+        "wrote %s stand-in CosyVoice3 flow (%d tensors, seed %d) to %s in %.1f s",
+        "reduced" if reduced else "full-size",
+        len(state),
+        seed,
+        directory,
+        time.perf_counter() - start,
+    )
+    return yaml_path, pt_path
+
+
+def standin_flow_dir(*, reduced: bool, seed: int) -> Path:
+    """Cache folder of the stand-in flow for these options (under `vllm_omni.envs.cache_dir`)."""
+    from vllm_omni import envs
+
+    size = "reduced" if reduced else "full"
+    return envs.cache_dir("standins", f"cosyvoice3-flow-v{STANDIN_VERSION}-{size}-seed{seed}")
+
+
+def ensure_standin_flow(*, reduced: bool, seed: int = 0) -> Path:
+    """Folder holding a cached stand-in `cosyvoice3.yaml` + `flow.pt`, written first if missing (process-safe)."""
+    return ensure_cached_files(
+        standin_flow_dir(reduced=reduced, seed=seed),
+        (FLOW_PT, CONFIG_YAML),
+        lambda directory: write_standin_flow(directory, reduced=reduced, seed=seed),
+    )
+
+
+def _resolve(source: str | Path | tuple[str | Path | None, str | Path]) -> tuple[Path | None, Path]:
+    if isinstance(source, tuple):
+        yaml_path = None if source[0] is None else Path(source[0])
+        pt_path = Path(source[1])
+    else:
+        directory = Path(source)
+        yaml_path = directory / CONFIG_YAML if (directory / CONFIG_YAML).is_file() else None
+        pt_path = directory / FLOW_PT
+    if not pt_path.is_file():
+        raise FileNotFoundError(
+            f"flow model file not found: {pt_path} (a Fun-CosyVoice3 directory holds flow.pt + cosyvoice3.yaml)"
+        )
+    if yaml_path is not None and not yaml_path.is_file():
+        raise FileNotFoundError(f"cosyvoice3.yaml not found: {yaml_path}")
+    return yaml_path, pt_path
+
+
+def load_flow(
+    source: str | Path | tuple[str | Path | None, str | Path],
+    *,
+    device: torch.device | str | None = None,
+    float16: bool = False,
+    config: CosyVoice3FlowConfig | None = None,
+) -> CausalMaskedDiffWithDiT:
+    """Build and load the flow from a model directory or a `(cosyvoice3.yaml or None, flow.pt)` pair.
+
+    `config` overrides the yaml (and the default `REAL_FLOW_CONFIG` when there is none). `device`
+    defaults to the platform's serving device. Raises ValueError naming missing / unexpected /
+    wrongly shaped keys.
+    """
+    from vllm_omni import platforms
+
+    yaml_path, pt_path = _resolve(source)
+    if config is not None:
+        against = "the given config"
+    elif yaml_path is not None:
+        config, against = flow_config_from_yaml(yaml_path), yaml_path.name
+    else:
+        config, against = REAL_FLOW_CONFIG, "REAL_FLOW_CONFIG (no cosyvoice3.yaml next to flow.pt)"
+    target = torch.device(device) if device is not None else platforms.current_omni_platform.torch_device()
+    start = time.perf_counter()
+    model = CausalMaskedDiffWithDiT(config)
+    if float16:
+        model.half()
+    state = read_state_dict(pt_path)
+    check_state_dict_layout(
+        state,
+        model.state_dict(),
+        source=str(pt_path),
+        against=against,
+        hint="is this CosyVoice3's flow.pt (CausalMaskedDiffWithDiT), with the cosyvoice3.yaml of the same model?",
+    )
+    model.load_state_dict(state, strict=True)
+    model.to(target).eval()
+    logger.info(
+        "loaded CosyVoice3 flow from %s (%s, %s) in %.1f s",
+        pt_path,
+        target,
+        "float16" if float16 else "float32",
+        time.perf_counter() - start,
+    )
+    return model
