@@ -23,9 +23,10 @@ import math
 import os
 import platform as py_platform
 import sys
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 
 from vllm_omni.atomic_io import write_bytes_atomic
 from vllm_omni.entrypoints.cli.types import CLIUsageError
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 MAX_DEFAULT_THREADS: Final = 8
+_T = TypeVar("_T")
 
 
 def usable_cores() -> int:
@@ -67,6 +69,65 @@ def load_average() -> tuple[float, float, float] | None:
     except (OSError, AttributeError):  # not available on every OS
         return None
     return (round(one, 2), round(five, 2), round(fifteen, 2))
+
+
+def synced_seconds(sync: Callable[[], None], fn: Callable[..., _T], *args: Any, **kwargs: Any) -> tuple[_T, float]:
+    """`fn(*args, **kwargs)` and its wall seconds; the platform is synchronised before the clock starts and
+    before it stops, so work the call queued on an asynchronous device is billed to it."""
+    sync()
+    start = time.perf_counter()
+    out = fn(*args, **kwargs)
+    sync()
+    return out, time.perf_counter() - start
+
+
+@contextlib.contextmanager
+def torch_threads(threads: int) -> Iterator[None]:
+    """torch's intra-op thread count set to `threads` for the block, restored afterwards."""
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+def run_environment(device: torch.device, threads: int) -> dict[str, Any]:
+    """What a report says about the run's host: versions, CPU, device, threads, load average, time (UTC)."""
+    from datetime import datetime, timezone
+
+    import torch
+
+    from vllm_omni import platforms
+    from vllm_omni.version import __version__
+
+    try:
+        import onnxruntime
+
+        ort_version: str | None = onnxruntime.__version__
+    except ImportError:
+        ort_version = None
+    platform = platforms.current_omni_platform
+    cpu = cpu_model()
+    return {
+        "python": py_platform.python_version(),
+        "os": f"{py_platform.system()} {py_platform.release()}",
+        "cpu": cpu,
+        "cpu_count": os.cpu_count(),
+        "usable_cores": usable_cores(),
+        "torch": torch.__version__,
+        "onnxruntime": ort_version,
+        "platform": platform.device_type,
+        "device": str(device),
+        "device_name": platform.get_device_name(device.index) if device.type != "cpu" else cpu,
+        "threads": threads,
+        "loadavg_start": load_average(),
+        "loadavg_end": None,
+        "timestamp_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "vllm_omni": __version__,
+    }
 
 
 def resolve_device(spec: str) -> torch.device:
@@ -293,6 +354,9 @@ __all__ = [
     "record_cli_run",
     "resolve_device",
     "run_benchmark",
+    "run_environment",
+    "synced_seconds",
+    "torch_threads",
     "usable_cores",
     "write_json",
 ]
