@@ -20,10 +20,11 @@ later) reuses `measure_chunk_costs`. Rendering lives in `cosyvoice3_flow_stream_
 from __future__ import annotations
 
 import statistics
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
@@ -31,6 +32,7 @@ from vllm_omni.benchmarks.common import load_average, resolve_device, run_enviro
 from vllm_omni.benchmarks.progress import progress
 
 DEFAULT_BASELINE_AT: tuple[int, ...] = (1, 2, 5, 10, 20, 30, 40, 50)
+_T = TypeVar("_T")
 
 
 class BenchSetupError(ValueError):
@@ -81,6 +83,9 @@ class ChunkCost:
     history_frames: int
     ours_ms: list[float] = field(default_factory=list)
     baseline_ms: list[float] = field(default_factory=list)
+    #: process CPU time of the same calls: the work done, robust to other processes on a busy host
+    ours_cpu_ms: list[float] = field(default_factory=list)
+    baseline_cpu_ms: list[float] = field(default_factory=list)
     max_abs_diff: float | None = None
     cache_mb: float | None = None
 
@@ -94,8 +99,15 @@ class ChunkCost:
 
     @property
     def ratio(self) -> float:
-        """baseline / ours (how many times cheaper the cached chunk is)."""
+        """baseline / ours wall time (how many times cheaper the cached chunk is)."""
         return self.baseline_median_ms / self.ours_median_ms
+
+    @property
+    def cpu_ratio(self) -> float:
+        """baseline / ours process CPU time."""
+        if not (self.ours_cpu_ms and self.baseline_cpu_ms):
+            return float("nan")
+        return statistics.median(self.baseline_cpu_ms) / statistics.median(self.ours_cpu_ms)
 
 
 @dataclass
@@ -121,6 +133,11 @@ class BenchReport:
         for k in (20, 50):
             c = self.chunk(k)
             out[f"ratio_at_{k}"] = c.ratio if c is not None and c.baseline_ms and c.ours_ms else None
+            out[f"cpu_ratio_at_{k}"] = c.cpu_ratio if c is not None else None
+        if measured and measured[0].ours_cpu_ms:
+            out["ours_cpu_last_over_first"] = statistics.median(measured[-1].ours_cpu_ms) / statistics.median(
+                measured[0].ours_cpu_ms
+            )
         diffs = [c.max_abs_diff for c in self.chunks if c.max_abs_diff is not None]
         out["max_abs_diff"] = max(diffs) if diffs else None
         return out
@@ -140,10 +157,18 @@ class BenchReport:
                     "ours_median_ms": c.ours_median_ms,
                     "baseline_median_ms": c.baseline_median_ms,
                     "ratio": c.ratio if c.baseline_ms and c.ours_ms else None,
+                    "cpu_ratio": c.cpu_ratio,
                 }
                 for c in self.chunks
             ],
         }
+
+
+def _cpu_timed(fn: Callable[..., _T], *args: Any, **kwargs: Any) -> tuple[_T, float]:
+    """`fn(...)` and the CPU seconds this process spent in it (all threads)."""
+    start = time.process_time()
+    out = fn(*args, **kwargs)
+    return out, time.process_time() - start
 
 
 def measure_chunk_costs(
@@ -157,6 +182,7 @@ def measure_chunk_costs(
     sync: Callable[[], None],
     report: list[ChunkCost],
     setup_ms: list[float],
+    on_chunk: Callable[[], None] = lambda: None,
 ) -> None:
     """One stream over `tokens` with the given hops, each chunk timed; the baseline at `baseline_at` (1-based).
 
@@ -166,27 +192,37 @@ def measure_chunk_costs(
     from vllm_omni.model_executor.models.cosyvoice3.flow import start_stream, stream_chunk
 
     pt, pm, spk = prompt
-    state, seconds = synced_seconds(sync, start_stream, flow, pt, pm, spk, n_timesteps=n_timesteps)
+    (state, seconds), _ = _cpu_timed(synced_seconds, sync, start_stream, flow, pt, pm, spk, n_timesteps=n_timesteps)
     setup_ms.append(1000.0 * seconds)
     offset = fed = 0
     for index, hop in enumerate(hops, start=1):
         end = offset + hop + 3
-        (mel, state), seconds = synced_seconds(sync, stream_chunk, flow, state, tokens[:, fed:end])
+        ((mel, state), seconds), cpu = _cpu_timed(synced_seconds, sync, stream_chunk, flow, state, tokens[:, fed:end])
         if len(report) < index:
             report.append(ChunkCost(index, 2 * hop, 2 * (pt.size(1) + offset)))
         cost = report[index - 1]
         cost.ours_ms.append(1000.0 * seconds)
+        cost.ours_cpu_ms.append(1000.0 * cpu)
         cost.cache_mb = state.cache_bytes / 2**20
         if index in baseline_at:
             prefix = tokens[:, :end]
             lengths = (prefix.size(1), pt, pt.size(1), pm, pm.size(1), spk)
-            full, seconds = synced_seconds(
-                sync, flow.inference, prefix, *lengths, streaming=True, finalize=False, n_timesteps=n_timesteps
+            (full, seconds), cpu = _cpu_timed(
+                synced_seconds,
+                sync,
+                flow.inference,
+                prefix,
+                *lengths,
+                streaming=True,
+                finalize=False,
+                n_timesteps=n_timesteps,
             )
             cost.baseline_ms.append(1000.0 * seconds)
+            cost.baseline_cpu_ms.append(1000.0 * cpu)
             diff = (full[:, :, 2 * offset :] - mel).abs().max().item()
             cost.max_abs_diff = max(diff, cost.max_abs_diff or 0.0)
         fed, offset = end, offset + hop
+        on_chunk()
 
 
 class FlowStreamBenchmark:
@@ -270,7 +306,6 @@ class FlowStreamBenchmark:
         )
         with progress(total=cfg.repeats * cfg.chunks, desc="chunks", unit="chunk") as bar:
             for _ in range(cfg.repeats):
-                before = sum(len(c.ours_ms) for c in self.report.chunks)
                 measure_chunk_costs(
                     flow,
                     prompt,
@@ -281,5 +316,5 @@ class FlowStreamBenchmark:
                     sync=sync,
                     report=self.report.chunks,
                     setup_ms=self.report.setup_ms,
+                    on_chunk=bar.update,
                 )
-                bar.update(sum(len(c.ours_ms) for c in self.report.chunks) - before)
