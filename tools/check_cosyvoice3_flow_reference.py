@@ -50,6 +50,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from tools.check_flow_reference import seeded_inputs  # noqa: E402
 from vllm_omni.model_executor.model_loader.state_dict import standin_state_dict  # noqa: E402
 from vllm_omni.model_executor.models.cosyvoice3.flow import (  # noqa: E402
     REAL_FLOW_CONFIG,
@@ -177,16 +178,6 @@ def _diff(a: torch.Tensor, b: torch.Tensor) -> dict[str, float]:
     }
 
 
-def _inputs(n_prompt: int, n_tokens: int) -> tuple[torch.Tensor, ...]:
-    g = torch.Generator().manual_seed(1)
-    return (
-        torch.randint(0, 6561, (1, n_prompt), generator=g),
-        torch.randn(1, 2 * n_prompt, 80, generator=g) * 0.5 - 4.0,
-        torch.randn(1, 192, generator=g),
-        torch.randint(0, 6561, (1, n_tokens), generator=g),
-    )
-
-
 def _ref_call(
     ref: torch.nn.Module, tok: torch.Tensor, pt: torch.Tensor, pm: torch.Tensor, spk: torch.Tensor, **kw: Any
 ):
@@ -197,7 +188,7 @@ def _ref_call(
 
 def whole(args: argparse.Namespace) -> dict[str, Any]:
     mine, ref, info = _pair(args)
-    pt, pm, spk, tok = _inputs(args.prompt_tokens, args.tokens)
+    pt, pm, spk, tok = seeded_inputs(args.prompt_tokens, args.tokens)
     out: dict[str, Any] = {**info, "prompt_tokens": args.prompt_tokens, "tokens": args.tokens}
     out["n_timesteps"] = args.n_timesteps
     for streaming in (False, True):
@@ -212,7 +203,7 @@ def whole(args: argparse.Namespace) -> dict[str, Any]:
 def stream(args: argparse.Namespace) -> dict[str, Any]:
     mine, ref, info = _pair(args)
     n = args.n_timesteps
-    pt, pm, spk, tok = _inputs(args.prompt_tokens, args.tokens)
+    pt, pm, spk, tok = seeded_inputs(args.prompt_tokens, args.tokens)
     calls = stream_calls(tok.size(1), pt.size(1))
     out: dict[str, Any] = {**info, "prompt_tokens": args.prompt_tokens, "tokens": args.tokens, "n_timesteps": n}
     for final_chunk in (FinalChunk.FULL_ATTENTION, FinalChunk.BLOCK_CAUSAL):

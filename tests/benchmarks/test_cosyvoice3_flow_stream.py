@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.threads import one_intra_op_thread
+from tests.helpers.torch_state import one_intra_op_thread
 from vllm_omni.benchmarks import cosyvoice3_flow_stream_report as render
 from vllm_omni.benchmarks.cosyvoice3_flow_stream import BenchConfig, BenchSetupError, FlowStreamBenchmark
 

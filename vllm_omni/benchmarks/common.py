@@ -94,6 +94,28 @@ def torch_threads(threads: int) -> Iterator[None]:
         torch.set_num_threads(previous)
 
 
+@contextlib.contextmanager
+def stamp_load_at_end(environment: Callable[[], dict[str, Any]]) -> Iterator[None]:
+    """On leaving the block (Ctrl-C too), record `loadavg_end` in the run's environment, if one was measured."""
+    try:
+        yield
+    finally:
+        env = environment()
+        if env:
+            env["loadavg_end"] = load_average()
+
+
+def invoked_command() -> str:
+    """The command line this process was started with, as a user would type it (for the report header)."""
+    program = Path(sys.argv[0]).name
+    return " ".join(["python -m vllm_omni" if program == "__main__.py" else program, *sys.argv[1:]])
+
+
+def stage_printer(name: str) -> Callable[[str], None]:
+    """A benchmark's `stage` callback: `[name] text ...` on stderr (the table stays alone on stdout)."""
+    return lambda text: print(f"[{name}] {text} ...", file=sys.stderr)
+
+
 def run_environment(device: torch.device, threads: int) -> dict[str, Any]:
     """What a report says about the run's host: versions, CPU, device, threads, load average, time (UTC)."""
     from datetime import datetime, timezone
@@ -347,6 +369,7 @@ __all__ = [
     "default_threads",
     "finite",
     "fmt",
+    "invoked_command",
     "json_text",
     "load_average",
     "png_bytes",
@@ -355,6 +378,8 @@ __all__ = [
     "resolve_device",
     "run_benchmark",
     "run_environment",
+    "stage_printer",
+    "stamp_load_at_end",
     "synced_seconds",
     "torch_threads",
     "usable_cores",

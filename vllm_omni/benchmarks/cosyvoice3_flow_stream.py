@@ -28,7 +28,13 @@ from typing import Any, TypeVar
 
 import torch
 
-from vllm_omni.benchmarks.common import load_average, resolve_device, run_environment, synced_seconds, torch_threads
+from vllm_omni.benchmarks.common import (
+    resolve_device,
+    run_environment,
+    stamp_load_at_end,
+    synced_seconds,
+    torch_threads,
+)
 from vllm_omni.benchmarks.progress import progress
 
 DEFAULT_BASELINE_AT: tuple[int, ...] = (1, 2, 5, 10, 20, 30, 40, 50)
@@ -125,19 +131,20 @@ class BenchReport:
     def summary(self) -> dict[str, Any]:
         measured = [c for c in self.chunks if c.ours_ms]
         out: dict[str, Any] = {}
-        if measured:
-            first, last = measured[0], measured[-1]
-            out["ours_first_ms"] = first.ours_median_ms
+        # the reference chunk is the second: the first also finishes the prompt's incomplete last chunk
+        if len(measured) >= 2:
+            ref, last = measured[1], measured[-1]
+            out["reference_chunk"] = ref.index
+            out["ours_reference_ms"] = ref.ours_median_ms
             out["ours_last_ms"] = last.ours_median_ms
-            out["ours_last_over_first"] = last.ours_median_ms / first.ours_median_ms
+            out["ours_last_over_reference"] = last.ours_median_ms / ref.ours_median_ms
+            out["ours_cpu_last_over_reference"] = statistics.median(last.ours_cpu_ms) / statistics.median(
+                ref.ours_cpu_ms
+            )
         for k in (20, 50):
             c = self.chunk(k)
             out[f"ratio_at_{k}"] = c.ratio if c is not None and c.baseline_ms and c.ours_ms else None
             out[f"cpu_ratio_at_{k}"] = c.cpu_ratio if c is not None else None
-        if measured and measured[0].ours_cpu_ms:
-            out["ours_cpu_last_over_first"] = statistics.median(measured[-1].ours_cpu_ms) / statistics.median(
-                measured[0].ours_cpu_ms
-            )
         diffs = [c.max_abs_diff for c in self.chunks if c.max_abs_diff is not None]
         out["max_abs_diff"] = max(diffs) if diffs else None
         return out
@@ -234,12 +241,8 @@ class FlowStreamBenchmark:
         self.report.config.update(first_hop=config.first_hop, gen_tokens=config.gen_tokens)
 
     def run(self) -> BenchReport:
-        with torch_threads(self.config.threads):
-            try:
-                self._run()
-            finally:
-                if self.report.environment:
-                    self.report.environment["loadavg_end"] = load_average()
+        with torch_threads(self.config.threads), stamp_load_at_end(lambda: self.report.environment):
+            self._run()
         return self.report
 
     def _load(self, device: torch.device) -> Any:

@@ -56,7 +56,13 @@ from typing import Any, Final, TypeVar
 import numpy as np
 import torch
 
-from vllm_omni.benchmarks.common import load_average, resolve_device, run_environment, synced_seconds, torch_threads
+from vllm_omni.benchmarks.common import (
+    resolve_device,
+    run_environment,
+    stamp_load_at_end,
+    synced_seconds,
+    torch_threads,
+)
 from vllm_omni.logger import init_logger
 
 logger = init_logger(__name__)
@@ -412,12 +418,8 @@ class Token2WavBenchmark:
         self._stage = stage if stage is not None else (lambda text: logger.info("%s", text))
 
     def run(self) -> BenchReport:
-        with torch_threads(self.config.threads):
-            try:
-                self._run()
-            finally:
-                if self.report.environment:
-                    self.report.environment["loadavg_end"] = load_average()
+        with torch_threads(self.config.threads), stamp_load_at_end(lambda: self.report.environment):
+            self._run()
         self.report.complete = True
         return self.report
 

@@ -14,11 +14,16 @@ weights of the model's exact layout (`standin_state_dict`), written once into th
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import torch
 from torch import nn
+
+from vllm_omni.logger import init_logger
+
+logger = init_logger(__name__)
 
 
 def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
@@ -68,6 +73,43 @@ def check_state_dict_layout(
             )
 
 
+def load_checked(
+    model: nn.Module,
+    weights_path: Path,
+    *,
+    device: torch.device | str | None,
+    float16: bool,
+    against: str,
+    hint: str,
+    what: str,
+) -> nn.Module:
+    """Load `weights_path` into `model` strictly and move it to `device` in eval mode; returns `model`.
+
+    `float16` halves the model first (the reference's fp16 mode: fp16 weights load into fp16
+    parameters). `device` None means the platform's serving device. Layout errors name the file, the
+    tensor and `against` (what the model was built from), with `hint` as the likely fix.
+    """
+    from vllm_omni import platforms
+
+    target = torch.device(device) if device is not None else platforms.current_omni_platform.torch_device()
+    start = time.perf_counter()
+    if float16:
+        model.half()
+    state = read_state_dict(weights_path)
+    check_state_dict_layout(state, model.state_dict(), source=str(weights_path), against=against, hint=hint)
+    model.load_state_dict(state, strict=True)
+    model.to(target).eval()
+    logger.info(
+        "loaded %s from %s (%s, %s) in %.1f s",
+        what,
+        weights_path,
+        target,
+        "float16" if float16 else "float32",
+        time.perf_counter() - start,
+    )
+    return model
+
+
 def standin_state_dict(model: nn.Module, seed: int) -> dict[str, torch.Tensor]:
     """Seeded weights of `model`'s exact state_dict layout, scaled so activations stay O(1) through the stack.
 
@@ -102,6 +144,32 @@ def standin_state_dict(model: nn.Module, seed: int) -> dict[str, torch.Tensor]:
             value = noise * math.sqrt(0.5 / fan_in)
         out[name] = value.to(param.dtype)
     return out
+
+
+def write_standin_files(
+    directory: Path,
+    make_state: Callable[[], dict[str, torch.Tensor]],
+    *,
+    weights_name: str,
+    config_name: str,
+    config_text: str,
+    what: str,
+) -> tuple[Path, Path]:
+    """Write `make_state()` as `directory/weights_name`, then `config_text` as `directory/config_name`.
+
+    Weights first, both atomically: a complete config next to a weights file means both are whole
+    (what `ensure_cached_files` relies on). Returns (config path, weights path); logs `what` and the time.
+    """
+    from vllm_omni.atomic_io import atomic_output, write_bytes_atomic
+
+    start = time.perf_counter()
+    config_path, weights_path = directory / config_name, directory / weights_name
+    state = make_state()
+    with atomic_output(weights_path) as tmp:
+        torch.save(state, tmp)
+    write_bytes_atomic(config_path, config_text.encode())
+    logger.info("wrote %s (%d tensors) to %s in %.1f s", what, len(state), directory, time.perf_counter() - start)
+    return config_path, weights_path
 
 
 def ensure_cached_files(directory: Path, names: tuple[str, ...], write: Callable[[Path], object]) -> Path:

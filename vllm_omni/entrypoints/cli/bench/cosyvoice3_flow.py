@@ -14,7 +14,6 @@ This module only parses options; torch and the models are imported inside `run`.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from vllm_omni.benchmarks import common
@@ -100,9 +99,8 @@ class CosyVoice3FlowSubcommand:
         from vllm_omni.benchmarks import cosyvoice3_flow_stream_report
         from vllm_omni.benchmarks.cosyvoice3_flow_stream import BenchSetupError, FlowStreamBenchmark
 
-        bench = FlowStreamBenchmark(config, stage=lambda text: print(f"[cosyvoice3-flow] {text} ...", file=sys.stderr))
-        program = Path(sys.argv[0]).name
-        bench.report.command = " ".join(["python -m vllm_omni" if program == "__main__.py" else program, *sys.argv[1:]])
+        bench = FlowStreamBenchmark(config, stage=common.stage_printer("cosyvoice3-flow"))
+        bench.report.command = common.invoked_command()
         interrupted = common.run_benchmark(bench.run, BenchSetupError)
         report = bench.report
         return common.publish_report(

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.helpers.threads import one_intra_op_thread
+from tests.helpers.torch_state import one_intra_op_thread
 from vllm_omni.model_executor.models.cosyvoice3.flow import CausalMaskedDiffWithDiT, load_flow, write_standin_flow
 
 STANDIN_SEED = 1234

@@ -3,14 +3,13 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
 
+from tests.helpers.torch_state import process_default_dtype
 from vllm_omni.model_executor.models.cosyvoice3.flow import (
     NOISE_FRAMES,
     REAL_FLOW_CONFIG,
@@ -82,18 +81,8 @@ def test_rope_inv_freq_is_a_persistent_buffer_with_the_theta_1e4_frequencies() -
     assert model.spk_embed_affine_layer.weight.dtype == torch.float16
 
 
-@contextlib.contextmanager
-def _process_default_dtype(dtype: torch.dtype) -> Iterator[None]:
-    previous = torch.get_default_dtype()
-    torch.set_default_dtype(dtype)
-    try:
-        yield
-    finally:
-        torch.set_default_dtype(previous)
-
-
 def test_construction_under_a_bf16_default_dtype_builds_float32_modules() -> None:
-    with _process_default_dtype(torch.bfloat16):
+    with process_default_dtype(torch.bfloat16):
         model = CausalMaskedDiffWithDiT(REDUCED_FLOW_CONFIG)
     assert {t.dtype for t in model.state_dict().values()} == {torch.float32}
 

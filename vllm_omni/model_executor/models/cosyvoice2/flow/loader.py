@@ -12,18 +12,16 @@ key layout. The end-to-end Token2Wav stand-in directory is assembled from these.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import torch
 
-from vllm_omni.atomic_io import atomic_output, write_bytes_atomic
 from vllm_omni.logger import init_logger
 from vllm_omni.model_executor.model_loader.state_dict import (
-    check_state_dict_layout,
     ensure_cached_files,
-    read_state_dict,
+    load_checked,
     standin_state_dict,
+    write_standin_files,
 )
 from vllm_omni.model_executor.models.cosyvoice2.flow.config import (
     REAL_FLOW_CONFIG,
@@ -44,26 +42,15 @@ def write_standin_flow(directory: str | Path, *, reduced: bool, seed: int) -> tu
 
     Existing files are replaced atomically. Full size writes ~623 MB of float32 weights.
     """
-    directory = Path(directory)
-    yaml_path, pt_path = directory / FLOW_YAML, directory / FLOW_PT
-    start = time.perf_counter()
     text = render_flow_yaml(REDUCED_FLOW_CONFIG if reduced else REAL_FLOW_CONFIG)
-    model = build_flow_from_yaml(text)
-    state = standin_state_dict(model, seed)
-    del model
-    # weights first: a complete flow.yaml next to a flow.pt means both are whole
-    with atomic_output(pt_path) as tmp:
-        torch.save(state, tmp)
-    write_bytes_atomic(yaml_path, text.encode())
-    logger.info(
-        "wrote %s stand-in flow (%d tensors, seed %d) to %s in %.1f s",
-        "reduced" if reduced else "full-size",
-        len(state),
-        seed,
-        directory,
-        time.perf_counter() - start,
+    return write_standin_files(
+        Path(directory),
+        lambda: standin_state_dict(build_flow_from_yaml(text), seed),
+        weights_name=FLOW_PT,
+        config_name=FLOW_YAML,
+        config_text=text,
+        what=f"{'reduced' if reduced else 'full-size'} stand-in flow (seed {seed})",
     )
-    return yaml_path, pt_path
 
 
 def standin_flow_dir(*, reduced: bool, seed: int) -> Path:
@@ -109,29 +96,15 @@ def load_flow(
     `device` defaults to the platform's serving device. `float16` halves the model before loading
     (reference behaviour). Raises ValueError naming missing / unexpected / wrongly shaped keys.
     """
-    from vllm_omni import platforms
-
     yaml_path, pt_path = _resolve(source)
-    target = torch.device(device) if device is not None else platforms.current_omni_platform.torch_device()
-    start = time.perf_counter()
     model = build_flow_from_yaml(yaml_path, noise_seed=noise_seed)
-    if float16:
-        model.half()
-    state = read_state_dict(pt_path)
-    check_state_dict_layout(
-        state,
-        model.state_dict(),
-        source=str(pt_path),
+    load_checked(
+        model,
+        pt_path,
+        device=device,
+        float16=float16,
         against=yaml_path.name,
         hint=f"is this the flow.pt that belongs to this {yaml_path.name}?",
-    )
-    model.load_state_dict(state, strict=True)
-    model.to(target).eval()
-    logger.info(
-        "loaded flow model from %s (%s, %s) in %.1f s",
-        pt_path,
-        target,
-        "float16" if float16 else "float32",
-        time.perf_counter() - start,
+        what="flow model",
     )
     return model

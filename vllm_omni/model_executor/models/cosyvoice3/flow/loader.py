@@ -15,18 +15,16 @@ RoPE frequencies) and a `cosyvoice3.yaml` with its `flow:` section, cached per s
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import torch
 
-from vllm_omni.atomic_io import atomic_output, write_bytes_atomic
 from vllm_omni.logger import init_logger
 from vllm_omni.model_executor.model_loader.state_dict import (
-    check_state_dict_layout,
     ensure_cached_files,
-    read_state_dict,
+    load_checked,
     standin_state_dict,
+    write_standin_files,
 )
 from vllm_omni.model_executor.models.cosyvoice3.flow.config import (
     REAL_FLOW_CONFIG,
@@ -47,26 +45,15 @@ STANDIN_VERSION = 1
 
 def write_standin_flow(directory: str | Path, *, reduced: bool, seed: int) -> tuple[Path, Path]:
     """Write `cosyvoice3.yaml` + `flow.pt` (deterministic in `seed`) into `directory`; returns their paths."""
-    directory = Path(directory)
-    yaml_path, pt_path = directory / CONFIG_YAML, directory / FLOW_PT
-    start = time.perf_counter()
     config = REDUCED_FLOW_CONFIG if reduced else REAL_FLOW_CONFIG
-    model = CausalMaskedDiffWithDiT(config)
-    state = standin_state_dict(model, seed)
-    del model
-    # weights first: a complete cosyvoice3.yaml next to a flow.pt means both are whole
-    with atomic_output(pt_path) as tmp:
-        torch.save(state, tmp)
-    write_bytes_atomic(yaml_path, render_cosyvoice3_yaml(config).encode())
-    logger.info(
-        "wrote %s stand-in CosyVoice3 flow (%d tensors, seed %d) to %s in %.1f s",
-        "reduced" if reduced else "full-size",
-        len(state),
-        seed,
-        directory,
-        time.perf_counter() - start,
+    return write_standin_files(
+        Path(directory),
+        lambda: standin_state_dict(CausalMaskedDiffWithDiT(config), seed),
+        weights_name=FLOW_PT,
+        config_name=CONFIG_YAML,
+        config_text=render_cosyvoice3_yaml(config),
+        what=f"{'reduced' if reduced else 'full-size'} stand-in CosyVoice3 flow (seed {seed})",
     )
-    return yaml_path, pt_path
 
 
 def standin_flow_dir(*, reduced: bool, seed: int) -> Path:
@@ -116,8 +103,6 @@ def load_flow(
     defaults to the platform's serving device. Raises ValueError naming missing / unexpected /
     wrongly shaped keys.
     """
-    from vllm_omni import platforms
-
     yaml_path, pt_path = _resolve(source)
     if config is not None:
         against = "the given config"
@@ -125,26 +110,14 @@ def load_flow(
         config, against = flow_config_from_yaml(yaml_path), yaml_path.name
     else:
         config, against = REAL_FLOW_CONFIG, "REAL_FLOW_CONFIG (no cosyvoice3.yaml next to flow.pt)"
-    target = torch.device(device) if device is not None else platforms.current_omni_platform.torch_device()
-    start = time.perf_counter()
     model = CausalMaskedDiffWithDiT(config)
-    if float16:
-        model.half()
-    state = read_state_dict(pt_path)
-    check_state_dict_layout(
-        state,
-        model.state_dict(),
-        source=str(pt_path),
+    load_checked(
+        model,
+        pt_path,
+        device=device,
+        float16=float16,
         against=against,
         hint="is this CosyVoice3's flow.pt (CausalMaskedDiffWithDiT), with the cosyvoice3.yaml of the same model?",
-    )
-    model.load_state_dict(state, strict=True)
-    model.to(target).eval()
-    logger.info(
-        "loaded CosyVoice3 flow from %s (%s, %s) in %.1f s",
-        pt_path,
-        target,
-        "float16" if float16 else "float32",
-        time.perf_counter() - start,
+        what="CosyVoice3 flow",
     )
     return model
