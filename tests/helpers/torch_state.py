@@ -15,15 +15,11 @@ from collections.abc import Iterator
 
 import torch
 
+from vllm_omni.benchmarks.common import torch_threads
 
-@contextlib.contextmanager
-def one_intra_op_thread() -> Iterator[None]:
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)
+
+def one_intra_op_thread() -> contextlib.AbstractContextManager[None]:
+    return torch_threads(1)
 
 
 @contextlib.contextmanager

@@ -239,3 +239,21 @@ def test_cache_memory_is_sized_to_the_frames_and_grows_geometrically(cv3_flow: C
     per_frame = 2 * 2 * c.depth * c.heads * c.dim_head * 4  # k + v, CFG rows, blocks, fp32, 1 step
     assert state.kv.nbytes == frames * per_frame
     assert isinstance(state, FlowStreamState) and state.cache_bytes >= state.kv.nbytes
+
+
+def test_a_float16_flow_streams_float32_mel_close_to_the_float32_flow(cv3_flow_files) -> None:  # type: ignore[no-untyped-def]
+    from vllm_omni.model_executor.models.cosyvoice3.flow import load_flow
+
+    half = load_flow(cv3_flow_files[0].parent, device="cpu", float16=True)
+    full = load_flow(cv3_flow_files[0].parent, device="cpu")
+    prompt, tok = make_prompt(30, seed=21), make_tokens(80, seed=22)
+    outputs = []
+    for model in (half, full):
+        state, mels = start_stream(model, *prompt, n_timesteps=N_STEPS), []
+        for call in stream_calls(tok.size(1), 30):
+            mel, state = stream_chunk(model, state, tok[:, call.start : call.end], final=call.final)
+            mels.append(mel)
+        outputs.append(torch.cat(mels, dim=2))
+    assert outputs[0].dtype == torch.float32 and outputs[0].shape == outputs[1].shape == (1, 80, 160)
+    assert torch.isfinite(outputs[0]).all()
+    assert ((outputs[0] - outputs[1]).norm() / outputs[1].norm()).item() < 0.02

@@ -112,7 +112,7 @@ class RotaryEmbedding(nn.Module):
         super().__init__()
         self.register_buffer("inv_freq", 1.0 / (theta ** (torch.arange(0, dim, 2).float() / dim)))
 
-    def _apply(self, fn, recurse=True):  # type: ignore[no-untyped-def]
+    def _apply(self, fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True) -> RotaryEmbedding:
         exact = self.inv_freq
         super()._apply(fn, recurse)
         if self.inv_freq.dtype != torch.float32:

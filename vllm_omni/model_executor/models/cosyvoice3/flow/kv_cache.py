@@ -14,6 +14,8 @@ arena is handed to a new chunk in place only if that state is the newest one bui
 (`length == committed`). A chunk that fails leaves `length` unchanged, so the old state still reads
 exactly its frames; a chunk continued from an older state (a retry, a fork) gets a copy. Frames past
 `length` are scratch: the current chunk's pending frames live there until the next chunk rewrites them.
+One chunk at a time per stream (a request's chunks are sequential by nature); two concurrent chunks
+continued from the same state would write the same scratch frames.
 
 Layout `(steps, blocks, 2 CFG rows, heads, capacity, dim_head)`: the attention of (step, block) reads
 the contiguous `[..., :end, :]` prefix as `(B, heads, end, dim_head)`.
