@@ -169,6 +169,8 @@ def test_bad_stream_input_is_an_error_naming_the_problem(cv3_flow: CausalMaskedD
         stream_chunk(cv3_flow, {"not": "a state"}, pt)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="n_timesteps must be >= 1"):
         start_stream(cv3_flow, pt, pm, spk, n_timesteps=0)
+    with pytest.raises(ValueError, match="never received a generated token"):
+        stream_chunk(cv3_flow, start_stream(cv3_flow, pt, pm, spk, n_timesteps=1), pt[:, :0], final=True)
     state = start_stream(cv3_flow, pt, pm, spk, n_timesteps=1, noise=noise_table(0)[:, :, :60])
     with pytest.raises(ValueError, match=r"64 mel frames .* noise table holds 60"):
         stream_chunk(cv3_flow, state, make_tokens(23))

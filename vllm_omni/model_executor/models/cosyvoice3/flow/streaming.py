@@ -263,6 +263,8 @@ def stream_chunk(
     if state.finished:
         raise ValueError(f"flow.{where}: this stream already had its final chunk; start a new stream")
     ids = _check_new_tokens(flow, tokens, where)
+    if final and state.known_tokens + ids.size(1) == state.prompt_tokens:
+        raise ValueError(f"flow.{where}: final chunk of a stream that never received a generated token")
     if final and state.final_chunk is FinalChunk.FULL_ATTENTION:
         return _full_final(flow, state, ids, where)
     return _advance(flow, state, ids, final=final, where=where)
