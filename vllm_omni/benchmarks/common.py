@@ -37,6 +37,8 @@ if TYPE_CHECKING:
 
 MAX_DEFAULT_THREADS: Final = 8
 _T = TypeVar("_T")
+# Where reports go unless an output path is given: one folder, ignored by git (.gitignore: /out/).
+DEFAULT_REPORT_DIR: Final = Path("out")
 
 
 def usable_cores() -> int:
@@ -79,19 +81,6 @@ def synced_seconds(sync: Callable[[], None], fn: Callable[..., _T], *args: Any, 
     out = fn(*args, **kwargs)
     sync()
     return out, time.perf_counter() - start
-
-
-@contextlib.contextmanager
-def torch_threads(threads: int) -> Iterator[None]:
-    """torch's intra-op thread count set to `threads` for the block, restored afterwards."""
-    import torch
-
-    previous = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)
 
 
 @contextlib.contextmanager
@@ -170,6 +159,25 @@ def resolve_device(spec: str) -> torch.device:
     return device
 
 
+@contextlib.contextmanager
+def torch_threads(threads: int) -> Iterator[None]:
+    """torch's intra-op threads set to `threads` inside the block, restored afterwards."""
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+def timed_ms(fn: Callable[[], Any], sync: Callable[[], None]) -> float:
+    """Wall milliseconds of `fn()`, the device synchronised before the clock starts and before it stops
+    (asynchronous device work is billed to the call that queued it)."""
+    return synced_seconds(sync, fn)[1] * 1e3
+
+
 def check_device(text: str) -> str:
     """The `--device` value, stripped, if it is auto, cpu, cuda[:i] or npu[:i] (the platform is checked later)."""
     text = text.strip()
@@ -210,6 +218,9 @@ def add_threads_option(parser: argparse.ArgumentParser) -> None:
 def add_report_file_options(parser: argparse.ArgumentParser, default_json: str, default_plot: str) -> None:
     parser.add_argument("--json", metavar="OUT", help=f"JSON report path (default ./{default_json})")
     parser.add_argument("--plot", metavar="OUT.png", help=f"PNG plot path (default ./{default_plot})")
+    parser.epilog = (parser.epilog + "\n" if parser.epilog else "") + (
+        f"Reports go to ./{DEFAULT_REPORT_DIR}/ (ignored by git) unless --json / --plot name other files."
+    )
 
 
 class ReportWriter(Protocol):
@@ -257,7 +268,7 @@ def publish_report(
     if plot:
         writer.write_plot(report, plot_path)
         written.append(str(plot_path))
-    print(f"wrote {' and '.join(written)}", flush=True)
+    print(f"wrote {' and '.join(written)} (in {json_path.resolve().parent})", flush=True)
     if interrupted:
         print("vllm-omni: interrupted; the report above and the JSON are partial", file=sys.stderr)
         return 130
@@ -355,6 +366,7 @@ def record_cli_run(command: Sequence[str], stem: Path, *, recorded_codes: Sequen
 
 
 __all__ = [
+    "DEFAULT_REPORT_DIR",
     "MAX_DEFAULT_THREADS",
     "ReportWriter",
     "add_device_option",
@@ -381,6 +393,7 @@ __all__ = [
     "stage_printer",
     "stamp_load_at_end",
     "synced_seconds",
+    "timed_ms",
     "torch_threads",
     "usable_cores",
     "write_json",

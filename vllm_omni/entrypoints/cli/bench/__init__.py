@@ -17,6 +17,7 @@ BENCH_SUBCOMMANDS: tuple[str, ...] = (
     "vllm_omni.entrypoints.cli.bench.seed_tts",
     "vllm_omni.entrypoints.cli.bench.token2wav",
     "vllm_omni.entrypoints.cli.bench.cosyvoice3_flow",
+    "vllm_omni.entrypoints.cli.bench.device_check",
 )
 
 

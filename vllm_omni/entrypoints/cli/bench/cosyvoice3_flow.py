@@ -19,8 +19,8 @@ from pathlib import Path
 from vllm_omni.benchmarks import common
 from vllm_omni.entrypoints.cli.types import CLIUsageError
 
-DEFAULT_JSON = "out/cosyvoice3_flow_stream.json"
-DEFAULT_PLOT = "out/cosyvoice3_flow_stream.png"
+DEFAULT_JSON = str(common.DEFAULT_REPORT_DIR / "cosyvoice3_flow_stream.json")
+DEFAULT_PLOT = str(common.DEFAULT_REPORT_DIR / "cosyvoice3_flow_stream.png")
 
 
 def _indices(text: str) -> tuple[int, ...]:

@@ -4,8 +4,8 @@
 Runs `vllm_omni.benchmarks.token2wav_rtf` on a token2wav directory (default: the deterministic
 full-size stand-in, generated on first use and cached under the vllm_omni cache folder; `--reduced`
 for the small one tests use; `--model-dir` for a real `token2wav/`). Prints a table and writes
-`token2wav_rtf_report.json` and `token2wav_rtf_report.png` to the current folder unless `--json` /
-`--plot` say elsewhere.
+`out/token2wav_rtf_report.json` and `out/token2wav_rtf_report.png` (`./out/` is git-ignored) unless
+`--json` / `--plot` say elsewhere.
 
 Sizes follow the issue on an accelerator (10 s of speech tokens, 10 Euler steps, 5 runs); on a CPU
 the full-size flow runs several times slower than real time, so the CPU default is 2 s and 5 steps
@@ -27,8 +27,8 @@ from typing import Any
 from vllm_omni.benchmarks import common
 from vllm_omni.entrypoints.cli.types import CLIUsageError
 
-DEFAULT_JSON = "token2wav_rtf_report.json"
-DEFAULT_PLOT = "token2wav_rtf_report.png"
+DEFAULT_JSON = str(common.DEFAULT_REPORT_DIR / "token2wav_rtf_report.json")
+DEFAULT_PLOT = str(common.DEFAULT_REPORT_DIR / "token2wav_rtf_report.png")
 MODEL_DIR_FILES = ("campplus.onnx", "speech_tokenizer_v2_25hz.onnx", "flow.yaml", "flow.pt", "hift.pt")
 
 
