@@ -12,6 +12,7 @@ from torch import nn
 from vllm_omni.model_executor.model_loader.state_dict import (
     check_state_dict_layout,
     ensure_cached_files,
+    load_checked,
     read_state_dict,
     standin_state_dict,
 )
@@ -79,3 +80,26 @@ def test_ensure_cached_files_writes_only_when_a_file_is_missing(tmp_path: Path) 
     (target / "b.txt").unlink()
     ensure_cached_files(target, ("a.bin", "b.txt"), write)
     assert len(calls) == 2
+
+
+def test_load_checked_materialises_a_meta_model_only_after_the_layout_check(tmp_path: Path) -> None:
+    class _Persistent(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.proj = nn.Linear(4, 8)
+            self.register_buffer("table", torch.arange(3.0))
+
+    source = _Persistent()
+    torch.save(source.state_dict(), tmp_path / "w.pt")
+    torch.save({"proj.weight": torch.zeros(8, 4)}, tmp_path / "short.pt")
+    with torch.device("meta"):
+        model = _Persistent()
+    with pytest.raises(ValueError, match=r"missing \['proj.bias', 'table'\]"):
+        load_checked(model, tmp_path / "short.pt", device="cpu", float16=False, against="cfg", hint="", what="x")
+    assert model.proj.weight.is_meta, "a wrong file fails before any memory is allocated"
+    load_checked(model, tmp_path / "w.pt", device="cpu", float16=False, against="cfg", hint="", what="x")
+    assert all(torch.equal(v, source.state_dict()[k]) for k, v in model.state_dict().items())
+    with torch.device("meta"):
+        scratch = _Tiny()  # has a non-persistent buffer the file cannot fill
+    with pytest.raises(ValueError, match="must keep all its buffers in the state_dict"):
+        load_checked(scratch, tmp_path / "w.pt", device="cpu", float16=False, against="cfg", hint="", what="x")

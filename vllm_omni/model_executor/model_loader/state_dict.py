@@ -87,8 +87,15 @@ def load_checked(
 
     `float16` halves the model first (the reference's fp16 mode: fp16 weights load into fp16
     parameters). `device` None means the platform's serving device. Layout errors name the file, the
-    tensor and `against` (what the model was built from), with `hint` as the likely fix.
+    tensor and `against` (what the model was built from), with `hint` as the likely fix. A model built
+    on the meta device (allowed only when the state_dict holds all of its tensors: no non-persistent
+    buffers) is materialised after the layout check, so a wrong file fails before any allocation.
     """
+    persistent = set(model.state_dict())
+    if any(t.is_meta for t in model.state_dict().values()) and any(
+        name not in persistent for name, _ in model.named_buffers()
+    ):
+        raise ValueError(f"{what}: a meta-device model must keep all its buffers in the state_dict")
     from vllm_omni import platforms
 
     target = torch.device(device) if device is not None else platforms.current_omni_platform.torch_device()
@@ -97,6 +104,10 @@ def load_checked(
         model.half()
     state = read_state_dict(weights_path)
     check_state_dict_layout(state, model.state_dict(), source=str(weights_path), against=against, hint=hint)
+    if any(t.is_meta for t in model.state_dict().values()):
+        # built on the meta device (no random init): memory only now that the file is known to fit;
+        # the strict load fills every tensor, so nothing stays uninitialised
+        model.to_empty(device="cpu")
     model.load_state_dict(state, strict=True)
     model.to(target).eval()
     logger.info(

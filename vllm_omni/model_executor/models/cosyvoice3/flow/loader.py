@@ -110,10 +110,10 @@ def load_flow(
         config, against = flow_config_from_yaml(yaml_path), yaml_path.name
     else:
         config, against = REAL_FLOW_CONFIG, "REAL_FLOW_CONFIG (no cosyvoice3.yaml next to flow.pt)"
-    # every tensor of the model (the RoPE buffer included) comes from flow.pt: skip the random init
+    # every tensor of the model (the RoPE buffer included) comes from flow.pt: no random init, and no
+    # memory until the file's layout has been checked (load_checked materialises it)
     with torch.device("meta"):
         model = CausalMaskedDiffWithDiT(config)
-    model = model.to_empty(device="cpu")
     load_checked(
         model,
         pt_path,
