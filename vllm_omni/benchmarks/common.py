@@ -26,7 +26,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 
 from vllm_omni.atomic_io import write_bytes_atomic
 from vllm_omni.entrypoints.cli.types import CLIUsageError
@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 MAX_DEFAULT_THREADS: Final = 8
+_T = TypeVar("_T")
 # Where reports go unless an output path is given: one folder, ignored by git (.gitignore: /out/).
 DEFAULT_REPORT_DIR: Final = Path("out")
 
@@ -72,6 +73,74 @@ def load_average() -> tuple[float, float, float] | None:
     return (round(one, 2), round(five, 2), round(fifteen, 2))
 
 
+def synced_seconds(sync: Callable[[], None], fn: Callable[..., _T], *args: Any, **kwargs: Any) -> tuple[_T, float]:
+    """`fn(*args, **kwargs)` and its wall seconds; the platform is synchronised before the clock starts and
+    before it stops, so work the call queued on an asynchronous device is billed to it."""
+    sync()
+    start = time.perf_counter()
+    out = fn(*args, **kwargs)
+    sync()
+    return out, time.perf_counter() - start
+
+
+@contextlib.contextmanager
+def stamp_load_at_end(environment: Callable[[], dict[str, Any]]) -> Iterator[None]:
+    """On leaving the block (Ctrl-C too), record `loadavg_end` in the run's environment, if one was measured."""
+    try:
+        yield
+    finally:
+        env = environment()
+        if env:
+            env["loadavg_end"] = load_average()
+
+
+def invoked_command() -> str:
+    """The command line this process was started with, as a user would type it (for the report header)."""
+    program = Path(sys.argv[0]).name
+    return " ".join(["python -m vllm_omni" if program == "__main__.py" else program, *sys.argv[1:]])
+
+
+def stage_printer(name: str) -> Callable[[str], None]:
+    """A benchmark's `stage` callback: `[name] text ...` on stderr (the table stays alone on stdout)."""
+    return lambda text: print(f"[{name}] {text} ...", file=sys.stderr)
+
+
+def run_environment(device: torch.device, threads: int) -> dict[str, Any]:
+    """What a report says about the run's host: versions, CPU, device, threads, load average, time (UTC)."""
+    from datetime import datetime, timezone
+
+    import torch
+
+    from vllm_omni import platforms
+    from vllm_omni.version import __version__
+
+    try:
+        import onnxruntime
+
+        ort_version: str | None = onnxruntime.__version__
+    except ImportError:
+        ort_version = None
+    platform = platforms.current_omni_platform
+    cpu = cpu_model()
+    return {
+        "python": py_platform.python_version(),
+        "os": f"{py_platform.system()} {py_platform.release()}",
+        "cpu": cpu,
+        "cpu_count": os.cpu_count(),
+        "usable_cores": usable_cores(),
+        "torch": torch.__version__,
+        "onnxruntime": ort_version,
+        "platform": platform.device_type,
+        "device": str(device),
+        "device_name": platform.get_device_name(device.index) if device.type != "cpu" else cpu,
+        "threads": threads,
+        "loadavg_start": load_average(),
+        "loadavg_end": None,
+        "timestamp_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "vllm_omni": __version__,
+    }
+
+
 def resolve_device(spec: str) -> torch.device:
     """`"auto"` -> the serving platform's device; otherwise the spec, which must be on this host's platform."""
     from vllm_omni import platforms
@@ -106,11 +175,7 @@ def torch_threads(threads: int) -> Iterator[None]:
 def timed_ms(fn: Callable[[], Any], sync: Callable[[], None]) -> float:
     """Wall milliseconds of `fn()`, the device synchronised before the clock starts and before it stops
     (asynchronous device work is billed to the call that queued it)."""
-    sync()
-    start = time.perf_counter()
-    fn()
-    sync()
-    return (time.perf_counter() - start) * 1e3
+    return synced_seconds(sync, fn)[1] * 1e3
 
 
 def check_device(text: str) -> str:
@@ -332,6 +397,7 @@ __all__ = [
     "default_threads",
     "finite",
     "fmt",
+    "invoked_command",
     "json_text",
     "load_average",
     "png_bytes",
@@ -340,6 +406,10 @@ __all__ = [
     "record_main",
     "resolve_device",
     "run_benchmark",
+    "run_environment",
+    "stage_printer",
+    "stamp_load_at_end",
+    "synced_seconds",
     "timed_ms",
     "torch_threads",
     "usable_cores",

@@ -46,20 +46,23 @@ measured; `vllm_omni.benchmarks.token2wav_rtf_report` renders it (table, JSON, P
 from __future__ import annotations
 
 import math
-import os
-import platform as py_platform
 import statistics
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
 import numpy as np
 import torch
 
-from vllm_omni.benchmarks.common import cpu_model, load_average, resolve_device, torch_threads, usable_cores
+from vllm_omni.benchmarks.common import (
+    resolve_device,
+    run_environment,
+    stamp_load_at_end,
+    synced_seconds,
+    torch_threads,
+)
 from vllm_omni.logger import init_logger
 
 logger = init_logger(__name__)
@@ -397,37 +400,6 @@ def resolve_model_dir(config: BenchConfig, stage: Callable[[str], None]) -> tupl
     }
 
 
-def _environment(device: torch.device, threads: int) -> dict[str, Any]:
-    from vllm_omni import platforms
-    from vllm_omni.version import __version__
-
-    try:
-        import onnxruntime
-
-        ort_version: str | None = onnxruntime.__version__
-    except ImportError:
-        ort_version = None
-    platform = platforms.current_omni_platform
-    cpu = cpu_model()
-    return {
-        "python": py_platform.python_version(),
-        "os": f"{py_platform.system()} {py_platform.release()}",
-        "cpu": cpu,
-        "cpu_count": os.cpu_count(),
-        "usable_cores": usable_cores(),
-        "torch": torch.__version__,
-        "onnxruntime": ort_version,
-        "platform": platform.device_type,
-        "device": str(device),
-        "device_name": platform.get_device_name(device.index) if device.type != "cpu" else cpu,
-        "threads": threads,
-        "loadavg_start": load_average(),
-        "loadavg_end": None,
-        "timestamp_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "vllm_omni": __version__,
-    }
-
-
 def _config_dict(config: BenchConfig) -> dict[str, Any]:
     out = asdict(config)
     out["model_dir"] = str(config.model_dir) if config.model_dir is not None else None
@@ -446,12 +418,8 @@ class Token2WavBenchmark:
         self._stage = stage if stage is not None else (lambda text: logger.info("%s", text))
 
     def run(self) -> BenchReport:
-        with torch_threads(self.config.threads):
-            try:
-                self._run()
-            finally:
-                if self.report.environment:
-                    self.report.environment["loadavg_end"] = load_average()
+        with torch_threads(self.config.threads), stamp_load_at_end(lambda: self.report.environment):
+            self._run()
         self.report.complete = True
         return self.report
 
@@ -469,7 +437,7 @@ class Token2WavBenchmark:
         def sync() -> None:
             platform.synchronize(device)
 
-        self.report.environment = _environment(device, cfg.threads)
+        self.report.environment = run_environment(device, cfg.threads)
         model_dir, self.report.weights = resolve_model_dir(cfg, self._stage)
         core = StepAudio2Token2WavCore(
             model_dir,
@@ -575,7 +543,7 @@ class Token2WavBenchmark:
                 for _ in range(per_round):
                     if name != "cached":
                         core.clear_prompt_cache()
-                    _, seconds = _synced_seconds(sync, core.prepare_prompt, prompt, with_tokens=True)
+                    _, seconds = synced_seconds(sync, core.prepare_prompt, prompt, with_tokens=True)
                     cases[name].calls_ms.append(seconds * 1e3)
         core.clear_prompt_cache()
 
@@ -596,7 +564,7 @@ class _Requests:
 
     def whole(self) -> SynthesisRun:
         self._new_voice()
-        audio, total = _synced_seconds(self.sync, self.core, self.tokens, self.prompt)
+        audio, total = synced_seconds(self.sync, self.core, self.tokens, self.prompt)
         _check_audio(audio, len(self.tokens), "whole utterance")
         return SynthesisRun(total_s=total, components_s=_split(self.clock.seconds, total), samples=int(audio.shape[-1]))
 
@@ -605,11 +573,11 @@ class _Requests:
 
         core, clock = self.core, self.clock
         self._new_voice()
-        state, setup = _synced_seconds(self.sync, core.set_stream_cache, self.prompt)
+        state, setup = synced_seconds(self.sync, core.set_stream_cache, self.prompt)
         chunks_s, pieces, chunk_parts = [], [], []
         for chunk, last in stream_chunks(self.tokens):
             before = dict(clock.seconds)
-            piece, seconds = _synced_seconds(
+            piece, seconds = synced_seconds(
                 self.sync, core.stream, chunk, last_chunk=last, return_waveform=True, state=state
             )
             pieces.append(piece)
@@ -626,16 +594,6 @@ class _Requests:
             chunks_s=chunks_s,
             chunk_components_s=chunk_parts,
         )
-
-
-def _synced_seconds(sync: Callable[[], None], fn: Callable[..., _T], *args: Any, **kwargs: Any) -> tuple[_T, float]:
-    """`fn(*args, **kwargs)` and its wall seconds; the platform is synchronised before the clock starts and
-    before it stops, so work the call queued on an asynchronous device is billed to it."""
-    sync()
-    start = time.perf_counter()
-    out = fn(*args, **kwargs)
-    sync()
-    return out, time.perf_counter() - start
 
 
 def _split(seconds: dict[str, float], total: float) -> dict[str, float]:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -160,9 +159,8 @@ class Token2WavSubcommand:
         from vllm_omni.benchmarks import token2wav_rtf_report
         from vllm_omni.benchmarks.token2wav_rtf import BenchSetupError, Token2WavBenchmark
 
-        bench = Token2WavBenchmark(config, stage=lambda text: print(f"[token2wav] {text} ...", file=sys.stderr))
-        program = Path(sys.argv[0]).name
-        bench.report.command = " ".join(["python -m vllm_omni" if program == "__main__.py" else program, *sys.argv[1:]])
+        bench = Token2WavBenchmark(config, stage=common.stage_printer("token2wav"))
+        bench.report.command = common.invoked_command()
         interrupted = common.run_benchmark(bench.run, BenchSetupError)
         report = bench.report
         return common.publish_report(
