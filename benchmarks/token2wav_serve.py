@@ -4,8 +4,9 @@
 
 Why: the recorded concurrency table (quoted by docs/benchmarks/token2wav_serve.md, README and the
 issue's closing note) must come from the same command an operator runs; this script runs exactly
-that command and stores its three outputs as `benchmarks/results/token2wav_serve_<device>[_full].{txt,json,png}`
-(`<device>` = cpu, cuda, npu; `_full` with `--full`).
+that command and stores its three outputs as
+`benchmarks/results/token2wav_serve[_full]_<device>.{txt,json,png}` (`<device>` = cpu, cuda, npu; `_full` with
+`--full`).
 
     .venv/bin/python benchmarks/token2wav_serve.py                 # reduced stand-in, c = 1, 4, 8 on CPU
     .venv/bin/python benchmarks/token2wav_serve.py --full          # full-size stand-in
@@ -24,19 +25,10 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def main(argv: list[str]) -> int:
-    from vllm_omni.benchmarks.common import argv_device_type, record_cli_run
+    from vllm_omni.benchmarks.common import record_main
 
-    results = RESULTS
-    if "--results-dir" in argv:
-        i = argv.index("--results-dir")
-        if i + 1 >= len(argv):
-            print("token2wav_serve.py: --results-dir needs a folder", file=sys.stderr)
-            return 2
-        results = Path(argv[i + 1])
-        argv = argv[:i] + argv[i + 2 :]
-    suffix = "_full" if "--full" in argv else ""
-    stem = results / f"token2wav_serve_{argv_device_type(argv)}{suffix}"
-    return record_cli_run(["bench", "token2wav-serve", *argv], stem, recorded_codes=(0,))
+    stem = "token2wav_serve_full" if "--full" in argv else "token2wav_serve"
+    return record_main(argv, script=Path(__file__).name, bench="token2wav-serve", stem=stem, results=RESULTS)
 
 
 if __name__ == "__main__":

@@ -40,7 +40,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from vllm_omni.atomic_io import write_bytes_atomic  # noqa: E402
-from vllm_omni.benchmarks.common import host_environment, load_average, torch_threads  # noqa: E402
+from vllm_omni.benchmarks.common import load_average, run_environment, torch_threads  # noqa: E402
 from vllm_omni.model_executor.models.cosyvoice2.flow.kv_cache import EstimatorKV  # noqa: E402
 from vllm_omni.model_executor.models.step_audio2.standin import ensure_standin_token2wav_dir  # noqa: E402
 from vllm_omni.model_executor.models.step_audio2.token2wav_stream import stream_chunks  # noqa: E402
@@ -179,7 +179,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--output", type=Path, default=REPO / "benchmarks" / "results" / "token2wav_stream_memory.json")
     args = parser.parse_args(argv)
-    env = host_environment(torch.device("cpu"), args.threads)
+    env = run_environment(torch.device("cpu"), args.threads)
     with torch_threads(args.threads), torch.inference_mode():
         result = run(args)
     env["loadavg_end"] = load_average()

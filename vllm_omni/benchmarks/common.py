@@ -25,9 +25,8 @@ import platform as py_platform
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 
 from vllm_omni.atomic_io import write_bytes_atomic
 from vllm_omni.entrypoints.cli.types import CLIUsageError
@@ -37,6 +36,9 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 MAX_DEFAULT_THREADS: Final = 8
+_T = TypeVar("_T")
+# Where reports go unless an output path is given: one folder, ignored by git (.gitignore: /out/).
+DEFAULT_REPORT_DIR: Final = Path("out")
 
 
 def usable_cores() -> int:
@@ -71,21 +73,42 @@ def load_average() -> tuple[float, float, float] | None:
     return (round(one, 2), round(five, 2), round(fifteen, 2))
 
 
-@contextlib.contextmanager
-def torch_threads(threads: int) -> Iterator[None]:
-    """Run the block with `torch.set_num_threads(threads)`; the previous count is restored afterwards."""
-    import torch
+def synced_seconds(sync: Callable[[], None], fn: Callable[..., _T], *args: Any, **kwargs: Any) -> tuple[_T, float]:
+    """`fn(*args, **kwargs)` and its wall seconds; the platform is synchronised before the clock starts and
+    before it stops, so work the call queued on an asynchronous device is billed to it."""
+    sync()
+    start = time.perf_counter()
+    out = fn(*args, **kwargs)
+    sync()
+    return out, time.perf_counter() - start
 
-    previous = torch.get_num_threads()
-    torch.set_num_threads(threads)
+
+@contextlib.contextmanager
+def stamp_load_at_end(environment: Callable[[], dict[str, Any]]) -> Iterator[None]:
+    """On leaving the block (Ctrl-C too), record `loadavg_end` in the run's environment, if one was measured."""
     try:
         yield
     finally:
-        torch.set_num_threads(previous)
+        env = environment()
+        if env:
+            env["loadavg_end"] = load_average()
 
 
-def host_environment(device: torch.device, threads: int) -> dict[str, Any]:
-    """What a Token2Wav report records about where it ran (the caller fills `loadavg_end` at the end)."""
+def invoked_command() -> str:
+    """The command line this process was started with, as a user would type it (for the report header)."""
+    program = Path(sys.argv[0]).name
+    return " ".join(["python -m vllm_omni" if program == "__main__.py" else program, *sys.argv[1:]])
+
+
+def stage_printer(name: str) -> Callable[[str], None]:
+    """A benchmark's `stage` callback: `[name] text ...` on stderr (the table stays alone on stdout)."""
+    return lambda text: print(f"[{name}] {text} ...", file=sys.stderr)
+
+
+def run_environment(device: torch.device, threads: int) -> dict[str, Any]:
+    """What a report says about the run's host: versions, CPU, device, threads, load average, time (UTC)."""
+    from datetime import datetime, timezone
+
     import torch
 
     from vllm_omni import platforms
@@ -160,6 +183,25 @@ def resolve_device(spec: str) -> torch.device:
     return device
 
 
+@contextlib.contextmanager
+def torch_threads(threads: int) -> Iterator[None]:
+    """torch's intra-op threads set to `threads` inside the block, restored afterwards."""
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+def timed_ms(fn: Callable[[], Any], sync: Callable[[], None]) -> float:
+    """Wall milliseconds of `fn()`, the device synchronised before the clock starts and before it stops
+    (asynchronous device work is billed to the call that queued it)."""
+    return synced_seconds(sync, fn)[1] * 1e3
+
+
 def check_device(text: str) -> str:
     """The `--device` value, stripped, if it is auto, cpu, cuda[:i] or npu[:i] (the platform is checked later)."""
     text = text.strip()
@@ -200,6 +242,9 @@ def add_threads_option(parser: argparse.ArgumentParser) -> None:
 def add_report_file_options(parser: argparse.ArgumentParser, default_json: str, default_plot: str) -> None:
     parser.add_argument("--json", metavar="OUT", help=f"JSON report path (default ./{default_json})")
     parser.add_argument("--plot", metavar="OUT.png", help=f"PNG plot path (default ./{default_plot})")
+    parser.epilog = (parser.epilog + "\n" if parser.epilog else "") + (
+        f"Reports go to ./{DEFAULT_REPORT_DIR}/ (ignored by git) unless --json / --plot name other files."
+    )
 
 
 class ReportWriter(Protocol):
@@ -247,7 +292,7 @@ def publish_report(
     if plot:
         writer.write_plot(report, plot_path)
         written.append(str(plot_path))
-    print(f"wrote {' and '.join(written)}", flush=True)
+    print(f"wrote {' and '.join(written)} (in {json_path.resolve().parent})", flush=True)
     if interrupted:
         print("vllm-omni: interrupted; the report above and the JSON are partial", file=sys.stderr)
         return 130
@@ -344,7 +389,24 @@ def record_cli_run(command: Sequence[str], stem: Path, *, recorded_codes: Sequen
     return code
 
 
+def record_main(argv: Sequence[str], *, script: str, bench: str, stem: str, results: Path) -> int:
+    """A recorder script's main: `vllm-omni bench <bench> <argv>` kept as `<results>/<stem>_<device>.{txt,json,png}`.
+
+    `--results-dir DIR` in `argv` records elsewhere (tests); `<device>` is cpu, cuda or npu (from
+    `--device`). Returns the command's exit code (2 for a `--results-dir` without a folder).
+    """
+    args = list(argv)
+    if "--results-dir" in args:
+        i = args.index("--results-dir")
+        if i + 1 >= len(args):
+            print(f"{script}: --results-dir needs a folder", file=sys.stderr)
+            return 2
+        results, args = Path(args[i + 1]), args[:i] + args[i + 2 :]
+    return record_cli_run(["bench", bench, *args], results / f"{stem}_{argv_device_type(args)}", recorded_codes=(0,))
+
+
 __all__ = [
+    "DEFAULT_REPORT_DIR",
     "MAX_DEFAULT_THREADS",
     "ReportWriter",
     "add_device_option",
@@ -359,14 +421,20 @@ __all__ = [
     "default_threads",
     "finite",
     "fmt",
-    "host_environment",
+    "invoked_command",
     "json_text",
     "load_average",
     "png_bytes",
     "publish_report",
     "record_cli_run",
+    "record_main",
     "resolve_device",
     "run_benchmark",
+    "run_environment",
+    "stage_printer",
+    "stamp_load_at_end",
+    "synced_seconds",
+    "timed_ms",
     "token2wav_model_dir",
     "torch_threads",
     "usable_cores",

@@ -57,9 +57,10 @@ import numpy as np
 import torch
 
 from vllm_omni.benchmarks.common import (
-    host_environment,
-    load_average,
     resolve_device,
+    run_environment,
+    stamp_load_at_end,
+    synced_seconds,
     token2wav_model_dir,
     torch_threads,
 )
@@ -403,12 +404,8 @@ class Token2WavBenchmark:
         self._stage = stage if stage is not None else (lambda text: logger.info("%s", text))
 
     def run(self) -> BenchReport:
-        with torch_threads(self.config.threads):
-            try:
-                self._run()
-            finally:
-                if self.report.environment:
-                    self.report.environment["loadavg_end"] = load_average()
+        with torch_threads(self.config.threads), stamp_load_at_end(lambda: self.report.environment):
+            self._run()
         self.report.complete = True
         return self.report
 
@@ -426,7 +423,7 @@ class Token2WavBenchmark:
         def sync() -> None:
             platform.synchronize(device)
 
-        self.report.environment = host_environment(device, cfg.threads)
+        self.report.environment = run_environment(device, cfg.threads)
         model_dir, self.report.weights = resolve_model_dir(cfg, self._stage)
         core = StepAudio2Token2WavCore(
             model_dir,
@@ -532,7 +529,7 @@ class Token2WavBenchmark:
                 for _ in range(per_round):
                     if name != "cached":
                         core.clear_prompt_cache()
-                    _, seconds = _synced_seconds(sync, core.prepare_prompt, prompt, with_tokens=True)
+                    _, seconds = synced_seconds(sync, core.prepare_prompt, prompt, with_tokens=True)
                     cases[name].calls_ms.append(seconds * 1e3)
         core.clear_prompt_cache()
 
@@ -553,7 +550,7 @@ class _Requests:
 
     def whole(self) -> SynthesisRun:
         self._new_voice()
-        audio, total = _synced_seconds(self.sync, self.core, self.tokens, self.prompt)
+        audio, total = synced_seconds(self.sync, self.core, self.tokens, self.prompt)
         _check_audio(audio, len(self.tokens), "whole utterance")
         return SynthesisRun(total_s=total, components_s=_split(self.clock.seconds, total), samples=int(audio.shape[-1]))
 
@@ -562,11 +559,11 @@ class _Requests:
 
         core, clock = self.core, self.clock
         self._new_voice()
-        state, setup = _synced_seconds(self.sync, core.set_stream_cache, self.prompt)
+        state, setup = synced_seconds(self.sync, core.set_stream_cache, self.prompt)
         chunks_s, pieces, chunk_parts = [], [], []
         for chunk, last in stream_chunks(self.tokens):
             before = dict(clock.seconds)
-            piece, seconds = _synced_seconds(
+            piece, seconds = synced_seconds(
                 self.sync, core.stream, chunk, last_chunk=last, return_waveform=True, state=state
             )
             pieces.append(piece)
@@ -583,16 +580,6 @@ class _Requests:
             chunks_s=chunks_s,
             chunk_components_s=chunk_parts,
         )
-
-
-def _synced_seconds(sync: Callable[[], None], fn: Callable[..., _T], *args: Any, **kwargs: Any) -> tuple[_T, float]:
-    """`fn(*args, **kwargs)` and its wall seconds; the platform is synchronised before the clock starts and
-    before it stops, so work the call queued on an asynchronous device is billed to it."""
-    sync()
-    start = time.perf_counter()
-    out = fn(*args, **kwargs)
-    sync()
-    return out, time.perf_counter() - start
 
 
 def _split(seconds: dict[str, float], total: float) -> dict[str, float]:

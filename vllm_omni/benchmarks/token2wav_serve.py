@@ -48,7 +48,13 @@ from typing import Any, Final
 
 import numpy as np
 
-from vllm_omni.benchmarks.common import host_environment, load_average, resolve_device, token2wav_model_dir
+from vllm_omni.benchmarks.common import (
+    resolve_device,
+    run_environment,
+    stamp_load_at_end,
+    token2wav_model_dir,
+    torch_threads,
+)
 from vllm_omni.benchmarks.progress import progress
 from vllm_omni.benchmarks.token2wav_producer import (
     CHUNK_TOKENS,
@@ -393,14 +399,9 @@ class Token2WavServeBenchmark:
         self._stage_msg = stage or (lambda _text: None)
 
     def run(self) -> ServeReport:
-        from vllm_omni.benchmarks.common import torch_threads
-
-        with torch_threads(self.config.threads):
-            try:
-                self._run()
-                self.report.complete = True
-            finally:
-                self.report.environment["loadavg_end"] = load_average()
+        with torch_threads(self.config.threads), stamp_load_at_end(lambda: self.report.environment):
+            self._run()
+        self.report.complete = True
         return self.report
 
     def _build_stage(self) -> Any:
@@ -409,7 +410,7 @@ class Token2WavServeBenchmark:
             device = resolve_device(cfg.device)
         except ValueError as exc:
             raise ServeSetupError(str(exc)) from exc
-        self.report.environment = host_environment(device, cfg.threads)
+        self.report.environment = run_environment(device, cfg.threads)
         model_dir, self.report.weights = token2wav_model_dir(
             cfg.model_dir, reduced=not cfg.full, seed=cfg.seed, stage=self._stage_msg, error=ServeSetupError
         )

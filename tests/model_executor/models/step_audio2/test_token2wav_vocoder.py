@@ -3,13 +3,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from tests.helpers.threads import single_intra_op_thread
+from tests.helpers.torch_state import one_intra_op_thread
 from vllm_omni.model_executor.models.cosyvoice2.hift import HiFTGenerator, load_hift
 from vllm_omni.model_executor.models.step_audio2.token2wav_stream import crossfade, crossfade_rows, crossfade_window
 from vllm_omni.model_executor.models.step_audio2.token2wav_vocoder import (
@@ -20,7 +21,12 @@ from vllm_omni.model_executor.models.step_audio2.token2wav_vocoder import (
 )
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
-_single_intra_op_thread = pytest.fixture(autouse=True)(single_intra_op_thread)
+
+
+@pytest.fixture(autouse=True)
+def _single_intra_op_thread() -> Iterator[None]:
+    with one_intra_op_thread():
+        yield
 
 
 @pytest.fixture(scope="module")

@@ -8,20 +8,24 @@ a second on a CPU; the numerics under test (batched == solo, state rules) do not
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
-from tests.helpers.threads import single_intra_op_thread
 from tests.helpers.token2wav import make_token2wav_dir
+from tests.helpers.torch_state import one_intra_op_thread
 
 #: Stage options every test stage uses unless it says otherwise.
 FAST_OPTIONS: dict[str, Any] = {"device": "cpu", "n_timesteps": 2, "reference_seconds": 1.5}
 
 
-_single_intra_op_thread = pytest.fixture(autouse=True)(single_intra_op_thread)
+@pytest.fixture(autouse=True)
+def _single_intra_op_thread() -> Iterator[None]:
+    with one_intra_op_thread():
+        yield
 
 
 @pytest.fixture(scope="package")

@@ -23,15 +23,14 @@ This module only parses options (argparse); torch and the models are imported in
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 from typing import Any
 
 from vllm_omni.benchmarks import common
 from vllm_omni.entrypoints.cli.types import CLIUsageError
 
-DEFAULT_JSON = "out/token2wav_serve.json"
-DEFAULT_PLOT = "out/token2wav_serve.png"
+DEFAULT_JSON = str(common.DEFAULT_REPORT_DIR / "token2wav_serve.json")
+DEFAULT_PLOT = str(common.DEFAULT_REPORT_DIR / "token2wav_serve.png")
 FAMILY_CHOICES = ("minicpmo", "step-audio2")
 KV_DTYPES = ("float32", "float16", "bfloat16")
 
@@ -162,22 +161,16 @@ class Token2WavServeSubcommand:
         from vllm_omni.benchmarks import token2wav_serve_report
         from vllm_omni.benchmarks.token2wav_serve import ServeSetupError, Token2WavServeBenchmark
 
-        bench = Token2WavServeBenchmark(
-            config, stage=lambda text: print(f"[token2wav-serve] {text} ...", file=sys.stderr)
-        )
-        program = Path(sys.argv[0]).name
-        bench.report.command = " ".join(["python -m vllm_omni" if program == "__main__.py" else program, *sys.argv[1:]])
+        bench = Token2WavServeBenchmark(config, stage=common.stage_printer("token2wav-serve"))
+        bench.report.command = common.invoked_command()
         interrupted = common.run_benchmark(bench.run, ServeSetupError)
         report = bench.report
         failed = any(run.summary()["errors"] for run in report.runs.values())
-        json_path, plot_path = Path(args.json or DEFAULT_JSON), Path(args.plot or DEFAULT_PLOT)
-        for path in (json_path, plot_path):
-            path.parent.mkdir(parents=True, exist_ok=True)
         return common.publish_report(
             report,
             token2wav_serve_report,
-            json_path,
-            plot_path,
+            Path(args.json or DEFAULT_JSON),
+            Path(args.plot or DEFAULT_PLOT),
             plot=bool(report.runs),
             interrupted=interrupted,
             code=1 if failed else 0,

@@ -58,13 +58,17 @@ def speech_token_tensor(tokens: SpeechTokens, vocab_size: int, device: torch.dev
     """
     if isinstance(tokens, torch.Tensor):
         values = tokens.detach()
-    elif isinstance(tokens, np.ndarray):
-        values = torch.from_numpy(np.ascontiguousarray(tokens))
+        if values.dtype in _WIDE_UNSIGNED:  # torch cannot compare these dtypes: check them in numpy
+            values = _unsigned_ids(values.cpu().numpy(), vocab_size, what)
     else:
         try:
-            values = torch.tensor(list(tokens))
-        except (TypeError, ValueError, RuntimeError) as exc:
+            array = tokens if isinstance(tokens, np.ndarray) else np.asarray(list(tokens))
+        except (TypeError, ValueError) as exc:
             raise ValueError(f"{what}: speech tokens must be a sequence of ints, got {tokens!r:.80}") from exc
+        if array.dtype.kind not in "biufc":
+            raise ValueError(f"{what}: speech tokens must be a sequence of ints, got {tokens!r:.80}")
+        # numpy's unsigned ids (uint64 from an LLM's argmax) have no torch comparison: range-check them here.
+        values = _unsigned_ids(array, vocab_size, what) if array.dtype.kind == "u" else torch.from_numpy(array.copy())
     if values.dim() == 2 and values.shape[0] == 1:
         values = values[0]
     if values.dim() != 1:
@@ -76,11 +80,28 @@ def speech_token_tensor(tokens: SpeechTokens, vocab_size: int, device: torch.dev
     bad = ((values < 0) | (values >= vocab_size)).nonzero()
     if bad.numel():
         index = int(bad[0, 0])
-        raise ValueError(
-            f"{what}: speech token {int(values[index])} at position {index} is outside [0, {vocab_size}) "
-            f"({bad.shape[0]} of {values.numel()} tokens out of range); only 25 Hz speech codes are accepted"
-        )
+        raise _out_of_range(what, int(values[index]), index, bad.shape[0], values.numel(), vocab_size)
     return values.to(device=device, dtype=torch.int32).reshape(1, -1)
+
+
+_WIDE_UNSIGNED = tuple(getattr(torch, name) for name in ("uint16", "uint32", "uint64") if hasattr(torch, name))
+
+
+def _out_of_range(what: str, value: int, index: int, count: int, total: int, vocab_size: int) -> ValueError:
+    return ValueError(
+        f"{what}: speech token {value} at position {index} is outside [0, {vocab_size}) "
+        f"({count} of {total} tokens out of range); only 25 Hz speech codes are accepted"
+    )
+
+
+def _unsigned_ids(array: np.ndarray, vocab_size: int, what: str) -> torch.Tensor:
+    """Unsigned integer ids as int64, after the range check (which a cast could otherwise wrap around)."""
+    flat = array.reshape(-1)
+    over = np.flatnonzero(flat >= vocab_size)
+    if over.size:
+        index = int(over[0])
+        raise _out_of_range(what, int(flat[index]), index, over.size, flat.size, vocab_size)
+    return torch.from_numpy(array.astype(np.int64))
 
 
 def _flow_prompt(features: PromptFeatures, what: str) -> tuple[torch.Tensor, torch.Tensor]:

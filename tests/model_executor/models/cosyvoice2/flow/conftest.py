@@ -3,11 +3,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.helpers.threads import single_intra_op_thread
+from tests.helpers.torch_state import one_intra_op_thread
 from vllm_omni.model_executor.models.cosyvoice2.flow import CausalMaskedDiffWithXvec, load_flow, write_standin_flow
 
 STANDIN_SEED = 1234
@@ -29,4 +30,7 @@ def fresh_reduced_flow(reduced_flow_files: tuple[Path, Path]) -> CausalMaskedDif
     return load_flow(reduced_flow_files, device="cpu")
 
 
-_single_intra_op_thread = pytest.fixture(autouse=True)(single_intra_op_thread)
+@pytest.fixture(autouse=True)
+def _single_intra_op_thread() -> Iterator[None]:
+    with one_intra_op_thread():
+        yield

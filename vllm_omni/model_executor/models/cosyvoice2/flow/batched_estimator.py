@@ -31,8 +31,9 @@ from typing import cast
 import torch
 import torch.nn.functional as F
 
-from vllm_omni.model_executor.models.cosyvoice2.flow.cfm import CausalConditionalCFM, cosine_t_span
+from vllm_omni.model_executor.models.cosyvoice2.flow.cfm import CausalConditionalCFM
 from vllm_omni.model_executor.models.cosyvoice2.flow.dit import DiT, DiTAttention, DiTBlock, modulate
+from vllm_omni.model_executor.models.cosyvoice2.flow.euler import cfg_pair, euler_cfg
 from vllm_omni.model_executor.models.cosyvoice2.flow.kv_cache import TIME_DIM, EstimatorKV, TrimPlan, plan_trim
 from vllm_omni.model_executor.models.cosyvoice2.flow.ragged import RaggedConv, RaggedLayout
 
@@ -238,10 +239,7 @@ def estimator_chunks(
     spk_frames = torch.repeat_interleave(spks.to(dtype), repeats, dim=0, output_size=layout.frames).T.unsqueeze(0)
     if layout.pad:
         spk_frames = torch.cat([spk_frames, spk_frames.new_zeros(1, spk_frames.shape[1], layout.pad)], dim=2)
-    zeros = torch.zeros_like(mu)
-    mu_in = torch.cat([mu, zeros], dim=0)
-    spk_in = torch.cat([spk_frames, zeros], dim=0)
-    cond_in = torch.cat([zeros, zeros], dim=0)
+    mu_in, spk_in, cond_in = cfg_pair(mu), cfg_pair(spk_frames), cfg_pair(torch.zeros_like(mu))
 
     cnn_in = torch.stack([cnn.to(dtype) for cnn in rows.cnn], dim=0)  # [rows, n, depth, 2, in + out, 2]
     cnn_out = torch.empty_like(cnn_in)
@@ -250,20 +248,17 @@ def estimator_chunks(
         for kv, plan in zip(rows.att, launch.trims, strict=True)
     ]
 
-    t_span = cosine_t_span(n_timesteps, device, dtype)
-    t, dt = t_span[0:1], t_span[1] - t_span[0]
-    for step in range(1, len(t_span)):
-        h_in = torch.cat([torch.cat([x, x], dim=0), mu_in, spk_in, cond_in], dim=1)
+    def velocity(step: int, x_in: torch.Tensor, t_in: torch.Tensor) -> torch.Tensor:
+        h_in = torch.cat([x_in, mu_in, spk_in, cond_in], dim=1)
         if h_in.shape[1] != est.in_channels:
             raise ValueError(f"DiT: concatenated input has {h_in.shape[1]} channels, expected {est.in_channels}")
         h = est.in_proj(h_in.transpose(1, 2))
-        c = est.t_embedder(torch.cat([t, t], dim=0)).unsqueeze(1)
+        c = est.t_embedder(t_in).unsqueeze(1)
         for index, block in enumerate(est.blocks):
-            h = _block(cast(DiTBlock, block), h, c, launch, cnn_in, cnn_out, new_own, step - 1, index)
-        x = x + dt * cfm._cfg(est.final_layer(h, c).transpose(1, 2))
-        t = t + dt
-        if step < len(t_span) - 1:
-            dt = t_span[step + 1] - t
+            h = _block(cast(DiTBlock, block), h, c, launch, cnn_in, cnn_out, new_own, step, index)
+        return est.final_layer(h, c).transpose(1, 2)
+
+    x = euler_cfg(x, n_timesteps, cfm.inference_cfg_rate, velocity)
 
     new_att = [
         EstimatorKV(own=own, base=kv.base, base_from=plan.base_from)
