@@ -92,3 +92,22 @@ def test_ratio_row_divides_batched_by_unbatched() -> None:
 def test_config_is_validated(kwargs: dict, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         ServeConfig(**kwargs).validate()
+
+
+def test_poisson_arrivals_queue_beyond_the_concurrency_and_both_modes_serve_everything() -> None:
+    """A tiny in-process run (reduced stand-in, smoke sizes) with Poisson arrivals faster than service."""
+    from vllm_omni.benchmarks.token2wav_serve import PLANS, Token2WavServeBenchmark
+
+    sizes = {**PLANS["smoke"], "concurrency": (2,), "requests": 4}
+    config = ServeConfig(device="cpu", request_rate=50.0, family="step-audio2", plan="smoke", **sizes)
+    report = Token2WavServeBenchmark(config).run()
+    assert report.complete and report.environment["loadavg_end"] is not None
+    for mode in ("batched", "unbatched"):
+        run = report.runs[(2, mode)]
+        assert [r.errors for r in run.requests] == [[]] * 4 and all(r.samples > 0 for r in run.requests)
+        times = arrivals(config, 4, 2)
+        assert [r.arrival_s for r in run.requests] == times  # arrivals are the Poisson times ...
+        assert all(r.admitted_s >= r.arrival_s for r in run.requests)  # ... and a request waits for a slot
+        assert max(r.admitted_s - r.arrival_s for r in run.requests) > 0  # 50 req/s outpaces 2 slots
+        assert all(r.ttfp_s() >= r.admitted_s - r.arrival_s for r in run.requests)  # type: ignore[operator]
+    assert report.to_dict()["levels"][0]["ratio_batched_over_unbatched"]["throughput_audio_s_per_s"] > 0
