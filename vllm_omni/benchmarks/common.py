@@ -299,6 +299,16 @@ def publish_report(
     return code
 
 
+def environment_line(env: dict[str, Any]) -> str:
+    """The report header's host line: device, threads, torch, usable cores, load average start -> end, time."""
+    load = env.get("loadavg_start"), env.get("loadavg_end")
+    load_text = " -> ".join(f"{v[0]:.2f}" for v in load if v) or "n/a"
+    return (
+        f"device {env['device']} ({env['device_name']}), threads {env['threads']}, torch {env['torch']}, "
+        f"usable cores {env['usable_cores']}, loadavg (1 min) {load_text}, {env['timestamp_utc']}"
+    )
+
+
 def fmt(value: float | None, spec: str, missing: str = "-") -> str:
     """`value` formatted by `spec`, or `missing` for a value that was not measured or is not finite."""
     return missing if value is None or not math.isfinite(value) else format(value, spec)
@@ -419,6 +429,7 @@ __all__ = [
     "check_output_files",
     "cpu_model",
     "default_threads",
+    "environment_line",
     "finite",
     "fmt",
     "invoked_command",

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from vllm_omni.atomic_io import write_bytes_atomic
-from vllm_omni.benchmarks.common import agg_figure, fmt, png_bytes
+from vllm_omni.benchmarks.common import agg_figure, environment_line, fmt, png_bytes
 from vllm_omni.benchmarks.common import write_json as write_report_json
 from vllm_omni.benchmarks.token2wav_serve import MODES, ServeReport
 
@@ -30,12 +30,7 @@ def header_lines(report: ServeReport) -> list[str]:
     if report.command:
         lines.append(f"command: {report.command}")
     if env:
-        load = env.get("loadavg_start"), env.get("loadavg_end")
-        load_text = " -> ".join(f"{v[0]:.2f}" for v in load if v) or "n/a"
-        lines.append(
-            f"device {env['device']} ({env['device_name']}), {env['threads']} threads, torch {env['torch']}, "
-            f"{env['usable_cores']} usable cores, loadavg (1 min) {load_text}, {env['timestamp_utc']}"
-        )
+        lines.append(environment_line(env))
     if weights:
         lines.append(f"stage {weights.get('family', '?')} on {weights['kind']} {weights['path']}")
         if "stand-in" in weights["kind"]:
