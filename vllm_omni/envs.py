@@ -10,6 +10,8 @@
 | `VLLM_OMNI_DEVICE_GRAPHS` | capture/replay device graphs (`platforms/device_graphs`):  | 1                         |
 |                           | 1/true/on, or 0/false/off for eager everywhere             |                           |
 | `VLLM_OMNI_DEVICE_GRAPHS_MAX` | graphs one capture helper keeps (LRU beyond it)        | 64                        |
+| `STEP_AUDIO2_DEFAULT_PROMPT_WAV` | Step-Audio2 stage's default voice file (upstream's name; | model folder's |
+|                           | `model_executor/models/token2wav_stage/families.py`)       | `default_female.wav`      |
 
 Values are read on every call (not frozen at import) so tests and long-lived processes see changes.
 """

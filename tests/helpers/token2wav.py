@@ -10,7 +10,7 @@
   inode, mtime put back): the edit a stat-based cache key cannot see.
 - `make_token2wav_dir`: a token2wav directory whose `campplus.onnx` is the full-size deterministic
   stand-in (`campplus.standin`), plus (`synthesis=True`) the reduced stand-in speech tokenizer, flow
-  and HiFT, so the facades can load and synthesise.
+  and HiFT and the stand-in default voices, so the facades and stage models can load and synthesise.
 - `SessionCounter`: wraps `onnxruntime.InferenceSession` to count (and record) constructions, so
   laziness is observed through the constructor, not through private fields.
 """
@@ -124,7 +124,7 @@ def rewrite_in_place_same_size(path: Path, *, scale: float = 2.0) -> None:
 
 
 SPEECH_TOKENIZER_FILE = "speech_tokenizer_v2_25hz.onnx"
-SYNTHESIS_FILES = (SPEECH_TOKENIZER_FILE, "flow.yaml", "flow.pt", "hift.pt")
+SYNTHESIS_FILES = (SPEECH_TOKENIZER_FILE, "flow.yaml", "flow.pt", "hift.pt", "HT_ref_audio.wav", "default_female.wav")
 
 
 def make_token2wav_dir(

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from vllm_omni.atomic_io import write_bytes_atomic
 from vllm_omni.benchmarks.causal_hift_stream import RATIO_AT, StreamBenchReport
-from vllm_omni.benchmarks.common import agg_figure, fmt, png_bytes
+from vllm_omni.benchmarks.common import agg_figure, environment_line, fmt, png_bytes
 from vllm_omni.benchmarks.common import write_json as write_report_json
 
 SHOWN_CHUNKS = (1, 2, 5, 10, 20, 30, 40, 50)
@@ -23,12 +23,7 @@ def header_lines(report: StreamBenchReport) -> list[str]:
     if report.command:
         lines.append(f"command: {report.command}")
     if env:
-        load = env.get("loadavg_start"), env.get("loadavg_end")
-        load_text = " -> ".join(f"{v[0]:.2f}" for v in load if v) or "n/a"
-        lines.append(
-            f"device {env['device']} ({env['device_name']}), threads {env['threads']}, torch {env['torch']}, "
-            f"usable cores {env['usable_cores']}, loadavg (1 min) {load_text}, {env['timestamp_utc']}"
-        )
+        lines.append(environment_line(env))
     if weights:
         lines.append(f"weights: {weights['kind']}, {weights['parameters']:,} parameters ({weights['path']})")
     seconds = cfg["chunks"] * cfg["chunk_frames"] * 480 / 24000

@@ -141,6 +141,30 @@ def run_environment(device: torch.device, threads: int) -> dict[str, Any]:
     }
 
 
+def token2wav_model_dir(
+    model_dir: Path | None, *, reduced: bool, seed: int, stage: Callable[[str], None], error: type[Exception]
+) -> tuple[Path, dict[str, Any]]:
+    """(token2wav folder, its description for a report): `model_dir`, or the stand-in generated on first use."""
+    if model_dir is not None:
+        path = Path(model_dir).expanduser()
+        if not path.is_dir():
+            raise error(f"--model-dir {path}: not a directory")
+        return path, {"kind": "model-dir", "path": str(path)}
+    from vllm_omni.model_executor.models.step_audio2.standin import ensure_standin_token2wav_dir
+
+    size = "reduced" if reduced else "full"
+    stage(f"stand-in token2wav directory ({size} size; the first full-size use writes ~1.2 GB, minutes)")
+    start = time.perf_counter()
+    path = ensure_standin_token2wav_dir(reduced=reduced, seed=seed)
+    return path, {
+        "kind": f"stand-in ({size} size)",
+        "path": str(path),
+        "seed": seed,
+        "ensure_s": time.perf_counter() - start,
+        "note": "seeded random weights: costs are real, the audio is noise",
+    }
+
+
 def resolve_device(spec: str) -> torch.device:
     """`"auto"` -> the serving platform's device; otherwise the spec, which must be on this host's platform."""
     from vllm_omni import platforms
@@ -275,6 +299,16 @@ def publish_report(
     return code
 
 
+def environment_line(env: dict[str, Any]) -> str:
+    """The report header's host line: device, threads, torch, usable cores, load average start -> end, time."""
+    load = env.get("loadavg_start"), env.get("loadavg_end")
+    load_text = " -> ".join(f"{v[0]:.2f}" for v in load if v) or "n/a"
+    return (
+        f"device {env['device']} ({env['device_name']}), threads {env['threads']}, torch {env['torch']}, "
+        f"usable cores {env['usable_cores']}, loadavg (1 min) {load_text}, {env['timestamp_utc']}"
+    )
+
+
 def fmt(value: float | None, spec: str, missing: str = "-") -> str:
     """`value` formatted by `spec`, or `missing` for a value that was not measured or is not finite."""
     return missing if value is None or not math.isfinite(value) else format(value, spec)
@@ -395,6 +429,7 @@ __all__ = [
     "check_output_files",
     "cpu_model",
     "default_threads",
+    "environment_line",
     "finite",
     "fmt",
     "invoked_command",
@@ -411,6 +446,7 @@ __all__ = [
     "stamp_load_at_end",
     "synced_seconds",
     "timed_ms",
+    "token2wav_model_dir",
     "torch_threads",
     "usable_cores",
     "write_json",

@@ -61,6 +61,7 @@ from vllm_omni.benchmarks.common import (
     run_environment,
     stamp_load_at_end,
     synced_seconds,
+    token2wav_model_dir,
     torch_threads,
 )
 from vllm_omni.logger import init_logger
@@ -296,10 +297,11 @@ class BenchReport:
 class _ComponentClock:
     """Attribute a request's wall time to the stage's components while it runs through the public API.
 
-    Wraps, on the instances only and only inside `with`, the calls the stage composes (see
-    `token2wav_synthesis.py`): the core's `prepare_prompt`, the flow's `setup_cache`, `inference`,
-    `inference_chunk`, and HiFT's forward (module hooks). Each wrapped call is bracketed by
-    `synchronize()`, so asynchronous device work is billed to the component that queued it.
+    Wraps, only inside `with`, the calls the stage composes (see `token2wav_synthesis.py`): on the
+    instances, the core's `prepare_prompt`, the flow's `setup_cache`, `inference`, `inference_chunk`,
+    and HiFT's forward (module hooks); and the streaming flow launch `flow_chunks` where
+    `token2wav_synthesis.stream_chunk` looks it up. Each wrapped call is bracketed by `synchronize()`,
+    so asynchronous device work is billed to the component that queued it.
     """
 
     _METHODS: Final = (
@@ -316,6 +318,7 @@ class _ComponentClock:
         self.seconds: dict[str, float] = dict.fromkeys(COMPONENTS, 0.0)
         self._hooks: list[Any] = []
         self._vocoder_start: float | None = None
+        self._flow_chunks: Callable[..., Any] | None = None
 
     def reset(self) -> None:
         self.seconds = dict.fromkeys(COMPONENTS, 0.0)
@@ -343,9 +346,13 @@ class _ComponentClock:
             self._vocoder_start = None
 
     def __enter__(self) -> _ComponentClock:
+        from vllm_omni.model_executor.models.step_audio2 import token2wav_synthesis
+
         for owner, attr, name in self._METHODS:
             obj = self._objects[owner]
             setattr(obj, attr, self._timed(name, getattr(obj, attr)))
+        self._flow_chunks = token2wav_synthesis.flow_chunks
+        token2wav_synthesis.flow_chunks = self._timed("flow", self._flow_chunks)
         self._hooks = [
             self._hift.register_forward_pre_hook(self._vocoder_pre),
             self._hift.register_forward_hook(self._vocoder_post),
@@ -353,6 +360,9 @@ class _ComponentClock:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        from vllm_omni.model_executor.models.step_audio2 import token2wav_synthesis
+
+        token2wav_synthesis.flow_chunks = self._flow_chunks
         for owner, attr, _ in self._METHODS:
             obj = self._objects[owner]
             if attr in vars(obj):
@@ -380,24 +390,9 @@ def speech_tokens(count: int, seed: int) -> list[int]:
 
 def resolve_model_dir(config: BenchConfig, stage: Callable[[str], None]) -> tuple[Path, dict[str, Any]]:
     """(token2wav directory, description for the report); generates the stand-in on first use."""
-    if config.model_dir is not None:
-        path = Path(config.model_dir).expanduser()
-        if not path.is_dir():
-            raise BenchSetupError(f"--model-dir {path}: not a directory")
-        return path, {"kind": "model-dir", "path": str(path)}
-    from vllm_omni.model_executor.models.step_audio2.standin import ensure_standin_token2wav_dir
-
-    size = "reduced" if config.reduced else "full"
-    stage(f"stand-in token2wav directory ({size} size; the first full-size use writes ~1.2 GB, minutes)")
-    start = time.perf_counter()
-    path = ensure_standin_token2wav_dir(reduced=config.reduced, seed=config.seed)
-    return path, {
-        "kind": f"stand-in ({size} size)",
-        "path": str(path),
-        "seed": config.seed,
-        "ensure_s": time.perf_counter() - start,
-        "note": "seeded random weights: costs are real, the audio is noise",
-    }
+    return token2wav_model_dir(
+        config.model_dir, reduced=config.reduced, seed=config.seed, stage=stage, error=BenchSetupError
+    )
 
 
 def _config_dict(config: BenchConfig) -> dict[str, Any]:

@@ -244,16 +244,15 @@ class Fake:
 
 speaker_embedding_torch.get_campplus_torch = lambda path, device, **kw: loads.append(str(device)) or Fake(device)
 onnxruntime.InferenceSession = lambda *a, **k: sessions.append(1)
-from vllm_omni.model_executor.models.minicpmo_4_5.minicpmo_4_5_code2wav import (
-    MiniCPMO45Code2Wav, MiniCPMO45Code2WavConfig)
+from vllm_omni.model_executor.models.minicpmo_4_5.minicpmo_4_5_code2wav import MiniCPMO45Code2Wav
 from vllm_omni.model_executor.models.step_audio2.step_audio2_token2wav import StepAudio2Token2WavCore
 from vllm_omni.model_executor.models.step_audio2.step_audio2_token2wav_stage import (
     StepAudio2Token2WavForConditionalGeneration)
 core = StepAudio2Token2WavCore(sys.argv[1])
 core_name = core.enable_device_spk_embedding()
-stage = MiniCPMO45Code2Wav(MiniCPMO45Code2WavConfig(model_path=sys.argv[1]))
-s2 = StepAudio2Token2WavForConditionalGeneration(model_path=sys.argv[1])
-lazy = all(c._flow is None and c._hift is None and c._tokenizer is None for c in (stage.token2wav.core, s2.token2wav))
+stage = MiniCPMO45Code2Wav(model=sys.argv[1])
+s2 = StepAudio2Token2WavForConditionalGeneration(model=sys.argv[1])
+lazy = all(c._flow is None and c._hift is None and c._tokenizer is None for c in (stage.token2wav, s2.token2wav))
 print(json.dumps({"core": core_name, "stage": stage.spk_backend, "stage_device": str(stage.token2wav.device),
                   "step_audio2_stage": s2.token2wav.spk_backend, "lazy": lazy,
                   "loads": loads, "sessions": len(sessions)}))

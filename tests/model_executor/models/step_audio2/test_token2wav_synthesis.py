@@ -309,7 +309,7 @@ def test_stream_errors_are_clear_and_leave_the_request_resumable(
     tokens = _tokens(60, seed=12)
     expected = _run_stream(core, core.set_stream_cache(prompt), tokens)
     state, bystander = core.set_stream_cache(prompt), core.set_stream_cache(other_prompt)
-    bystander_before = (bystander.flow_cache, bystander.mel_cache, bystander.chunks_done)
+    bystander_caches, bystander_chunks = bystander.caches, bystander.chunks_done
     got = []
     for i, (chunk, last) in enumerate(stream_chunks(tokens)):
         if i == 1:
@@ -321,7 +321,7 @@ def test_stream_errors_are_clear_and_leave_the_request_resumable(
                 core.stream(chunk, other_prompt, last_chunk=last, state=state)
         got.append(core.stream(chunk, prompt, last_chunk=last, return_waveform=True, state=state))
     assert all(torch.equal(a, b) for a, b in zip(got, expected, strict=True))
-    assert (bystander.flow_cache, bystander.mel_cache, bystander.chunks_done) == bystander_before
+    assert bystander.caches is bystander_caches and bystander.chunks_done == bystander_chunks
     with pytest.raises(RuntimeError, match="already had its last chunk"):
         core.stream(tokens[:5], last_chunk=True, state=state)
 

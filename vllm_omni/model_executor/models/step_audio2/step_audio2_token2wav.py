@@ -35,7 +35,8 @@ Request paths (computation in `token2wav_synthesis.py`, stream state in `token2w
 - `__call__(tokens, prompt_wav)`: whole utterance -> waveform `[1, 480 * 2 * len(tokens)]`.
 - `set_stream_cache(prompt_wav) -> Token2WavStream`, then `stream(tokens, ..., state=stream)` per
   chunk (25 tokens + 3 lookahead; `stream_chunks()` does the reference's chunking). The flow's
-  post-prompt cache is computed once per prompt and shared (it is never modified).
+  post-prompt cache is computed once per prompt and shared (it is never modified). A chunk runs as
+  one row of the batched kernels the serving stage uses for many requests (`token2wav_stage/`).
 """
 
 from __future__ import annotations
@@ -51,7 +52,8 @@ import numpy as np
 import torch
 
 from vllm_omni.logger import init_logger
-from vllm_omni.model_executor.models.cosyvoice2.flow import ConformerTrim, FlowStreamCache, Lookahead
+from vllm_omni.model_executor.models.cosyvoice2.flow import ConformerTrim, Lookahead
+from vllm_omni.model_executor.models.cosyvoice2.flow.batched import FlowRowState, project_speaker
 from vllm_omni.model_executor.models.cosyvoice2.flow.streaming import CACHE_TAIL_FRAMES
 from vllm_omni.model_executor.models.cosyvoice3.speaker_embedding import (
     SpeakerEmbeddingBackend,
@@ -77,6 +79,7 @@ from vllm_omni.model_executor.models.step_audio2.token2wav_stream import (
 )
 from vllm_omni.model_executor.models.step_audio2.token2wav_synthesis import (
     SpeechTokens,
+    open_stream,
     setup_flow_stream,
     speech_token_tensor,
     stream_chunk,
@@ -136,6 +139,9 @@ class StepAudio2Token2WavCore:
         stream_setup_cache_size: prompts whose post-prompt flow cache is kept (0 disables storing).
         seed: seed of each request's NSF-noise generator, so a request's audio depends only on its
             inputs (upstream draws from the global RNG).
+        kv_cache_dtype: storage dtype of the streams' estimator attention caches (None: the flow's
+            dtype). `torch.bfloat16` halves the largest per-stream state at a measured audio
+            deviation (docs/design/token2wav_stage.md, "Memory"); computation stays in the flow's dtype.
     """
 
     #: Whether this family's synthesis models are in-tree (CosyVoice3's flow config is not).
@@ -158,7 +164,10 @@ class StepAudio2Token2WavCore:
         conformer_trim: ConformerTrim = ConformerTrim.NONE,
         stream_setup_cache_size: int = DEFAULT_STREAM_SETUP_CACHE_SIZE,
         seed: int = 0,
+        kv_cache_dtype: torch.dtype | None = None,
     ) -> None:
+        if kv_cache_dtype is not None and kv_cache_dtype not in (torch.float32, torch.float16, torch.bfloat16):
+            raise ValueError(f"kv_cache_dtype must be None, float32, float16 or bfloat16, got {kv_cache_dtype!r}")
         if speech_tokenizer_backend not in ("auto", "torch", "onnx"):
             raise ValueError(
                 f"speech_tokenizer_backend must be 'auto', 'torch' or 'onnx', got {speech_tokenizer_backend!r}"
@@ -190,12 +199,13 @@ class StepAudio2Token2WavCore:
         self.stream_lookahead = stream_lookahead
         self.conformer_trim = conformer_trim
         self.seed = int(seed)
+        self.kv_cache_dtype = kv_cache_dtype
         self._tokenizer: SpeechTokenizerBackend | None = None
         self._flow: CausalMaskedDiffWithXvec | None = None
         self._hift: HiFTGenerator | None = None
         self._window: torch.Tensor | None = None
-        # The flow cache after a prompt is immutable (chunks return new caches): shared, not copied.
-        self._setup_cache: ContentLruCache[FlowStreamCache] = ContentLruCache(stream_setup_cache_size, lambda c: c)
+        # The flow state after a prompt is immutable (chunks return new states): shared, not copied.
+        self._setup_cache: ContentLruCache[FlowRowState] = ContentLruCache(stream_setup_cache_size, lambda c: c)
         # The stream of the last `set_stream_cache` call, for callers of the upstream single-stream API.
         self._default_stream: Token2WavStream | None = None
 
@@ -518,22 +528,43 @@ class StepAudio2Token2WavCore:
         """
         self._require_synthesis("set_stream_cache")
         features = self.prepare_prompt(prompt_wav, with_tokens=True)
+        caches = open_stream(self.flow, self.stream_setup(features), features, self.seed if seed is None else seed)
+        state = Token2WavStream.start(features, caches, prompt_wav)
+        self._default_stream = state
+        return state
+
+    def stream_setup(self, features: PromptFeatures) -> FlowRowState:
+        """The flow state right after the prompt of `features` (computed once per prompt, shared, read-only)."""
         flow = self.flow
         self._check_stream_prompt_length(features, flow)
-        key = (features.digest, features.backend, self.n_timesteps, self.stream_lookahead, self.conformer_trim)
-        flow_cache = self._setup_cache.get_or_compute(
-            key,
-            lambda: setup_flow_stream(
+        key = (
+            features.digest,
+            features.backend,
+            self.n_timesteps,
+            self.stream_lookahead,
+            self.conformer_trim,
+            self.kv_cache_dtype,
+        )
+
+        def compute() -> FlowRowState:
+            cache = setup_flow_stream(
                 flow,
                 features,
                 n_timesteps=self.n_timesteps,
                 lookahead=self.stream_lookahead,
                 conformer_trim=self.conformer_trim,
-            ),
-        )
-        state = Token2WavStream.start(features, flow_cache, self._generator(seed), prompt_wav)
-        self._default_stream = state
-        return state
+            )
+            speaker = project_speaker(flow, features.speaker_embedding)
+            return FlowRowState.from_setup(cache, speaker, kv_dtype=self.kv_cache_dtype)
+
+        return self._setup_cache.get_or_compute(key, compute)
+
+    @property
+    def window(self) -> torch.Tensor:
+        """The cross-fade window (float64 Hamming), built with the models."""
+        self._require_synthesis("window")
+        assert self._window is not None
+        return self._window
 
     def stream(
         self,
@@ -575,14 +606,9 @@ class StepAudio2Token2WavCore:
         with state.lock:
             if state.finished:
                 raise RuntimeError("stream(): this stream already had its last chunk; set up a new one")
-            flow, hift, window = self.flow, self.hift, self._window  # the window is built with the models
-            assert window is not None
-            result = stream_chunk(flow, hift, state, ids, last_chunk=last_chunk, window=window)
+            result = stream_chunk(self.flow, self.hift, state.caches, ids, last_chunk=last_chunk, window=self.window)
             # Commit only after the whole chunk succeeded: a failure leaves the request resumable.
-            state.flow_cache = result.flow_cache
-            state.mel_cache = result.mel_cache
-            state.source_cache = result.source_cache
-            state.speech_cache = result.speech_cache
+            state.caches = result.caches
             state.chunks_done += 1
             state.samples_emitted += result.speech.shape[-1]
             state.finished = last_chunk

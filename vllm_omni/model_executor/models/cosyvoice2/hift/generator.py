@@ -24,7 +24,7 @@ from torch import nn
 
 from vllm_omni.model_executor.models.cosyvoice2.hift.config import FULL_HIFT_CONFIG, HiFTConfig
 from vllm_omni.model_executor.models.cosyvoice2.hift.layers import HiFTBase, istft_head, stft_channels
-from vllm_omni.model_executor.models.cosyvoice2.hift.source import SourceModuleHnNSF
+from vllm_omni.model_executor.models.cosyvoice2.hift.source import NoiseSource, SourceModuleHnNSF
 
 
 class HiFTGenerator(HiFTBase):
@@ -76,9 +76,18 @@ class HiFTGenerator(HiFTBase):
         speech = istft_head(x, n_fft, hop, self.stft_window)
         return torch.clamp(speech, -self.config.audio_limit, self.config.audio_limit)
 
-    def source(self, mel: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-        """mel [B, 80, T] -> NSF excitation [B, 1, 480 T]."""
-        f0 = self.f0_predictor(mel)
+    def source(self, mel: torch.Tensor, generator: NoiseSource = None) -> torch.Tensor:
+        """mel [B, 80, T] -> NSF excitation [B, 1, 480 T].
+
+        With per-row generators (a batch of independent requests) F0 is predicted row by row: a
+        batched convolution rounds differently from a batch-1 one (~1e-7 relative), and the sine
+        source integrates the phase over the whole chunk (cumsum x 2 pi x 9 harmonics), which turns
+        that into ~1e-4 differences in the excitation. Row by row, each row's source is its solo one.
+        """
+        if generator is not None and not isinstance(generator, torch.Generator) and mel.shape[0] > 1:
+            f0 = torch.cat([self.f0_predictor(mel[i : i + 1]) for i in range(mel.shape[0])], dim=0)
+        else:
+            f0 = self.f0_predictor(mel)
         f0 = torch.repeat_interleave(f0, self.config.upsample_scale, dim=1)[..., None]  # nearest x480
         return self.m_source(f0, generator).transpose(1, 2)
 
@@ -87,14 +96,15 @@ class HiFTGenerator(HiFTBase):
         mel: torch.Tensor,
         cache_source: torch.Tensor | None = None,
         *,
-        generator: torch.Generator | None = None,
+        generator: NoiseSource = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Vocode `mel` [B, 80, T]; returns (speech [B, 480 T], source [B, 1, 480 T]).
 
         `cache_source` [B, 1, S] (S <= 480 T) overwrites the first S source samples: streaming
         passes the previous chunk's last source samples so the excitation stays phase-continuous
         across chunks. `generator` makes the source noise reproducible (default: torch's global RNG,
-        as the reference does); it must live on `mel`'s device.
+        as the reference does); it must live on `mel`'s device. A sequence of generators (one per row,
+        `None` for padding rows) gives every row the noise of its own batch-1 call (`source.draw`).
         """
         self.check_mel(mel)
         mel = mel.to(self.conv_pre.weight.dtype)

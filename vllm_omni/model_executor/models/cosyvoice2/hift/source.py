@@ -21,6 +21,12 @@ the RNG stream identical to the reference: per call `rand(B, H)` (initial phases
 `randn(B, L, H)` (additive noise of the harmonics), then `randn(B, L, 1)` (the source module's
 noise output, unused by HiFT).
 
+Per-row noise (`NoiseSource`): a serving stage vocodes the chunks of several requests in one batch,
+and each request's audio must not depend on what else shares the batch. Passing one generator per
+row makes row i draw `rand(1, H)`, `randn(1, L, H)`, `randn(1, L, 1)` from its own generator, in the
+same order as a batch-1 call with that generator, so a row's noise is bit-identical to its solo run.
+A `None` entry (a padding row) gets zeros and consumes nothing.
+
 The harmonic increments, the excitation formula and the learned merge (`HarmonicMerge`) are shared
 with CosyVoice3's causal source (`cosyvoice3/hift/source.py`), which differs only in how it makes
 the phase (nearest up-sampling, carried between chunks) and the noise (a fixed table).
@@ -29,10 +35,41 @@ the phase (nearest up-sampling, carried between chunks) and the noise (a fixed t
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+#: One generator for the whole batch (reference behaviour), one per row (batched serving), or None
+#: (torch's global RNG, as the reference).
+NoiseSource = torch.Generator | Sequence[torch.Generator | None] | None
+
+
+def draw(
+    fn: Callable[..., torch.Tensor],
+    shape: tuple[int, ...],
+    generator: NoiseSource,
+    *,
+    device: torch.device,
+    dtype: torch.dtype,
+) -> torch.Tensor:
+    """`fn(shape)` (`torch.rand` / `torch.randn`) from `generator`; a sequence draws row by row.
+
+    With a sequence, row i is `fn((1, *shape[1:]), generator=generator[i])`: exactly what a batch-1
+    call with that generator draws, whatever the other rows are. `None` rows are zeros.
+    """
+    if generator is None or isinstance(generator, torch.Generator):
+        return fn(shape, generator=generator, device=device, dtype=dtype)
+    if len(generator) != shape[0]:
+        raise ValueError(f"NSF noise: {len(generator)} per-row generators for a batch of {shape[0]} rows")
+    rows = [
+        torch.zeros((1, *shape[1:]), device=device, dtype=dtype)
+        if gen is None
+        else fn((1, *shape[1:]), generator=gen, device=device, dtype=dtype)
+        for gen in generator
+    ]
+    return torch.cat(rows, dim=0)
 
 
 def midpoint_downsample(x: torch.Tensor, scale: int) -> torch.Tensor:
@@ -107,9 +144,9 @@ class SineGen(nn.Module):
         # False: closed-form midpoint (runs everywhere). True: the reference's F.interpolate.
         self.use_interpolate = use_interpolate
 
-    def _phase(self, rad: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    def _phase(self, rad: torch.Tensor, generator: NoiseSource) -> torch.Tensor:
         batch, _, dim = rad.shape
-        rand_ini = torch.rand(batch, dim, generator=generator, device=rad.device, dtype=rad.dtype)
+        rand_ini = draw(torch.rand, (batch, dim), generator, device=rad.device, dtype=rad.dtype)
         rand_ini[:, 0] = 0.0
         rad[:, 0, :] = rad[:, 0, :] + rand_ini
         rad = rad.transpose(1, 2)  # [B, H, L]
@@ -121,11 +158,11 @@ class SineGen(nn.Module):
         phase = F.interpolate(phase * self.upsample_scale, scale_factor=float(self.upsample_scale), mode="linear")
         return phase.transpose(1, 2)  # [B, L, H]
 
-    def forward(self, f0: torch.Tensor, generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, f0: torch.Tensor, generator: NoiseSource = None) -> tuple[torch.Tensor, torch.Tensor]:
         rad = harmonic_increments(f0, self.harmonic_num, self.sampling_rate)
         sines = torch.sin(self._phase(rad, generator)) * self.sine_amp
         uv = voiced(f0, self.voiced_threshold)
-        noise = torch.randn(sines.shape, generator=generator, device=sines.device, dtype=sines.dtype)
+        noise = draw(torch.randn, tuple(sines.shape), generator, device=sines.device, dtype=sines.dtype)
         return excitation(sines, uv, noise, self.sine_amp, self.noise_std), uv
 
 
@@ -163,12 +200,12 @@ class SourceModuleHnNSF(HarmonicMerge):
         self.sine_amp = sine_amp
         self.l_sin_gen = SineGen(sampling_rate, upsample_scale, harmonic_num, sine_amp, add_noise_std, voiced_threshold)
 
-    def forward(self, f0: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    def forward(self, f0: torch.Tensor, generator: NoiseSource = None) -> torch.Tensor:
         """f0 [B, L, 1] at the waveform rate -> source [B, L, 1]."""
         with torch.no_grad():
             sines, uv = self.l_sin_gen(f0, generator)
         merged = self.merge(sines)
         # The reference also returns this noise; HiFT ignores it, but drawing it keeps the RNG
         # stream (and so every later call) identical to the reference.
-        torch.randn(uv.shape, generator=generator, device=uv.device, dtype=uv.dtype)
+        draw(torch.randn, tuple(uv.shape), generator, device=uv.device, dtype=uv.dtype)
         return merged
