@@ -31,6 +31,7 @@ import io
 import json
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 from vllm_omni.atomic_io import write_bytes_atomic
@@ -92,19 +93,22 @@ def _place(source: Path, target: Path) -> None:
 def write_standin_token2wav_dir(directory: str | os.PathLike[str], *, reduced: bool, seed: int = 0) -> Path:
     """Fill `directory` with a complete stand-in token2wav set (existing files of those names are replaced)."""
     directory = Path(directory)
-    _fill(directory, _component_files(reduced=reduced, seed=seed))
+    fill_standin_dir(directory, _component_files(reduced=reduced, seed=seed))
     size = "reduced" if reduced else "full"
     logger.info("wrote %s stand-in token2wav directory (seed %d) to %s", size, seed, directory)
     return directory
 
 
-def _fill(directory: Path, sources: dict[str, Path]) -> None:
+def fill_standin_dir(directory: Path, sources: dict[str, Path], files: dict[str, bytes] | None = None) -> None:
+    """Place `sources` (hard link or copy) and write `files` (default: the default voices) into `directory`."""
     directory.mkdir(parents=True, exist_ok=True)
     for name, source in sources.items():
         _place(source, directory / name)
-    voice = default_voice_wav()
-    for name in DEFAULT_VOICE_FILES:
-        write_bytes_atomic(directory / name, voice)
+    if files is None:
+        voice = default_voice_wav()
+        files = dict.fromkeys(DEFAULT_VOICE_FILES, voice)
+    for name, data in files.items():
+        write_bytes_atomic(directory / name, data)
 
 
 def standin_token2wav_dir(*, reduced: bool, seed: int = 0) -> Path:
@@ -116,25 +120,35 @@ def standin_token2wav_dir(*, reduced: bool, seed: int = 0) -> Path:
 
 
 def ensure_standin_token2wav_dir(*, reduced: bool, seed: int = 0) -> Path:
-    """The cached stand-in token2wav directory, assembled first if missing or stale (safe across processes).
+    """The cached stand-in token2wav directory, assembled first if missing or stale (safe across processes)."""
+    directory = standin_token2wav_dir(reduced=reduced, seed=seed)
+    sources = _component_files(reduced=reduced, seed=seed)
+    return ensure_assembled(directory, sources, {"voices": list(DEFAULT_VOICE_FILES)}, lambda: None)
 
-    The component caches are versioned by their own generators; the directory's manifest records
-    which component files it was assembled from and is written after every asset, so a reader never
-    sees a half-assembled directory and a regenerated component (new version) is picked up.
+
+def ensure_assembled(
+    directory: Path,
+    sources: dict[str, Path],
+    recipe: dict[str, object],
+    files: Callable[[], dict[str, bytes] | None],
+) -> Path:
+    """`directory` assembled from component files `sources` plus generated `files()`, unless already current.
+
+    The component caches are versioned by their own generators; the directory's manifest (the source
+    paths and `recipe`) is written after every asset, so a reader never sees a half-assembled directory
+    and a regenerated component (new version) is picked up. Safe across processes (file lock).
+    `files()` returning None writes the default voices.
     """
     from filelock import FileLock  # a torch dependency: always installed alongside torch
 
-    directory = standin_token2wav_dir(reduced=reduced, seed=seed)
-    sources = _component_files(reduced=reduced, seed=seed)
-    manifest = json.dumps(
-        {**{name: str(path) for name, path in sources.items()}, "voices": list(DEFAULT_VOICE_FILES)}, sort_keys=True
-    )
+    manifest = json.dumps({**{name: str(path) for name, path in sources.items()}, **recipe}, sort_keys=True)
     marker = directory / _MANIFEST
     if marker.is_file() and marker.read_text() == manifest:
         return directory
+    directory.mkdir(parents=True, exist_ok=True)
     with FileLock(str(directory / ".write.lock")):
         if not (marker.is_file() and marker.read_text() == manifest):
-            _fill(directory, sources)
+            fill_standin_dir(directory, sources, files())
             write_bytes_atomic(marker, manifest.encode())
             logger.info("assembled stand-in token2wav directory %s", directory)
     return directory
