@@ -174,7 +174,7 @@ def prompt_from_conditioning(
 
     Values may be tensors or 1-element lists of them (the runner's per-request wrapping).
     """
-    speech_token, speech_feat, embedding = (_first(v) for v in (speech_token, speech_feat, embedding))
+    speech_token, speech_feat, embedding = (per_request(v) for v in (speech_token, speech_feat, embedding))
     for name, value in (("speech_token", speech_token), ("speech_feat", speech_feat), ("embedding", embedding)):
         if value is None:
             raise ValueError(
@@ -183,7 +183,7 @@ def prompt_from_conditioning(
             )
     ids = token_ids(speech_token, f"{where}.speech_token")
     mel = _float_tensor(speech_feat, f"{where}.speech_feat", 3)
-    length = _first(speech_token_len)
+    length = per_request(speech_token_len)
     if length is not None:
         count = int(torch.as_tensor(length).reshape(-1)[0])
         if not 0 < count <= ids.shape[1]:
@@ -194,7 +194,7 @@ def prompt_from_conditioning(
     return build_prompt(ids, mel, emb, key=key, device=device, where=where)
 
 
-def _first(value: Any) -> Any:
+def per_request(value: Any) -> Any:
     """Unwrap the runner's one-element list around a per-request tensor (a list of ids stays as it is)."""
     if isinstance(value, list | tuple) and len(value) == 1 and isinstance(value[0], torch.Tensor | np.ndarray | list):
         return value[0]
@@ -203,6 +203,13 @@ def _first(value: Any) -> Any:
     return value
 
 
+#: A voice clip's prompt speech tokens are kept beside it: `voice.wav` -> `voice.tokens`.
+TOKENS_SUFFIX = ".tokens"
+
+
+def voice_tokens_path(wav: str | Path) -> Path:
+    """Where a voice clip's prompt tokens are kept: `voice.wav` -> `voice.tokens`."""
+    return Path(wav).with_suffix(TOKENS_SUFFIX)
 
 
 def read_prompt_tokens(path: str | Path) -> torch.Tensor:
@@ -231,7 +238,9 @@ __all__ = [
     "CosyVoice3Prompt",
     "build_prompt",
     "content_key",
+    "per_request",
     "prompt_from_conditioning",
     "read_prompt_tokens",
     "token_ids",
+    "voice_tokens_path",
 ]

@@ -35,6 +35,7 @@ from pathlib import Path
 import torch
 
 from vllm_omni.logger import init_logger
+from vllm_omni.model_executor.models.cosyvoice3.prompt import voice_tokens_path
 
 logger = init_logger(__name__)
 
@@ -42,14 +43,7 @@ logger = init_logger(__name__)
 STANDIN_DIR_VERSION = 1
 CONFIG_YAML = "cosyvoice3.yaml"
 DEFAULT_VOICE_WAV = "default_voice.wav"
-#: The default voice's prompt speech tokens, next to the clip: `<clip stem>.tokens`.
-TOKENS_SUFFIX = ".tokens"
 TOKEN_RATE = 25
-
-
-def voice_tokens_path(wav: str | Path) -> Path:
-    """Where a voice clip's prompt tokens are kept: `voice.wav` -> `voice.tokens`."""
-    return Path(wav).with_suffix(TOKENS_SUFFIX)
 
 
 def standin_voice_tokens(seconds: float, seed: int) -> list[int]:

@@ -29,7 +29,7 @@ no logits.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -39,6 +39,7 @@ from torch import nn
 from vllm_omni.logger import init_logger
 from vllm_omni.model_executor.models.output_templates import OmniOutput
 from vllm_omni.model_executor.models.step_audio2.step_audio2_token2wav import StepAudio2Token2WavCore
+from vllm_omni.model_executor.models.token2wav_stage.backend import Token2WavBackend
 from vllm_omni.model_executor.models.token2wav_stage.contract import (
     SegmentKind,
     SegmentResult,
@@ -83,29 +84,19 @@ class Token2WavStageModel(nn.Module):
         if opts.token2wav_path is not None:
             folder = Path(opts.token2wav_path)
         elif opts.model is not None:
-            folder = resolve_token2wav_dir(opts.model)
+            folder = resolve_token2wav_dir(opts.model, self.family.asset_markers)
         else:
             raise ValueError(
                 f"{type(self).__name__} needs vllm_config.model_config.model (the model folder), "
                 "hf_config.token2wav_path, or the option token2wav_path="
             )
-        self.token2wav = StepAudio2Token2WavCore(
-            folder,
-            float16=opts.float16,
-            device=opts.device,
-            n_timesteps=opts.n_timesteps,
-            stream_lookahead=self.family.lookahead,
-            conformer_trim=self.family.conformer_trim,
-            stream_setup_cache_size=opts.setup_cache_size,
-            seed=opts.seed,
-            kv_cache_dtype=opts.kv_cache_dtype,
-        )
+        self.token2wav = self._build_core(folder, opts)
         self.token2wav.check_assets()
         self.default_voice: Any = self._default_voice(opts, folder)
         if platforms.current_omni_platform.is_npu():
             name = self.token2wav.enable_device_spk_embedding()
             logger.info("%s: NPU platform, speaker embedding on the device (%s)", type(self).__name__, name)
-        self.backend = CosyVoice2Backend(self.token2wav)
+        self.backend = self._build_backend(opts)
         self.streams = StreamStore(max_streams=opts.stream_limit, idle_timeout_s=opts.idle_timeout_s)
         self.engine = Token2WavEngine(
             self.backend,
@@ -116,8 +107,32 @@ class Token2WavStageModel(nn.Module):
                 pad_to_buckets=opts.pad_to_buckets,
                 seed=opts.seed,
                 reference_seconds=opts.reference_seconds,
+                load_voice=self._voice_loader(),
             ),
         )
+
+    # ---- what a family's subclass may replace ----------------------------------------------------
+
+    def _build_core(self, folder: Path, opts: StageOptions) -> StepAudio2Token2WavCore:
+        """The Token2Wav core over the asset folder (models stay unloaded until `load_weights`)."""
+        return StepAudio2Token2WavCore(
+            folder,
+            float16=opts.float16,
+            device=opts.device,
+            n_timesteps=opts.n_timesteps,
+            stream_lookahead=self.family.lookahead,
+            conformer_trim=self.family.conformer_trim,
+            stream_setup_cache_size=opts.setup_cache_size,
+            seed=opts.seed,
+            kv_cache_dtype=opts.kv_cache_dtype,
+        )
+
+    def _build_backend(self, opts: StageOptions) -> Token2WavBackend:
+        return CosyVoice2Backend(self.token2wav)
+
+    def _voice_loader(self) -> Callable[[object, float], object] | None:
+        """`EngineConfig.load_voice` (None: the fixed-length 24 kHz normalisation of every reference)."""
+        return None
 
     def _default_voice(self, opts: StageOptions, folder: Path) -> Any:
         override = opts.prompt_wav
