@@ -86,7 +86,9 @@ def token_ids(tokens: Any, what: str, *, limit: int | None = None) -> torch.Tens
         ids = tokens.detach().to("cpu", torch.long).reshape(1, -1)
     else:
         array = np.asarray(tokens)
-        if array.dtype.kind not in "iu" and not (array.dtype == object and array.size == 0):
+        if array.size == 0:  # an empty list parses as float64
+            array = array.astype(np.int64)
+        if array.dtype.kind not in "iu":
             raise ValueError(f"{what} must hold integer speech token ids, got {array.dtype}")
         if (array.ndim == 2 and array.shape[0] != 1) or array.ndim > 2:
             raise ValueError(f"{what} must be 1-D or (1, T), got shape {array.shape}")

@@ -100,7 +100,7 @@ class CosyVoice3Backend:
 
     def new_tokens(self, caches: StreamCaches, tokens: Sequence[int]) -> torch.Tensor:
         """The chunk's ids after the re-sent lookahead, `(1, m)` long on the CPU (ValueError if it does not fit)."""
-        ids = token_ids(list(tokens), "chunk")
+        ids = token_ids(list(tokens), "codes.audio")
         overlap = len(caches.pending)
         head = tuple(int(t) for t in ids[0, :overlap].tolist())
         if head != caches.pending:
