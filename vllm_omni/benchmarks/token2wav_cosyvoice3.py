@@ -45,6 +45,7 @@ from vllm_omni.benchmarks.common import (
     synced_seconds,
     torch_threads,
 )
+from vllm_omni.benchmarks.cosyvoice3_flow_stream import BenchConfig as FlowCurveConfig
 from vllm_omni.benchmarks.cosyvoice3_flow_stream import ChunkCost, cpu_timed, measure_chunk_costs
 from vllm_omni.benchmarks.progress import progress
 
@@ -130,14 +131,21 @@ class BenchConfig:
         return int(self.prompt_seconds * TOKEN_RATE)
 
     @property
+    def curve(self) -> FlowCurveConfig:
+        """The cost curve's stream as `bench cosyvoice3-flow` defines it (upstream's first hop, then fixed hops)."""
+        return FlowCurveConfig(prompt_tokens=self.prompt_tokens, hop_tokens=self.hop_tokens, chunks=self.chunks)
+
+    @property
     def first_hop(self) -> int:
-        """Upstream's first hop: pad the prompt to a 25-token boundary, then one hop."""
-        return self.hop_tokens + (-self.prompt_tokens) % 25
+        return self.curve.first_hop
 
     @property
     def curve_tokens(self) -> int:
-        """Generated tokens of the per-chunk stream: all chunks plus the last one's 3 lookahead tokens."""
-        return self.first_hop + (self.chunks - 1) * self.hop_tokens + 3
+        return self.curve.gen_tokens
+
+
+def _median(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
 
 
 @dataclass
@@ -152,11 +160,11 @@ class ModeRuns:
 
     @property
     def total_median_ms(self) -> float:
-        return statistics.median(self.total_ms) if self.total_ms else float("nan")
+        return _median(self.total_ms)
 
     @property
     def first_audio_median_ms(self) -> float:
-        return statistics.median(self.first_audio_ms) if self.first_audio_ms else float("nan")
+        return _median(self.first_audio_ms)
 
     @property
     def rtf(self) -> float:
@@ -173,10 +181,6 @@ class VocoderCost:
     baseline_ms: list[float] = field(default_factory=list)
     baseline_cpu_ms: list[float] = field(default_factory=list)
     max_abs_diff: float | None = None
-
-
-def _median(values: list[float]) -> float:
-    return statistics.median(values) if values else float("nan")
 
 
 @dataclass

@@ -27,6 +27,7 @@ import argparse
 import os
 import re
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -129,17 +130,11 @@ def _check_out(out: Path) -> None:
 
 
 def _synthesise(args: argparse.Namespace, tokens: list[int]) -> int:
-    import torch
-
     from vllm_omni.model_executor.models.step_audio2.standin import ensure_standin_token2wav_dir
     from vllm_omni.model_executor.models.step_audio2.step_audio2_token2wav import StepAudio2Token2WavCore
     from vllm_omni.model_executor.models.step_audio2.token2wav_stream import stream_chunks
 
-    if args.standin is not None:
-        print(
-            f"note: --standin {args.standin} uses a stand-in token2wav directory with RANDOM weights: the audio is "
-            "quiet noise, not speech (timings are real); give --model-dir for real assets"
-        )
+    _standin_note(args, "token2wav")
     model_dir = args.model_dir or ensure_standin_token2wav_dir(reduced=args.standin == "reduced")
     prompt: Any
     if args.prompt is not None:
@@ -156,13 +151,14 @@ def _synthesise(args: argparse.Namespace, tokens: list[int]) -> int:
     start = time.perf_counter()
     if args.stream:
         state = core.set_stream_cache(prompt)
-        pieces = []
-        for i, (chunk, last) in enumerate(stream_chunks(tokens)):
-            piece = core.stream(chunk, last_chunk=last, return_waveform=True, state=state)
-            assert isinstance(piece, torch.Tensor)
-            pieces.append(piece)
-            print(f"chunk {i}: {len(chunk)} tokens -> {piece.shape[-1]} samples at {time.perf_counter() - start:.2f} s")
-        audio = torch.cat(pieces, dim=1)
+        calls = [
+            (
+                len(chunk),
+                lambda chunk=chunk, last=last: core.stream(chunk, last_chunk=last, return_waveform=True, state=state),
+            )
+            for chunk, last in stream_chunks(tokens)
+        ]
+        audio = _stream(calls, start)
     else:
         audio = core(tokens, prompt)
     return _write(args, tokens, audio, time.perf_counter() - start, str(core.device))
@@ -192,11 +188,7 @@ def _synthesise_cosyvoice3(args: argparse.Namespace, tokens: list[int]) -> int:
     from vllm_omni.model_executor.models.cosyvoice3.cosyvoice3_token2wav import CosyVoice3Token2Wav, upstream_chunks
     from vllm_omni.model_executor.models.cosyvoice3.standin import ensure_standin_cosyvoice3_dir
 
-    if args.standin is not None:
-        print(
-            f"note: --standin {args.standin} uses a stand-in CosyVoice3 directory with RANDOM weights: the audio is "
-            "quiet noise, not speech (timings are real); give --model-dir for real assets"
-        )
+    _standin_note(args, "CosyVoice3")
     model_dir = args.model_dir or ensure_standin_cosyvoice3_dir(reduced=args.standin == "reduced")
     prompt, prompt_ids = _cosyvoice3_prompt(args, model_dir)
     try:
@@ -208,18 +200,39 @@ def _synthesise_cosyvoice3(args: argparse.Namespace, tokens: list[int]) -> int:
     start = time.perf_counter()
     if args.stream:
         state = core.set_stream_cache(prompt=voice)
-        pieces = []
         ids = torch.tensor(tokens, dtype=torch.long)
-        for i, (part, last) in enumerate(upstream_chunks(len(tokens), voice.num_tokens)):
-            piece = core.stream(ids[part], last_chunk=last, return_waveform=True, state=state)
-            assert isinstance(piece, torch.Tensor)
-            pieces.append(piece)
-            count = part.stop - part.start
-            print(f"chunk {i}: {count} tokens -> {piece.shape[-1]} samples at {time.perf_counter() - start:.2f} s")
-        audio = torch.cat(pieces, dim=1)
+        calls = [
+            (
+                part.stop - part.start,
+                lambda part=part, last=last: core.stream(ids[part], last_chunk=last, return_waveform=True, state=state),
+            )
+            for part, last in upstream_chunks(len(tokens), voice.num_tokens)
+        ]
+        audio = _stream(calls, start)
     else:
         audio = core(tokens, prompt=voice)
     return _write(args, tokens, audio, time.perf_counter() - start, str(core.device))
+
+
+def _standin_note(args: argparse.Namespace, what: str) -> None:
+    if args.standin is not None:
+        print(
+            f"note: --standin {args.standin} uses a stand-in {what} directory with RANDOM weights: the audio is "
+            "quiet noise, not speech (timings are real); give --model-dir for real assets"
+        )
+
+
+def _stream(calls: list[tuple[int, Callable[[], Any]]], start: float) -> Any:
+    """Run the chunks in order (`(tokens, call)` pairs), report each one, return their audio concatenated."""
+    import torch
+
+    pieces = []
+    for i, (count, call) in enumerate(calls):
+        piece = call()
+        assert isinstance(piece, torch.Tensor)
+        pieces.append(piece)
+        print(f"chunk {i}: {count} tokens -> {piece.shape[-1]} samples at {time.perf_counter() - start:.2f} s")
+    return torch.cat(pieces, dim=1)
 
 
 def _write(args: argparse.Namespace, tokens: list[int], audio: Any, elapsed: float, device: str) -> int:

@@ -28,7 +28,6 @@ CLI: `python -m vllm_omni.model_executor.models.cosyvoice3.standin [--reduced] [
 
 from __future__ import annotations
 
-import argparse
 import io
 from pathlib import Path
 
@@ -126,20 +125,15 @@ def ensure_standin_cosyvoice3_dir(*, reduced: bool, seed: int = 0) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    from vllm_omni.model_executor.models.step_audio2.standin import standin_main
+
+    return standin_main(
+        argv,
         prog="python -m vllm_omni.model_executor.models.cosyvoice3.standin",
-        description="Write (or find in the cache) a deterministic stand-in CosyVoice3 directory and print its path.",
+        what="CosyVoice3 directory",
+        write=write_standin_cosyvoice3_dir,
+        ensure=ensure_standin_cosyvoice3_dir,
     )
-    parser.add_argument("--reduced", action="store_true", help="reduced widths/depths (fast tests)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, default=None, help="directory to fill (default: the cache)")
-    args = parser.parse_args(argv)
-    if args.out is not None:
-        path = write_standin_cosyvoice3_dir(args.out, reduced=args.reduced, seed=args.seed)
-    else:
-        path = ensure_standin_cosyvoice3_dir(reduced=args.reduced, seed=args.seed)
-    print(path)
-    return 0
 
 
 if __name__ == "__main__":

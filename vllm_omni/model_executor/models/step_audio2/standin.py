@@ -154,21 +154,38 @@ def ensure_assembled(
     return directory
 
 
-def main(argv: list[str] | None = None) -> int:
+def standin_main(
+    argv: list[str] | None,
+    *,
+    prog: str,
+    what: str,
+    write: Callable[..., Path],
+    ensure: Callable[..., Path],
+) -> int:
+    """The stand-in modules' command line: write `--out DIR` (or find the cached directory) and print its path."""
     parser = argparse.ArgumentParser(
-        prog="python -m vllm_omni.model_executor.models.step_audio2.standin",
-        description="Write (or find in the cache) a deterministic stand-in token2wav directory and print its path.",
+        prog=prog, description=f"Write (or find in the cache) a deterministic stand-in {what} and print its path."
     )
     parser.add_argument("--reduced", action="store_true", help="reduced widths/depths (fast tests)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=None, help="directory to fill (default: the cache)")
     args = parser.parse_args(argv)
     if args.out is not None:
-        path = write_standin_token2wav_dir(args.out, reduced=args.reduced, seed=args.seed)
+        path = write(args.out, reduced=args.reduced, seed=args.seed)
     else:
-        path = ensure_standin_token2wav_dir(reduced=args.reduced, seed=args.seed)
+        path = ensure(reduced=args.reduced, seed=args.seed)
     print(path)
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return standin_main(
+        argv,
+        prog="python -m vllm_omni.model_executor.models.step_audio2.standin",
+        what="token2wav directory",
+        write=write_standin_token2wav_dir,
+        ensure=ensure_standin_token2wav_dir,
+    )
 
 
 if __name__ == "__main__":
