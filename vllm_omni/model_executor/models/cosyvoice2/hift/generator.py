@@ -63,6 +63,14 @@ class HiFTGenerator(HiFTBase):
 
     def decode(self, mel: torch.Tensor, source: torch.Tensor) -> torch.Tensor:
         """mel [B, 80, T], source [B, 1, 480 T] -> speech [B, 480 T]."""
+        return self.spectrum_to_speech(self.decode_spectrum(mel, source))
+
+    def decode_spectrum(self, mel: torch.Tensor, source: torch.Tensor) -> torch.Tensor:
+        """The network part of `decode`: log-magnitude and phase channels [B, n_fft + 2, 120 T + 1].
+
+        Split from the iSTFT because `torch.istft` checks its window envelope with a host-side
+        comparison (`aten.equal`), which a captured device graph cannot contain.
+        """
         n_fft, hop = self.config.istft_n_fft, self.config.istft_hop
         source_stft = stft_channels(source.squeeze(1), n_fft, hop, self.stft_window)
         x = self.conv_pre(mel)
@@ -72,8 +80,11 @@ class HiFTGenerator(HiFTBase):
             if i == len(self.ups) - 1:
                 x = self.reflection_pad(x)
             x = self.fuse(i, x, self.source_downs[i](source_stft))
-        x = self.conv_post(F.leaky_relu(x))
-        speech = istft_head(x, n_fft, hop, self.stft_window)
+        return self.conv_post(F.leaky_relu(x))
+
+    def spectrum_to_speech(self, spectrum: torch.Tensor) -> torch.Tensor:
+        """`decode_spectrum`'s output -> speech [B, 480 T]: the iSTFT head, clamped to the audio limit."""
+        speech = istft_head(spectrum, self.config.istft_n_fft, self.config.istft_hop, self.stft_window)
         return torch.clamp(speech, -self.config.audio_limit, self.config.audio_limit)
 
     def source(self, mel: torch.Tensor, generator: NoiseSource = None) -> torch.Tensor:
@@ -104,8 +115,22 @@ class HiFTGenerator(HiFTBase):
         passes the previous chunk's last source samples so the excitation stays phase-continuous
         across chunks. `generator` makes the source noise reproducible (default: torch's global RNG,
         as the reference does); it must live on `mel`'s device. A sequence of generators (one per row,
-        `None` for padding rows) gives every row the noise of its own batch-1 call (`source.draw`).
+        `None` for padding rows) gives every row the noise of its own batch-1 call (`source.draw`);
+        `source.DrawnNoise` is the same noise drawn ahead (`source.draw_ahead`, for captured calls).
+
+        The same as `excitation` (the source, cached samples written in) followed by `decode`.
         """
+        source = self.excitation(mel, cache_source, generator=generator)
+        return self.decode(mel.to(self.conv_pre.weight.dtype), source), source
+
+    def excitation(
+        self,
+        mel: torch.Tensor,
+        cache_source: torch.Tensor | None = None,
+        *,
+        generator: NoiseSource = None,
+    ) -> torch.Tensor:
+        """The NSF source [B, 1, 480 T] of `mel`, its first S samples replaced by `cache_source` (see `forward`)."""
         self.check_mel(mel)
         mel = mel.to(self.conv_pre.weight.dtype)
         source = self.source(mel, generator)
@@ -124,4 +149,4 @@ class HiFTGenerator(HiFTBase):
                 )
             source = source.clone()
             source[:, :, :cache_len] = cache_source.to(source.dtype)
-        return self.decode(mel, source), source
+        return source
