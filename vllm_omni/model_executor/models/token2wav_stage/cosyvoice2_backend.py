@@ -75,6 +75,7 @@ class CosyVoice2Backend:
         self.core = core
         self.graph_settings = graphs
         self.graphs: StageGraphs | None = None
+        self.use_graphs = True  # a run-time switch over built graphs (benchmarks compare on / off)
 
     @property
     def device(self) -> torch.device:
@@ -97,7 +98,7 @@ class CosyVoice2Backend:
     @property
     def graphs_active(self) -> bool:
         """Whether launches replay device graphs (they then want bucketed shapes from the planner)."""
-        return self.graphs is not None and self.graphs.active
+        return self.use_graphs and self.graphs is not None and self.graphs.active
 
     # ---- voices and streams -------------------------------------------------------------------
 
@@ -138,7 +139,7 @@ class CosyVoice2Backend:
             tokens = torch.tensor(work.tokens, dtype=torch.long).to(device, non_blocking=True)
             rows.append(FlowChunkRow(tokens, work.caches.flow, work.last))
         # Inactive graphs (CPU, switched off): the plain kernels, without the fixed-shape padding.
-        graphs = self.graphs.estimator if self.graphs is not None and self.graphs.active else None
+        graphs = self.graphs.estimator if self.graphs_active and self.graphs is not None else None
         return flow_chunks(self.core.flow, rows, pad_frames=pad_frames, graphs=graphs)
 
     def run_vocoder(
@@ -148,7 +149,7 @@ class CosyVoice2Backend:
         for work, product in zip(works, products, strict=True):
             assert isinstance(work.caches, StreamCaches) and isinstance(product, FlowChunkOut)
             rows.append(VocoderRow(product.mel, work.caches.vocoder, work.last))
-        graphed = self.graphs.hift if self.graphs is not None and self.graphs.active else None
+        graphed = self.graphs.hift if self.graphs_active and self.graphs is not None else None
         outs = vocode_chunks(self.core.hift, rows, self.core.window, pad_rows=pad_rows, graphed=graphed)
         return [
             (out.speech.reshape(-1), StreamCaches(flow=product.state, vocoder=out.state))  # type: ignore[attr-defined]

@@ -101,6 +101,7 @@ class StageGraphs:
             "captures": sum(c.captures for c in counters),
             "replays": sum(c.replays for c in counters),
             "eager_fallbacks": sum(c.eager_fallbacks for c in counters),
+            "estimator_eager_launches": self.estimator.eager_launches,
             "evictions": sum(c.evictions for c in counters),
             "failures": sum(c.failures for c in counters),
             "capture_ms": sum(c.capture_ms for c in counters),

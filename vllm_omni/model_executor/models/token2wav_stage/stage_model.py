@@ -146,8 +146,24 @@ class Token2WavStageModel(nn.Module):
     def _build(self) -> None:
         """Build the models (and their graph runners); launches replaying graphs get bucketed shapes."""
         self.backend.ensure_loaded()
-        if self.backend.graphs_active and not self.engine.config.pad_to_buckets:
-            self.engine.config = replace(self.engine.config, pad_to_buckets=True)
+        self._plan_for_graphs()
+
+    def _plan_for_graphs(self) -> None:
+        pad = self.options.pad_to_buckets or self.backend.graphs_active
+        if pad != self.engine.config.pad_to_buckets:
+            self.engine.config = replace(self.engine.config, pad_to_buckets=pad)
+
+    def set_device_graphs(self, enabled: bool) -> bool:
+        """Switch graph replay of the launches at run time (benchmarks compare both on one stage).
+
+        Off: the plain eager kernels at exact launch shapes (unless `pad_to_buckets`), as a stage built
+        with `token2wav_device_graphs=False`. On: replay where this stage built graphs (the option is
+        not False) and the platform has a graph API. Returns whether launches now replay graphs.
+        """
+        self._ensure_loaded()
+        self.backend.use_graphs = bool(enabled)
+        self._plan_for_graphs()
+        return self.backend.graphs_active
 
     def _ensure_loaded(self) -> None:
         if not self.token2wav._models_loaded:

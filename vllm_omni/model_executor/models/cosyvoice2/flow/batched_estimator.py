@@ -169,12 +169,12 @@ def estimator_chunks(
     mu `[1, C, layout.total]` (ragged, padding frames last), spks `[rows, C]` (projected speakers).
     Returns (mel `[1, C, layout.total]`, new cnn caches per row, new attention caches per row).
     `kv_dtype` is the storage dtype of the new `own` caches (default: the estimator's dtype).
-    `graphs` replays the segments between attention calls from device graphs (`estimator_segments`);
-    a launch with more rows than its `context_rows` runs eagerly.
+    `graphs` replays the segments between attention calls from device graphs (`estimator_segments`)
+    when `graphs.use_for` accepts the launch's shape (a bucketed frame count, rows it can hold).
     """
     est = cfm.estimator
     n_rows = layout.rows
-    if graphs is not None and n_rows > graphs.context_rows:
+    if graphs is not None and not graphs.use_for(n_rows, layout.total):
         graphs = None
     if not (len(rows.cnn) == len(rows.att) == len(rows.prompt_frames) == n_rows == spks.shape[0]):
         raise ValueError(

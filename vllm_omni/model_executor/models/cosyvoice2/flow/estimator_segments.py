@@ -38,6 +38,7 @@ from typing import Any, cast
 import torch
 
 from vllm_omni.logger import init_logger
+from vllm_omni.model_executor import buckets
 from vllm_omni.model_executor.models.cosyvoice2.flow.dit import DiT, DiTBlock, modulate
 from vllm_omni.model_executor.models.cosyvoice2.flow.ragged import ConvIndices, ragged_conv1d
 from vllm_omni.platforms.device import DeviceSpec
@@ -153,9 +154,12 @@ class EstimatorSegments:
 class EstimatorGraphs:
     """The segments of one DiT, each replayed from device graphs keyed by its input shapes.
 
-    `context_rows` is the row capacity of every launch's conv plan (the stage's `max_num_seqs`):
-    launches with more rows run eagerly. Runner options (`enabled`, `max_graphs`, ...) apply to all
-    segments; `graph_api` defaults to the serving platform's (tests pass a fake).
+    `context_rows` is the row capacity of every launch's conv plan (the stage's `max_num_seqs`).
+    Only launches whose frames are a stage bucket (`buckets.stage_frame_buckets()`) and whose rows
+    fit `context_rows` replay graphs (`use_for`); others (a whole reply of several seconds, more
+    rows than planned) run eagerly and are counted, so a one-off shape never costs a capture.
+    Runner options (`enabled`, `max_graphs`, ...) apply to all segments; `graph_api` defaults to
+    the serving platform's (tests pass a fake).
     """
 
     def __init__(
@@ -183,6 +187,16 @@ class EstimatorGraphs:
             for i, fn in enumerate(self.segments.functions())
         ]
         self.launch_lock = threading.Lock()
+        self.eager_launches = 0  # launches `use_for` sent to the eager kernels (unbucketed or too many rows)
+
+    def use_for(self, rows: int, frames: int) -> bool:
+        """Whether a launch of `rows` rows and `frames` total frames replays graphs (else it is counted)."""
+        if not self.active:
+            return False
+        if rows <= self.context_rows and frames in buckets.stage_frame_buckets():
+            return True
+        self.eager_launches += 1
+        return False
 
     @property
     def active(self) -> bool:
