@@ -182,6 +182,7 @@ def run_token2wav(ctx: SectionContext) -> None:
                 rows.append(_row("whole", c, graphs, run, before, _graph_totals(stage)))
                 ctx.flush()
     ctx.result["stage_graphs"] = _graph_totals(stage)
+    ctx.shared["token2wav_stage"] = stage  # alive for the `graphs` section (its runners and memory)
     _goals(ctx, rows, full=not ctx.smoke and ctx.config.model_dir is None and sizes.n_timesteps == 10)
 
 
@@ -207,6 +208,8 @@ def _goals(ctx: SectionContext, rows: list[dict[str, Any]], *, full: bool) -> No
 
 
 def render_token2wav(result: dict[str, Any]) -> list[str]:
+    if not result.get("rows"):
+        return ["no measurement"]
     lines = [
         f"resampler: {result.get('resampler')}; graph runtime: {result.get('graph_backend')} "
         f"(replaying: {result.get('graphs_available')}); setup {result.get('setup_s', 0.0):.1f} s",
