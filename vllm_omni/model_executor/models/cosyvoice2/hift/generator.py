@@ -63,14 +63,6 @@ class HiFTGenerator(HiFTBase):
 
     def decode(self, mel: torch.Tensor, source: torch.Tensor) -> torch.Tensor:
         """mel [B, 80, T], source [B, 1, 480 T] -> speech [B, 480 T]."""
-        return self.spectrum_to_speech(self.decode_spectrum(mel, source))
-
-    def decode_spectrum(self, mel: torch.Tensor, source: torch.Tensor) -> torch.Tensor:
-        """The network part of `decode`: log-magnitude and phase channels [B, n_fft + 2, 120 T + 1].
-
-        Split from the iSTFT because `torch.istft` checks its window envelope with a host-side
-        comparison (`aten.equal`), which a captured device graph cannot contain.
-        """
         n_fft, hop = self.config.istft_n_fft, self.config.istft_hop
         source_stft = stft_channels(source.squeeze(1), n_fft, hop, self.stft_window)
         x = self.conv_pre(mel)
@@ -80,11 +72,8 @@ class HiFTGenerator(HiFTBase):
             if i == len(self.ups) - 1:
                 x = self.reflection_pad(x)
             x = self.fuse(i, x, self.source_downs[i](source_stft))
-        return self.conv_post(F.leaky_relu(x))
-
-    def spectrum_to_speech(self, spectrum: torch.Tensor) -> torch.Tensor:
-        """`decode_spectrum`'s output -> speech [B, 480 T]: the iSTFT head, clamped to the audio limit."""
-        speech = istft_head(spectrum, self.config.istft_n_fft, self.config.istft_hop, self.stft_window)
+        x = self.conv_post(F.leaky_relu(x))
+        speech = istft_head(x, n_fft, hop, self.stft_window)
         return torch.clamp(speech, -self.config.audio_limit, self.config.audio_limit)
 
     def source(self, mel: torch.Tensor, generator: NoiseSource = None) -> torch.Tensor:

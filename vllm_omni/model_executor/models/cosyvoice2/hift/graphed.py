@@ -2,19 +2,17 @@
 """HiFT's batched streaming call with its network replayed from device graphs.
 
 A HiFT chunk call is a few hundred small kernels (F0 predictor, sine source, the up-sampling
-stack with its residual blocks, the source branch), launch-bound on an accelerator at streaming
-sizes. Two parts of `HiFTGenerator.forward` cannot be inside a captured graph:
+stack with its residual blocks, the source branch, the iSTFT), launch-bound on an accelerator at
+streaming sizes. One part of `HiFTGenerator.forward` cannot be inside a captured graph: the NSF
+noise. Each row draws from its own `torch.Generator` (per-request noise, see `source.py`), and a
+replay cannot advance generators, so `draw_ahead` draws every row's noise before the call, in the
+batch-1 order, and the captured call reads it (`source.DrawnNoise`). (The iSTFT is
+`layers.centred_istft`, torch's istft without its host-side window check, so it is captured too.)
 
-- the NSF noise: each row draws from its own `torch.Generator` (per-request noise, see
-  `source.py`), and a replay cannot advance generators. `draw_ahead` draws every row's noise
-  before the call, in the batch-1 order, and the captured call reads it (`source.DrawnNoise`);
-- the iSTFT: `torch.istft` checks its window envelope with a host-side comparison (`aten.equal`).
-  The graph ends at `decode_spectrum`; `spectrum_to_speech` (a handful of kernels) runs eagerly.
-
-So `GraphedHiFT(mel, cache_source, generators)` = eager noise draws, one replay of
-`excitation` + `decode_spectrum` keyed by (rows, mel frames, cached source samples), eager iSTFT:
-the same ops on the same values as `hift(mel, cache_source, generator=generators)`, hence the same
-audio. Keys come from the stage's vocoder launches: steady-state chunks (8 + 50 frames, 3840
+So `GraphedHiFT(mel, cache_source, generators)` = eager noise draws, then one replay of
+`excitation` + `decode` keyed by (rows, mel frames, cached source samples): the same ops on the
+same values as `hift(mel, cache_source, generator=generators)`, hence the same audio. Keys come
+from the stage's vocoder launches: steady-state chunks (8 + 50 frames, 3840
 cached samples) at each batch bucket, first chunks (50 frames, none cached), and last chunks of
 every length; `capture_after=2` (default) keeps a last-chunk length seen once from costing a
 capture.
@@ -62,9 +60,8 @@ class GraphedHiFT:
     def _network(
         self, mel: torch.Tensor, cache_source: torch.Tensor, initial_phase: torch.Tensor, harmonics: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """(spectrum, source): everything of `hift.forward` before the iSTFT, on noise drawn ahead."""
-        source = self.hift.excitation(mel, cache_source, generator=DrawnNoise(initial_phase, harmonics))
-        return self.hift.decode_spectrum(mel.to(self.hift.conv_pre.weight.dtype), source), source
+        """(speech, source): `hift.forward` on noise drawn ahead."""
+        return self.hift(mel, cache_source, generator=DrawnNoise(initial_phase, harmonics))
 
     def __call__(
         self, mel: torch.Tensor, cache_source: torch.Tensor | None, generators: Sequence[torch.Generator | None]
@@ -78,8 +75,7 @@ class GraphedHiFT:
             generators, samples, self.hift.config.nb_harmonics + 1, device=mel.device, dtype=self.noise_dtype
         )
         cache = cache_source if cache_source is not None else mel.new_zeros((mel.shape[0], 1, 0))
-        spectrum, source = self.runner(mel, cache, noise.initial_phase, noise.harmonics)
-        return self.hift.spectrum_to_speech(spectrum), source
+        return self.runner(mel, cache, noise.initial_phase, noise.harmonics)
 
     def counters(self) -> GraphCounters:
         return self.runner.counters()

@@ -68,6 +68,13 @@ def conv_out_length(lengths: torch.Tensor) -> torch.Tensor:
     return (lengths - 1) // 2 + 1
 
 
+def code_count(frames: int) -> int:
+    """Codes of an unpadded `frames`-frame window: `conv_out_length` twice (the two stride-2 convs), on host ints."""
+    for _ in range(2):
+        frames = (frames - 1) // 2 + 1
+    return frames
+
+
 class FSMNMultiHeadAttention(nn.Module):
     """Self-attention with a depthwise-conv (FSMN) memory over the values. Keys: query/key/value/out/fsmn_block."""
 
