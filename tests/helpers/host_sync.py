@@ -15,8 +15,10 @@ operation that would need the device's values or its queue drained:
 | data-dependent shapes              | `aten.nonzero`, `masked_select`, `unique*`                |
 | device -> host copies              | `_to_copy` / `copy_` from `meta` to `cpu` (`.cpu()`)      |
 | blocking host -> device copies     | `_to_copy` / `copy_` from `cpu` to `meta` without         |
-|                                    | `non_blocking` (`torch.tensor(x, device=d)`, `.to(d)`):   |
-|                                    | a pageable copy waits for the stream to drain             |
+|                                    | `non_blocking` (`.to(d)`), and `torch.tensor` /           |
+|                                    | `torch.as_tensor(data, device=d)` (TorchFunctionMode: the |
+|                                    | copy runs below the dispatcher): a pageable copy waits    |
+|                                    | for the stream to drain                                   |
 | Python reads of tensor data        | `Tensor.tolist`, `numpy`, `__array__` (TorchFunctionMode) |
 
 Each record names the operation and the innermost `vllm_omni` frame that issued it. The recorded
@@ -52,6 +54,7 @@ _DYNAMIC_SHAPE_OPS = {
 }
 _COPY_OPS = {torch.ops.aten._to_copy.default, torch.ops.aten.copy_.default}
 _PYTHON_READS = {"tolist", "numpy", "__array__"}
+_HOST_DATA_TO_DEVICE = {"tensor", "as_tensor"}
 
 
 @dataclass(frozen=True)
@@ -101,7 +104,10 @@ class _DispatchCounter(TorchDispatchMode):
             return True
         if func in _DYNAMIC_SHAPE_OPS and on_device:
             self.sites.append(SyncSite("dynamic-shape", name, _caller()))
-            return func(*[a.to("cpu") if isinstance(a, torch.Tensor) and a.is_meta else a for a in args], **kwargs)
+            stand_ins = [
+                torch.zeros(a.shape, dtype=a.dtype) if isinstance(a, torch.Tensor) and a.is_meta else a for a in args
+            ]
+            return func(*stand_ins, **kwargs)
         if func in _COPY_OPS:
             if func is torch.ops.aten._to_copy.default:  # _to_copy(self, *, dtype, device, non_blocking, ...)
                 source, target = args[0], _device(kwargs.get("device")) or args[0].device
@@ -128,6 +134,12 @@ class _FunctionCounter(TorchFunctionMode):
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
         name = getattr(func, "__name__", "")
+        if name in _HOST_DATA_TO_DEVICE and _device(kwargs.get("device")) not in (None, torch.device("cpu")):
+            data = args[0] if args else kwargs.get("data")
+            if not (isinstance(data, torch.Tensor) and data.is_meta):
+                # torch.tensor(data, device=d) builds on the host and copies below the dispatcher (unseen
+                # by the dispatch mode): a blocking pageable copy, caught here at the Python call
+                self.sites.append(SyncSite("blocking-host-to-device", f"torch.{name}", _caller()))
         if name in _PYTHON_READS and args and isinstance(args[0], torch.Tensor) and args[0].is_meta:
             self.sites.append(SyncSite("python-read", f"Tensor.{name}", _caller()))
             placeholder = torch.zeros(args[0].shape, dtype=args[0].dtype)

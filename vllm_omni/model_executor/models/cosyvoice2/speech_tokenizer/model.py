@@ -187,7 +187,7 @@ class FSQCodebook(nn.Module):
         """hidden [B, T, n_state] -> codes [B, T] int64 (see the module docstring for the rounding)."""
         digits = fsq_digits(torch.tanh(self.project_down(x).float()))
         powers = torch.pow(
-            torch.tensor(float(self.levels), device=x.device),
+            torch.full((), float(self.levels), device=x.device),  # a fill, not a blocking host copy
             torch.arange(digits.shape[-1], device=x.device, dtype=torch.float32),
         )
         return torch.sum(digits * powers, dim=-1).to(torch.int64)
