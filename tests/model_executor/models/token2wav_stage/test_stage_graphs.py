@@ -24,6 +24,7 @@ from tests.helpers.fake_device_graphs import fake_graph_api
 from tests.model_executor.models.token2wav_stage.conftest import FAST_OPTIONS
 from tests.model_executor.models.token2wav_stage.test_stage_batching import Request, _forward, _schedule
 from vllm_omni import envs
+from vllm_omni.model_executor import buckets
 from vllm_omni.model_executor.models.minicpmo_4_5.minicpmo_4_5_code2wav import MiniCPMO45Code2Wav
 from vllm_omni.model_executor.models.token2wav_stage.planner import StepPlan
 from vllm_omni.model_executor.models.token2wav_stage.stage_model import Token2WavStageModel
@@ -51,7 +52,7 @@ def _run(stage: Token2WavStageModel, requests: list[Request], seed: int) -> list
 
 
 def _stage(model_dir: Path, **options: object) -> MiniCPMO45Code2Wav:
-    stage = MiniCPMO45Code2Wav(model=str(model_dir), max_rows=MAX_ROWS, **{**FAST_OPTIONS, **options})
+    stage = MiniCPMO45Code2Wav(model=str(model_dir), **{"max_rows": MAX_ROWS, **FAST_OPTIONS, **options})
     stage.load_weights([])
     return stage
 
@@ -63,8 +64,14 @@ def _requests(voices: list[tuple[np.ndarray, int]], prefix: str) -> list[Request
     return requests
 
 
+def _assert_same_audio(got: list[Request], want: list[Request]) -> None:
+    for a, b in zip(got, want, strict=True):
+        assert len(a.audio) == len(b.audio)
+        assert all(torch.equal(x, y) for x, y in zip(a.audio, b.audio, strict=True)), a.rid  # bit-equal
+
+
 def test_captured_stage_audio_equals_the_eager_stage_and_each_key_is_captured_once(
-    model_dir: Path, voices: list[tuple[np.ndarray, int]]
+    model_dir: Path, voices: list[tuple[np.ndarray, int]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     api, module = fake_graph_api()
     graphed = _stage(model_dir, device_graphs=True, device_graph_api=api)
@@ -73,13 +80,22 @@ def test_captured_stage_audio_equals_the_eager_stage_and_each_key_is_captured_on
     assert graphs is not None and graphs.active and graphed.engine.config.pad_to_buckets
     assert eager.backend.graphs is None
 
-    # Same request ids (they seed each request's noise) on two stages that share nothing.
+    # Same request ids (they seed each request's noise) on stages that share nothing.
     plans = _run(graphed, got := _requests(voices, "g"), seed=12)
     eager_plans = _run(eager, want := _requests(voices, "g"), seed=12)
-    for a, b in zip(got, want, strict=True):
-        assert len(a.audio) == len(b.audio)
-        assert all(torch.equal(x, y) for x, y in zip(a.audio, b.audio, strict=True)), a.rid  # bit-equal
+    _assert_same_audio(got, want)
     assert [p.describe() for p in plans] == [p.describe() for p in eager_plans]
+
+    # The LRU cap: two graphs per runner force evictions and recaptures, and the audio stays exact.
+    monkeypatch.setenv(envs.DEVICE_GRAPHS_MAX_ENV, "2")
+    capped = _stage(model_dir, device_graphs=True, device_graph_api=fake_graph_api()[0])
+    _run(capped, capped_requests := _requests(voices, "g"), seed=12)
+    _assert_same_audio(capped_requests, want)
+    assert capped.backend.graphs is not None
+    capped_counters = capped.backend.graphs.counters()
+    assert all(c.graphs <= 2 and c.failures == 0 for c in capped_counters)
+    assert all(c.evictions == c.captures - c.graphs for c in capped_counters)
+    assert capped_counters[0].evictions > 0  # more flow sizes than the cap
 
     # Estimator: one graph per launch size (frames + padding, a bucket), in every segment; a replay per step.
     flow_sizes = [launch.frames + launch.pad for p in plans for launch in p.flow]
@@ -125,3 +141,36 @@ def test_graphs_follow_the_switch_and_the_platform(
     assert all(c.captures == c.replays == 0 for c in counters)
     with pytest.raises(ValueError, match="token2wav_device_graphs must be true, false or auto"):
         MiniCPMO45Code2Wav(model=str(model_dir), device_graphs="sometimes", **FAST_OPTIONS)
+
+
+@pytest.mark.parametrize("concurrency", [8, 32])
+def test_capture_keys_at_concurrency_8_and_32_are_bucket_sizes_and_few(
+    model_dir: Path, voices: list[tuple[np.ndarray, int]], concurrency: int
+) -> None:
+    """The keys a c-request run would capture, from its launch plans (the first test ties plans to runner keys).
+
+    Eager stage with bucketed launches (the graphed stage plans the same launches); requests of
+    12..96 tokens joining over the first steps, each step a random 70 % of them sending a chunk.
+    """
+    stage = _stage(model_dir, device_graphs=False, pad_to_buckets=True, max_rows=concurrency)
+    requests = _schedule(MiniCPMO45Code2Wav, voices, n=concurrency, seed=5)
+    plans = _run(stage, requests, seed=6)
+    flow = [launch for p in plans for launch in p.flow]
+    vocoder = [launch for p in plans for launch in p.vocoder]
+    assert max(len(launch.rows) for launch in flow) > concurrency // 2  # the run did batch
+
+    frames, rows = buckets.stage_frame_buckets(), buckets.batch_buckets()
+    estimator_keys = {launch.frames + launch.pad for launch in flow}
+    assert all(n in frames for n in estimator_keys)  # every launch landed on a bucket
+    largest = frames.round_up(56 * concurrency)  # a full launch of the longest chunks
+    assert largest is not None
+    assert len(estimator_keys) <= min(len(flow), len([n for n in frames.sizes if n <= largest]))
+
+    # HiFT: (rows bucket, mel frames, cached samples); only shapes seen twice are captured (capture_after=2).
+    shapes = Counter((len(launch.rows) + launch.pad, *launch.key.strip("(").split(",")[:2]) for launch in vocoder)
+    assert all(shape[0] in rows and shape[0] <= concurrency for shape in shapes)
+    chunk_shapes = {shape[1:] for shape in shapes}  # first chunks, steady-state chunks, last chunks
+    hift_keys = [shape for shape, n in shapes.items() if n >= 2]
+    assert len(hift_keys) <= len([b for b in rows.sizes if b <= concurrency]) * len(chunk_shapes)
+    # Measured (docs/design/token2wav_stage.md, "Graph capture"): 6 / 7 estimator keys at c = 8 / 32.
+    assert len(estimator_keys) <= 8 and len(hift_keys) <= 12, (sorted(estimator_keys), hift_keys)
