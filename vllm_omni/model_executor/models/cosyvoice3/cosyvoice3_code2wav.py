@@ -26,10 +26,11 @@ well, as windows that re-send the 3 lookahead ids.
 
 Options beyond the shared ones (`options.py`): `token2wav_batch_vocoder` (rows at equal positions
 share a vocoder launch), `token2wav_final_chunk` ("block_causal" default, or "full_attention",
-upstream's last call exactly). `ref_audio_max_seconds` does not apply: CosyVoice3 prompts are used
-as sent (aligned to their tokens, at most 30 s). The default voice is `default_voice.wav` with its
-prompt tokens in `default_voice.tokens` (or `$COSYVOICE3_DEFAULT_PROMPT_WAV` and the `.tokens` file
-beside it, or the `prompt_wav` option).
+upstream's last call exactly). `token2wav_device_graphs` does not apply (CosyVoice3's launches run
+eagerly: `CosyVoice3Backend.graphs_active` is False). `ref_audio_max_seconds` does not apply:
+CosyVoice3 prompts are used as sent (aligned to their tokens, at most 30 s). The default voice is
+`default_voice.wav` with its prompt tokens in `default_voice.tokens` (or `$COSYVOICE3_DEFAULT_PROMPT_WAV`
+and the `.tokens` file beside it, or the `prompt_wav` option).
 """
 
 from __future__ import annotations

@@ -66,6 +66,14 @@ class CosyVoice3Backend:
     def __init__(self, core: CosyVoice3Token2Wav, *, batch_vocoder: bool = False) -> None:
         self.core = core
         self.batch_vocoder = bool(batch_vocoder)
+        # The stage's graph switch (`Token2WavStageModel.set_device_graphs`): CosyVoice3's launches are not
+        # captured (the DiT chunk attends over a growing per-row K/V arena), so they always run eagerly.
+        self.use_graphs = False
+
+    @property
+    def graphs_active(self) -> bool:
+        """Whether launches replay device graphs: never for CosyVoice3 (see `__init__`)."""
+        return False
 
     @property
     def device(self) -> torch.device:
