@@ -52,12 +52,18 @@ class CosyVoice2Voice:
 
 
 class CosyVoice2Backend:
-    """Flow + HiFT over a `StepAudio2Token2WavCore` (see the module docstring)."""
+    """Flow + HiFT over a `StepAudio2Token2WavCore` (see the module docstring).
+
+    `equal_vocoder_shapes`: vocoder launches hold only rows of one mel length and cache presence
+    (for captured graphs, which need one shape per launch); by default every chunk of a step shares
+    one HiFT launch (`vocode_chunks` pads and masks rows of different lengths).
+    """
 
     name = "cosyvoice2-flow-hift"
 
-    def __init__(self, core: StepAudio2Token2WavCore) -> None:
+    def __init__(self, core: StepAudio2Token2WavCore, *, equal_vocoder_shapes: bool = False) -> None:
         self.core = core
+        self.equal_vocoder_shapes = equal_vocoder_shapes
 
     @property
     def device(self) -> torch.device:
@@ -92,7 +98,7 @@ class CosyVoice2Backend:
             flow_key=caches.flow.launch_key,
             flow_frames=frames,
             attention_key=(frames, caches.flow.estimator_frames, caches.flow.conformer_frames),
-            vocoder_key=caches.vocoder.launch_key(frames),
+            vocoder_key=caches.vocoder.launch_key(frames) if self.equal_vocoder_shapes else self.device,
         )
 
     # ---- launches -----------------------------------------------------------------------------

@@ -105,7 +105,7 @@ class Token2WavStageModel(nn.Module):
         if platforms.current_omni_platform.is_npu():
             name = self.token2wav.enable_device_spk_embedding()
             logger.info("%s: NPU platform, speaker embedding on the device (%s)", type(self).__name__, name)
-        self.backend = CosyVoice2Backend(self.token2wav)
+        self.backend = CosyVoice2Backend(self.token2wav, equal_vocoder_shapes=opts.pad_to_buckets)
         self.streams = StreamStore(max_streams=opts.stream_limit, idle_timeout_s=opts.idle_timeout_s)
         self.engine = Token2WavEngine(
             self.backend,
