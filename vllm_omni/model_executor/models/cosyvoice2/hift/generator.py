@@ -156,9 +156,9 @@ class HiFTGenerator(HiFTBase):
             # The whole source row by row: bit-equal to each row's batch-1 call, and a row's
             # sample-rate tensors (480 T x 9 harmonics) stay in cache instead of B rows' worth.
             return torch.cat([self.source(mel[i : i + 1], [gen]) for i, gen in enumerate(generator)], dim=0)
-        f0 = self.f0_predictor(mel)
-        f0 = torch.repeat_interleave(f0, self.config.upsample_scale, dim=1)[..., None]  # nearest x480
-        return self.m_source(f0, generator).transpose(1, 2)
+        f0_frames = self.f0_predictor(mel)[..., None]  # [B, T, 1]
+        f0 = torch.repeat_interleave(f0_frames, self.config.upsample_scale, dim=1)  # nearest x480
+        return self.m_source(f0, generator, f0_frames=f0_frames).transpose(1, 2)
 
     def vocode_rows(
         self,
