@@ -15,6 +15,7 @@ from vllm_omni.benchmarks.token2wav_serve import (
     percentiles,
     ratio_row,
     ready_offsets,
+    talker_bound,
 )
 from vllm_omni.model_executor.models.token2wav_stage.families import MINICPMO_4_5, STEP_AUDIO2
 
@@ -111,3 +112,8 @@ def test_poisson_arrivals_queue_beyond_the_concurrency_and_both_modes_serve_ever
         assert max(r.admitted_s - r.arrival_s for r in run.requests) > 0  # 50 req/s outpaces 2 slots
         assert all(r.ttfp_s() >= r.admitted_s - r.arrival_s for r in run.requests)  # type: ignore[operator]
     assert report.to_dict()["levels"][0]["ratio_batched_over_unbatched"]["throughput_audio_s_per_s"] > 0
+
+
+def test_talker_bound_caps_either_modes_throughput() -> None:
+    """c requests whose talkers emit T codes/s cannot get more than c x T / 25 audio seconds per second."""
+    assert talker_bound(8, 100.0) == 32.0 and talker_bound(1, 25.0) == 1.0

@@ -362,6 +362,16 @@ def make_requests(
     return out
 
 
+def talker_bound(concurrency: int, talker_rate: float) -> float:
+    """Audio seconds per wall second the talkers of `concurrency` requests produce at most.
+
+    No stage can deliver audio faster than its codes exist: c requests at `talker_rate` codes/s
+    (25 codes per audio second) bound either mode's throughput, so a batched/unbatched ratio can
+    never exceed this bound over the unbatched throughput (at c = 8, 100 codes/s: 32 audio s/s).
+    """
+    return concurrency * talker_rate / TOKEN_RATE
+
+
 def arrivals(config: ServeConfig, count: int, concurrency: int) -> list[float] | None:
     """Poisson arrival times (seeded), or None for the closed loop."""
     if config.request_rate is None:
@@ -456,7 +466,12 @@ class Token2WavServeBenchmark:
         stage.on_requests_finished([r.result.request_id for r in warm])
         self.report.setup_s["voices_and_warmup_s"] = time.perf_counter() - start
         for index, c in enumerate(cfg.concurrency):
-            level = {"concurrency": c, "requests": cfg.requests_at(c), "max_num_seqs": cfg.max_num_seqs or c}
+            level = {
+                "concurrency": c,
+                "requests": cfg.requests_at(c),
+                "max_num_seqs": cfg.max_num_seqs or c,
+                "talker_bound_audio_s_per_s": talker_bound(c, cfg.talker_rate),
+            }
             order = MODES if index % 2 == 0 else MODES[::-1]
             level["order"] = list(order)
             self.report.levels.append(level)
@@ -564,4 +579,5 @@ __all__ = [
     "percentiles",
     "ratio_row",
     "ready_offsets",
+    "talker_bound",
 ]

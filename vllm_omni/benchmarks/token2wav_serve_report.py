@@ -83,6 +83,9 @@ def level_lines(report: ServeReport) -> list[str]:
                 f"{fmt(ratio['rtf_p50'], '.2f'):>9}{fmt(ratio['rtf_p90'], '.2f'):>7}{'':>7}{'':>10}"
                 f"{fmt(ratio['stall_s_p90'], '.2f'):>10}"
             )
+        bound = level.get("talker_bound_audio_s_per_s")
+        if bound:
+            lines.append(f"{c:>3} {'talker':<10}{bound:>10.2f}  <- most audio s/s the talkers produce (either mode)")
     lines.append(
         "ratio = batched / one-request-per-forward: audio s/s above 1 and latencies below 1 mean batching helps; "
         "MB/stream = largest own (unshared) cache of a live stream"

@@ -60,6 +60,7 @@ def test_smoke_json_has_every_documented_field(smoke: dict[str, Any]) -> None:
     assert [level["concurrency"] for level in report["levels"]] == [1, 2]
     for level in report["levels"]:
         assert set(level["modes"]) == {"batched", "unbatched"}
+        assert level["talker_bound_audio_s_per_s"] == level["concurrency"] * 100.0 / 25  # default 100 codes/s
         for mode in level["modes"].values():
             assert mode["errors"] == 0 and mode["requests"] == 2 and mode["audio_s"] > 0
             assert mode["throughput_audio_s_per_s"] > 0 and mode["underruns"] >= 0
