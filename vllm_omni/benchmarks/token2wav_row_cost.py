@@ -9,12 +9,13 @@ cache), and for each row count R in `rows`:
 - **batched**: R streams' chunks in ONE `forward`;
 - **solo**: the same R chunks (other streams, same tokens and voices) in R forwards of one row;
 
-timed with the wall clock (no profiler), interleaved (the mode that runs first alternates per
-repetition), minimum over `reps`. Components are timed by wrapping, on this stage instance only,
-the backend's two launches (`run_flow`, `run_vocoder`), the conformer encoder's `forward_chunk`
-(per row), and HiFT's `source` (F0 + NSF excitation, per row) and `decode` (the convolution stack
-and iSTFT); the estimator is the flow launch minus its encoder calls, the engine is the forward
-minus both launches (contract, admission, planning, commit).
+timed with the wall clock (or, `clock="cpu"`, the thread's CPU time: see `token2wav_serve`), no
+profiler, interleaved (the mode that runs first alternates per repetition), minimum over `reps`.
+Components are timed by wrapping, on this stage instance only, the backend's two launches
+(`run_flow`, `run_vocoder`), the conformer encoder's `forward_chunk` (per row), and HiFT's `source`
+(F0 + NSF excitation, per row) and `decode` (the convolution stack and iSTFT); the estimator is the
+flow launch minus its encoder calls, the engine is the forward minus both launches (contract,
+admission, planning, commit).
 
 From the batched launch times t(R) a least-squares line `t(R) = per_launch + per_row x R` splits
 each part into what batching amortises (`per_launch`) and what it cannot (`per_row`). The upper
@@ -44,6 +45,7 @@ from vllm_omni.benchmarks.common import (
     torch_threads,
 )
 from vllm_omni.benchmarks.token2wav_producer import ChunkPayload, ProducerStream, all_chunks, forward_inputs
+from vllm_omni.benchmarks.token2wav_serve import CLOCKS, check_clock, reference_pool
 
 SCHEMA: Final = "vllm-omni/bench-token2wav-row-cost/1"
 MODES: Final = ("batched", "solo")
@@ -79,8 +81,10 @@ class RowCostConfig:
     voices: int = 3
     threads: int = 1
     seed: int = 0
+    clock: str = "wall"
 
     def validate(self) -> None:
+        check_clock(self.clock, self.device, self.threads)
         if not self.rows or any(r < 1 for r in self.rows) or len(set(self.rows)) != len(self.rows):
             raise ValueError(f"rows must be distinct counts >= 1, got {self.rows}")
         for name, low in (("reps", 1), ("profile_rows", 0), ("n_timesteps", 1), ("voices", 0), ("threads", 1)):
@@ -114,8 +118,9 @@ def category(op: str) -> str:
 
 @dataclass
 class PartClock:
-    """Seconds spent in each wrapped part since the last `reset`."""
+    """Seconds (by `now`) spent in each wrapped part since the last `reset`."""
 
+    now: Callable[[], float] = time.perf_counter
     seconds: dict[str, float] = field(default_factory=lambda: defaultdict(float))
 
     def reset(self) -> None:
@@ -123,11 +128,11 @@ class PartClock:
 
     def wrap(self, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         def timed(*args: Any, **kwargs: Any) -> Any:
-            start = time.perf_counter()
+            start = self.now()
             try:
                 return fn(*args, **kwargs)
             finally:
-                self.seconds[name] += time.perf_counter() - start
+                self.seconds[name] += self.now() - start
 
         return timed
 
@@ -289,12 +294,10 @@ class Token2WavRowCost:
         cfg = self.config
         self._stage_msg("loading the stage")
         stage = self._build_stage()
-        from vllm_omni.benchmarks.token2wav_serve import reference_pool
-
         pool = reference_pool(cfg.voices, max(cfg.reference_seconds, 1.0)) if cfg.voices else []
         self._stage_msg("warming up")
         self._measure(stage, 2, pool)  # voices prepared, kernels warm
-        clock = PartClock()
+        clock = PartClock(CLOCKS[cfg.clock])
         with instrumented(stage, clock):
             for r in cfg.rows:
                 self._stage_msg(f"{r} rows: {cfg.reps} repetitions x (batched, solo)")
@@ -321,13 +324,14 @@ class Token2WavRowCost:
         _forward(stage, [s[0] for s in streams])
         if clock is not None:
             clock.reset()
-        start = time.perf_counter()
+        now = CLOCKS[self.config.clock]
+        start = now()
         if solo:
             for s in streams:
                 _forward(stage, [s[1]])
         else:
             _forward(stage, [s[1] for s in streams])
-        seconds = time.perf_counter() - start
+        seconds = now() - start
         stage.on_requests_finished([s[0].request_id for s in streams])
         return seconds
 

@@ -40,8 +40,9 @@ def header_lines(report: RowCostReport) -> list[str]:
         lines.append(f"stage {report.weights.get('family', '?')} on {report.weights['kind']} {report.weights['path']}")
     lines.append(
         f"steady-state chunks (28 tokens, 8 + 50 mel frames), {cfg['reference_seconds']:g} s prompts, "
-        f"n_timesteps {cfg['n_timesteps']}, {cfg['voices']} voices + the default; wall clock, min of {cfg['reps']} "
-        "interleaved repetitions"
+        f"n_timesteps {cfg['n_timesteps']}, {cfg['voices']} voices + the default; "
+        f"{'thread CPU time' if cfg.get('clock') == 'cpu' else 'wall clock'}, min of {cfg['reps']} interleaved "
+        "repetitions"
     )
     return lines
 

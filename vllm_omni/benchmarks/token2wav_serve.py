@@ -22,7 +22,10 @@ The simulation, per concurrency level c and per mode:
   ("one request per forward", what a stage without cross-request batching does);
 - time is virtual: a step advances the clock by its measured wall time; when nothing is ready the
   clock jumps to the next ready chunk or arrival (idle time is skipped, not slept, which is what a
-  host doing nothing else would see).
+  host doing nothing else would see). With `clock="cpu"` (CPU, 1 thread only) a step is measured in
+  the thread's CPU time instead: what the step costs on a core of its own, without the time other
+  processes of a shared host took the core away (the wall clock is the default and what a quiet host
+  reports).
 
 Per request: TTFP (arrival -> first audio), audio RTF (arrival -> last audio, over the audio's
 duration), underruns (a chunk delivered after the previous one finished playing, playback
@@ -100,10 +103,12 @@ class ServeConfig:
     threads: int = 1
     seed: int = 0
     plan: str = "cpu"
+    clock: str = "wall"
 
     def validate(self) -> None:
         if self.family not in FAMILIES:
             raise ValueError(f"family must be one of {FAMILIES}, got {self.family!r}")
+        check_clock(self.clock, self.device, self.threads)
         if not self.concurrency or any(c < 1 for c in self.concurrency):
             raise ValueError(f"concurrency levels must be >= 1, got {self.concurrency}")
         lo, hi = self.audio_seconds
@@ -362,6 +367,22 @@ def make_requests(
     return out
 
 
+#: How a step's duration is measured (see the module docstring).
+CLOCKS: Final[dict[str, Callable[[], float]]] = {"wall": time.perf_counter, "cpu": time.thread_time}
+
+
+def check_clock(clock: str, device: str, threads: int) -> None:
+    """Raise ValueError unless `clock` is known and, for the CPU clock, the run is on CPU with 1 thread.
+
+    A thread's CPU time equals its wall time on a core of its own only when one thread does all the
+    work and nothing runs asynchronously on a device.
+    """
+    if clock not in CLOCKS:
+        raise ValueError(f"clock must be one of {tuple(CLOCKS)}, got {clock!r}")
+    if clock == "cpu" and (device not in ("cpu", "auto") or threads != 1):
+        raise ValueError(f"the cpu clock needs --device cpu and 1 thread (got device {device!r}, {threads} threads)")
+
+
 def talker_bound(concurrency: int, talker_rate: float) -> float:
     """Audio seconds per wall second the talkers of `concurrency` requests produce at most.
 
@@ -462,7 +483,7 @@ class Token2WavServeBenchmark:
             stage.engine.voice(None if voice is None else _voice_request(voice))
         for req in warm:
             for chunk in req.chunks:
-                _forward(stage, [chunk])
+                _forward(stage, [chunk], CLOCKS[cfg.clock])
         stage.on_requests_finished([r.result.request_id for r in warm])
         self.report.setup_s["voices_and_warmup_s"] = time.perf_counter() - start
         for index, c in enumerate(cfg.concurrency):
@@ -508,7 +529,7 @@ class Token2WavServeBenchmark:
                     continue
                 ready.sort(key=lambda r: (r.result.arrival_s, r.result.request_id))
                 batch = ready[:max_rows]
-                outputs, seconds = _forward(stage, [r.chunks[r.sent] for r in batch])
+                outputs, seconds = _forward(stage, [r.chunks[r.sent] for r in batch], CLOCKS[cfg.clock])
                 now += seconds
                 run.steps.append((len(batch), seconds))
                 for req, (audio, error) in zip(batch, outputs, strict=True):
@@ -543,16 +564,18 @@ def _voice_request(voice: tuple[np.ndarray, int]) -> Any:
     return requested_voice(voice[0], voice[1], None)
 
 
-def _forward(stage: Any, payloads: Sequence[ChunkPayload]) -> tuple[list[tuple[int, str | None]], float]:
-    """One `forward` of the stage on `payloads`: ((samples, error) per segment, wall seconds incl. device sync)."""
+def _forward(
+    stage: Any, payloads: Sequence[ChunkPayload], clock: Callable[[], float] = time.perf_counter
+) -> tuple[list[tuple[int, str | None]], float]:
+    """One `forward` of the stage on `payloads`: ((samples, error) per segment, seconds incl. device sync)."""
     from vllm_omni import platforms
 
     input_ids, kwargs = forward_inputs(payloads, stage.family)
     platform = platforms.current_omni_platform
-    start = time.perf_counter()
+    start = clock()
     out = stage(input_ids, None, **kwargs).multimodal_outputs
     platform.synchronize()
-    seconds = time.perf_counter() - start
+    seconds = clock() - start
     return [(int(a.numel()), e) for a, e in zip(out["model_outputs"], out["errors"], strict=True)], seconds
 
 
@@ -565,6 +588,7 @@ def _config_dict(config: ServeConfig) -> dict[str, Any]:
 
 
 __all__ = [
+    "CLOCKS",
     "FAMILIES",
     "MODES",
     "PLANS",
@@ -575,6 +599,7 @@ __all__ = [
     "ServeReport",
     "ServeSetupError",
     "Token2WavServeBenchmark",
+    "check_clock",
     "make_requests",
     "percentiles",
     "ratio_row",

@@ -42,6 +42,8 @@ def header_lines(report: ServeReport) -> list[str]:
         f"requests of {lo:g}-{hi:g} s audio, 25 + 3 token chunks; {cfg['voices']} reference voices + the default; "
         f"n_timesteps {cfg['n_timesteps']}; {cfg['reference_seconds']:g} s prompts [{cfg['plan']} plan]"
     )
+    if cfg.get("clock", "wall") == "cpu":
+        lines.append("step clock: the thread's CPU time (1 thread; time other processes held the core excluded)")
     if report.setup_s:
         lines.append(
             "setup (untimed): "

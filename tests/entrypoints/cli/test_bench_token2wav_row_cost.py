@@ -121,6 +121,7 @@ def test_recorder_names_results_by_size_and_threads() -> None:
         (["--rows", "2,2"], "expected distinct row counts >= 1"),
         (["--reps", "0"], "--reps must be >= 1"),
         (["--reference-seconds", "0"], "--reference-seconds must be > 0"),
+        (["--clock", "cpu", "--threads", "2"], "the cpu clock needs --device cpu and 1 thread"),
     ],
 )
 def test_option_errors_are_one_line_and_exit_2(

@@ -87,6 +87,7 @@ def test_smoke_json_has_every_documented_field(smoke: dict[str, Any]) -> None:
         (("--requests", "0"), "--requests must be >= 1"),
         (("--talker-rate", "0"), "--talker-rate must be > 0"),
         (("--device", "tpu"), "expected auto, cpu, cuda[:i] or npu[:i]"),
+        (("--clock", "cpu", "--threads", "2"), "the cpu clock needs --device cpu and 1 thread"),
     ],
 )
 def test_option_mistakes_are_usage_errors(argv: tuple[str, ...], message: str) -> None:

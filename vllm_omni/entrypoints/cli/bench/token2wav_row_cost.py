@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from vllm_omni.benchmarks import common
+from vllm_omni.entrypoints.cli.bench.token2wav_serve import add_clock_option
 from vllm_omni.entrypoints.cli.types import CLIUsageError
 
 DEFAULT_JSON = str(common.DEFAULT_REPORT_DIR / "token2wav_row_cost.json")
@@ -53,7 +54,9 @@ def build_config(args: argparse.Namespace) -> Any:
         "voices": args.voices,
     }
     sizes.update({k: v for k, v in explicit.items() if v is not None})
-    config = RowCostConfig(full=args.full, device=device, threads=args.threads or 1, seed=args.seed, **sizes)
+    config = RowCostConfig(
+        full=args.full, device=device, threads=args.threads or 1, seed=args.seed, clock=args.clock, **sizes
+    )
     try:
         config.validate()
     except ValueError as exc:
@@ -76,6 +79,7 @@ class Token2WavRowCostSubcommand:
         parser.add_argument("--voices", type=int, metavar="N", help="reference voices besides the default (3)")
         parser.add_argument("--threads", type=int, metavar="N", help="torch intra-op threads (default 1)")
         parser.add_argument("--seed", type=int, default=0, help="stand-in weights and codes seed")
+        add_clock_option(parser)
         parser.add_argument("--smoke", action="store_true", help="a seconds-long run (tests); explicit options win")
         common.add_report_file_options(parser, DEFAULT_JSON, DEFAULT_PLOT)
 
