@@ -5,10 +5,11 @@
 Why: the per-row cost profile quoted by docs/benchmarks/token2wav_serve.md and the Limitations of
 docs/design/token2wav_stage.md (where a batched row's milliseconds go, and the bound on what
 batching can buy) must come from the command an operator runs; this script runs it and keeps
-`benchmarks/results/token2wav_row_cost[_full][_<N>threads]_<device>.{txt,json,png}`.
+`benchmarks/results/token2wav_row_cost[_full][_<N>threads][_cpuclock]_<device>.{txt,json,png}`.
 
     .venv/bin/python benchmarks/token2wav_row_cost.py                 # reduced stand-in, 1 thread, CPU
     .venv/bin/python benchmarks/token2wav_row_cost.py --threads 2     # same, 2 threads (a quiet host)
+    .venv/bin/python benchmarks/token2wav_row_cost.py --clock cpu     # 1 thread, CPU time (a shared host)
     .venv/bin/python benchmarks/token2wav_row_cost.py --full --rows 1,4 --reps 2
 
 Extra options are passed to the command unchanged (`--json` / `--plot` are set here);
@@ -24,11 +25,15 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def stem_for(argv: list[str]) -> str:
+    """`token2wav_row_cost[_full][_<N>threads][_cpuclock]`: one record per size, thread count and clock."""
+    from vllm_omni.benchmarks.common import option_value
+
     stem = "token2wav_row_cost_full" if "--full" in argv else "token2wav_row_cost"
-    if "--threads" in argv and argv.index("--threads") + 1 < len(argv):
-        threads = argv[argv.index("--threads") + 1]
-        if threads != "1":
-            stem += f"_{threads}threads"
+    threads = option_value(argv, "--threads")
+    if threads not in (None, "1"):
+        stem += f"_{threads}threads"
+    if option_value(argv, "--clock") == "cpu":
+        stem += "_cpuclock"
     return stem
 
 

@@ -368,6 +368,17 @@ class _Tee(io.TextIOBase):
         self._stream.flush()
 
 
+def option_value(argv: Sequence[str], option: str) -> str | None:
+    """The value of `option` in `argv` (`--opt V` or `--opt=V`, the last one wins), or None."""
+    value = None
+    for i, arg in enumerate(argv):
+        if arg == option and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif arg.startswith(option + "="):
+            value = arg.split("=", 1)[1]
+    return value
+
+
 def argv_device_type(argv: Sequence[str]) -> str:
     """`cpu`, `cuda` or `npu`: the `--device` of `argv` (last one wins), or the serving platform's for auto."""
     from vllm_omni import platforms
@@ -435,6 +446,7 @@ __all__ = [
     "invoked_command",
     "json_text",
     "load_average",
+    "option_value",
     "png_bytes",
     "publish_report",
     "record_cli_run",

@@ -103,15 +103,25 @@ def test_op_categories() -> None:
     assert category("Optimizer.step") == "other"
 
 
-def test_recorder_names_results_by_size_and_threads() -> None:
-    spec = importlib.util.spec_from_file_location("token2wav_row_cost_recorder", RECORDER)
+def _recorder(path: Path) -> Any:
+    spec = importlib.util.spec_from_file_location(f"recorder_{path.stem}", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    stem_for = module.stem_for
+    return module
+
+
+def test_recorders_name_results_by_size_threads_clock_and_talker() -> None:
+    stem_for = _recorder(RECORDER).stem_for
     assert stem_for([]) == "token2wav_row_cost"
     assert stem_for(["--threads", "2"]) == "token2wav_row_cost_2threads"
     assert stem_for(["--full", "--threads", "1"]) == "token2wav_row_cost_full"
+    assert stem_for(["--clock", "cpu"]) == "token2wav_row_cost_cpuclock"
+    serve = _recorder(RECORDER.with_name("token2wav_serve.py")).stem_for
+    assert serve(["--device", "cpu"]) == "token2wav_serve"  # the default record keeps its name
+    assert serve(["--talker-rate", "100"]) == "token2wav_serve"
+    assert serve(["--full", "--talker-rate", "10000", "--clock", "cpu"]) == "token2wav_serve_full_talker10000_cpuclock"
+    assert serve(["--threads=2"]) == "token2wav_serve_2threads"
 
 
 @pytest.mark.parametrize(
