@@ -86,7 +86,7 @@ def profile_lines(report: RowCostReport) -> list[str]:
     if not report.profile_ms:
         return []
     names = list(report.profile_ms.get("solo", {}) or report.profile_ms.get("batched", {}))
-    lines = [f"op categories at {report.config['profile_rows']} rows (profile shares x wall ms per row):"]
+    lines = [f"op categories at {report.config['profile_rows']} rows (profile shares x measured ms per row):"]
     lines.append(f"  {'category':<22}{'batched':>9}{'solo':>9}")
     for name in names:
         b = report.profile_ms.get("batched", {}).get(name, 0.0)
@@ -127,11 +127,12 @@ def write_plot(report: RowCostReport, path: Path) -> None:
             ax.annotate(mode, (x, total), ha="center", va="bottom", fontsize=7)
     ax.set_xticks(range(len(rows)), [f"R={r}" for r in rows])
     ax.set_ylabel("ms per row")
-    ax.legend(fontsize=7)
+    ax.set_ylim(top=ax.get_ylim()[1] * 1.35)  # room for the legend above the bars
+    ax.legend(fontsize=7, ncol=3, loc="upper center")
     env = report.environment
-    write_bytes_atomic(
-        path, png_bytes(fig, f"token2wav row cost on {env.get('device', '?')} ({env.get('threads', '?')} threads)")
-    )
+    clock = "thread CPU time" if report.config.get("clock") == "cpu" else "wall clock"
+    title = f"token2wav row cost on {env.get('device', '?')}, {env.get('threads', '?')} thread(s), {clock}"
+    write_bytes_atomic(path, png_bytes(fig, title))
 
 
 __all__ = ["header_lines", "model_lines", "part_lines", "profile_lines", "render_text", "write_json", "write_plot"]
