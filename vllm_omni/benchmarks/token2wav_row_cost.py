@@ -37,15 +37,16 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any, Final
 
-from vllm_omni.benchmarks.common import (
-    resolve_device,
-    run_environment,
-    stamp_load_at_end,
-    token2wav_model_dir,
-    torch_threads,
+from vllm_omni.benchmarks.common import stamp_load_at_end, torch_threads
+from vllm_omni.benchmarks.token2wav_producer import ChunkPayload, ProducerStream, all_chunks
+from vllm_omni.benchmarks.token2wav_serve import (
+    CLOCKS,
+    StageRecipe,
+    build_stage,
+    check_clock,
+    forward_step,
+    reference_pool,
 )
-from vllm_omni.benchmarks.token2wav_producer import ChunkPayload, ProducerStream, all_chunks, forward_inputs
-from vllm_omni.benchmarks.token2wav_serve import CLOCKS, check_clock, reference_pool
 
 SCHEMA: Final = "vllm-omni/bench-token2wav-row-cost/1"
 MODES: Final = ("batched", "solo")
@@ -253,29 +254,25 @@ class Token2WavRowCost:
 
     def _build_stage(self) -> Any:
         cfg = self.config
-        try:
-            device = resolve_device(cfg.device)
-        except ValueError as exc:
-            raise RowCostSetupError(str(exc)) from exc
-        self.report.environment = run_environment(device, cfg.threads)
-        model_dir, self.report.weights = token2wav_model_dir(
-            None, reduced=not cfg.full, seed=cfg.seed, stage=self._stage_msg, error=RowCostSetupError
-        )
-        from vllm_omni.model_executor.models.minicpmo_4_5.minicpmo_4_5_code2wav import MiniCPMO45Code2Wav
-
         most = max(max(cfg.rows), cfg.profile_rows)
-        stage = MiniCPMO45Code2Wav(
-            model=str(model_dir),
-            device=device,
-            n_timesteps=cfg.n_timesteps,
-            reference_seconds=cfg.reference_seconds,
-            max_rows=most,
-            max_streams=4 * most + 8,
-            seed=cfg.seed,
+        built = build_stage(
+            StageRecipe(
+                device=cfg.device,
+                model_dir=None,
+                full=cfg.full,
+                family="minicpmo",
+                n_timesteps=cfg.n_timesteps,
+                reference_seconds=cfg.reference_seconds,
+                max_rows=most,
+                max_streams=4 * most + 8,
+                seed=cfg.seed,
+                threads=cfg.threads,
+            ),
+            self._stage_msg,
+            RowCostSetupError,
         )
-        stage.load_weights([])
-        self.report.weights["family"] = type(stage).__name__
-        return stage
+        self.report.environment, self.report.weights = built.environment, built.weights
+        return built.stage
 
     def _streams(self, stage: Any, count: int, pool: Sequence[Any]) -> list[list[ChunkPayload]]:
         """`count` new requests of 3 chunks (first, steady, last); seeded codes, voices in rotation."""
@@ -358,12 +355,8 @@ class Token2WavRowCost:
 
 
 def _forward(stage: Any, payloads: Sequence[ChunkPayload]) -> None:
-    from vllm_omni import platforms
-
-    input_ids, kwargs = forward_inputs(payloads, stage.family)
-    out = stage(input_ids, None, **kwargs).multimodal_outputs
-    platforms.current_omni_platform.synchronize()
-    errors = [e for e in out["errors"] if e is not None]
+    outputs, _ = forward_step(stage, payloads)
+    errors = [e for _, e in outputs if e is not None]
     if errors:
         raise RuntimeError(f"token2wav-row-cost: a segment failed: {errors[0]}")
 

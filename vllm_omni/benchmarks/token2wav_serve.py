@@ -420,6 +420,70 @@ def reference_pool(count: int, seconds: float) -> list[tuple[np.ndarray, int]]:
 # ---------------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class StageRecipe:
+    """How a benchmark builds the stage model (as the runner would, with keyword overrides)."""
+
+    device: str
+    model_dir: Path | None
+    full: bool
+    family: str
+    n_timesteps: int
+    reference_seconds: float
+    max_rows: int
+    max_streams: int
+    seed: int
+    threads: int
+    kv_cache_dtype: str | None = None
+
+
+@dataclass
+class BuiltStage:
+    stage: Any
+    environment: dict[str, Any]
+    weights: dict[str, Any]
+    load_s: float
+
+
+def build_stage(recipe: StageRecipe, stage_msg: Callable[[str], None], error: type[Exception]) -> BuiltStage:
+    """The stage model of `recipe`, loaded, with the report's host and weights descriptions.
+
+    Unusable inputs (device, model folder, options) raise `error` with the message saying which.
+    """
+    try:
+        device = resolve_device(recipe.device)
+    except ValueError as exc:
+        raise error(str(exc)) from exc
+    environment = run_environment(device, recipe.threads)
+    model_dir, weights = token2wav_model_dir(
+        recipe.model_dir, reduced=not recipe.full, seed=recipe.seed, stage=stage_msg, error=error
+    )
+    from vllm_omni.model_executor.models.minicpmo_4_5.minicpmo_4_5_code2wav import MiniCPMO45Code2Wav
+    from vllm_omni.model_executor.models.step_audio2.step_audio2_token2wav_stage import (
+        StepAudio2Token2WavForConditionalGeneration,
+    )
+
+    stage_cls = MiniCPMO45Code2Wav if recipe.family == "minicpmo" else StepAudio2Token2WavForConditionalGeneration
+    try:
+        stage = stage_cls(
+            model=str(model_dir),
+            device=device,
+            n_timesteps=recipe.n_timesteps,
+            reference_seconds=recipe.reference_seconds,
+            max_rows=recipe.max_rows,
+            max_streams=recipe.max_streams,
+            seed=recipe.seed,
+            kv_cache_dtype=recipe.kv_cache_dtype,
+        )
+    except (FileNotFoundError, ValueError) as exc:
+        raise error(str(exc)) from exc
+    start = time.perf_counter()
+    stage.load_weights([])
+    load_s = time.perf_counter() - start
+    weights["family"] = type(stage).__name__
+    return BuiltStage(stage, environment, weights, load_s)
+
+
 class Token2WavServeBenchmark:
     """Builds the stage once, warms it, then runs every level in both modes (see the module docstring)."""
 
@@ -437,39 +501,27 @@ class Token2WavServeBenchmark:
 
     def _build_stage(self) -> Any:
         cfg = self.config
-        try:
-            device = resolve_device(cfg.device)
-        except ValueError as exc:
-            raise ServeSetupError(str(exc)) from exc
-        self.report.environment = run_environment(device, cfg.threads)
-        model_dir, self.report.weights = token2wav_model_dir(
-            cfg.model_dir, reduced=not cfg.full, seed=cfg.seed, stage=self._stage_msg, error=ServeSetupError
-        )
-        from vllm_omni.model_executor.models.minicpmo_4_5.minicpmo_4_5_code2wav import MiniCPMO45Code2Wav
-        from vllm_omni.model_executor.models.step_audio2.step_audio2_token2wav_stage import (
-            StepAudio2Token2WavForConditionalGeneration,
-        )
-
-        stage_cls = MiniCPMO45Code2Wav if cfg.family == "minicpmo" else StepAudio2Token2WavForConditionalGeneration
         max_rows = cfg.max_num_seqs or max(cfg.concurrency)
-        try:
-            stage = stage_cls(
-                model=str(model_dir),
-                device=device,
+        built = build_stage(
+            StageRecipe(
+                device=cfg.device,
+                model_dir=cfg.model_dir,
+                full=cfg.full,
+                family=cfg.family,
                 n_timesteps=cfg.n_timesteps,
                 reference_seconds=cfg.reference_seconds,
                 max_rows=max_rows,
                 max_streams=max(2 * max_rows, 16),
                 seed=cfg.seed,
+                threads=cfg.threads,
                 kv_cache_dtype=cfg.kv_cache_dtype,
-            )
-        except (FileNotFoundError, ValueError) as exc:
-            raise ServeSetupError(str(exc)) from exc
-        start = time.perf_counter()
-        stage.load_weights([])
-        self.report.setup_s["load_s"] = time.perf_counter() - start
-        self.report.weights["family"] = type(stage).__name__
-        return stage
+            ),
+            self._stage_msg,
+            ServeSetupError,
+        )
+        self.report.environment, self.report.weights = built.environment, built.weights
+        self.report.setup_s["load_s"] = built.load_s
+        return built.stage
 
     def _run(self) -> None:
         cfg = self.config
@@ -483,7 +535,7 @@ class Token2WavServeBenchmark:
             stage.engine.voice(None if voice is None else _voice_request(voice))
         for req in warm:
             for chunk in req.chunks:
-                _forward(stage, [chunk], CLOCKS[cfg.clock])
+                forward_step(stage, [chunk], CLOCKS[cfg.clock])
         stage.on_requests_finished([r.result.request_id for r in warm])
         self.report.setup_s["voices_and_warmup_s"] = time.perf_counter() - start
         for index, c in enumerate(cfg.concurrency):
@@ -529,7 +581,7 @@ class Token2WavServeBenchmark:
                     continue
                 ready.sort(key=lambda r: (r.result.arrival_s, r.result.request_id))
                 batch = ready[:max_rows]
-                outputs, seconds = _forward(stage, [r.chunks[r.sent] for r in batch], CLOCKS[cfg.clock])
+                outputs, seconds = forward_step(stage, [r.chunks[r.sent] for r in batch], CLOCKS[cfg.clock])
                 now += seconds
                 run.steps.append((len(batch), seconds))
                 for req, (audio, error) in zip(batch, outputs, strict=True):
@@ -564,7 +616,7 @@ def _voice_request(voice: tuple[np.ndarray, int]) -> Any:
     return requested_voice(voice[0], voice[1], None)
 
 
-def _forward(
+def forward_step(
     stage: Any, payloads: Sequence[ChunkPayload], clock: Callable[[], float] = time.perf_counter
 ) -> tuple[list[tuple[int, str | None]], float]:
     """One `forward` of the stage on `payloads`: ((samples, error) per segment, seconds incl. device sync)."""
@@ -594,12 +646,16 @@ __all__ = [
     "PLANS",
     "SCHEMA",
     "ModeRun",
+    "BuiltStage",
     "RequestResult",
     "ServeConfig",
     "ServeReport",
     "ServeSetupError",
+    "StageRecipe",
     "Token2WavServeBenchmark",
+    "build_stage",
     "check_clock",
+    "forward_step",
     "make_requests",
     "percentiles",
     "ratio_row",
