@@ -42,9 +42,9 @@ from vllm_omni.benchmarks.token2wav_producer import ChunkPayload, ProducerStream
 from vllm_omni.benchmarks.token2wav_serve import (
     CLOCKS,
     StageRecipe,
-    build_stage,
     check_clock,
     forward_step,
+    load_stage,
     reference_pool,
 )
 
@@ -255,7 +255,7 @@ class Token2WavRowCost:
     def _build_stage(self) -> Any:
         cfg = self.config
         most = max(max(cfg.rows), cfg.profile_rows)
-        built = build_stage(
+        built = load_stage(
             StageRecipe(
                 device=cfg.device,
                 model_dir=None,

@@ -445,7 +445,7 @@ class BuiltStage:
     load_s: float
 
 
-def build_stage(recipe: StageRecipe, stage_msg: Callable[[str], None], error: type[Exception]) -> BuiltStage:
+def load_stage(recipe: StageRecipe, stage_msg: Callable[[str], None], error: type[Exception]) -> BuiltStage:
     """The stage model of `recipe`, loaded, with the report's host and weights descriptions.
 
     Unusable inputs (device, model folder, options) raise `error` with the message saying which.
@@ -502,7 +502,7 @@ class Token2WavServeBenchmark:
     def _build_stage(self) -> Any:
         cfg = self.config
         max_rows = cfg.max_num_seqs or max(cfg.concurrency)
-        built = build_stage(
+        built = load_stage(
             StageRecipe(
                 device=cfg.device,
                 model_dir=cfg.model_dir,
@@ -653,7 +653,7 @@ __all__ = [
     "ServeSetupError",
     "StageRecipe",
     "Token2WavServeBenchmark",
-    "build_stage",
+    "load_stage",
     "check_clock",
     "forward_step",
     "make_requests",
