@@ -439,6 +439,8 @@ class StageRecipe:
 
 @dataclass
 class BuiltStage:
+    """A loaded stage model and what a report says about it (host, weights, load seconds)."""
+
     stage: Any
     environment: dict[str, Any]
     weights: dict[str, Any]
