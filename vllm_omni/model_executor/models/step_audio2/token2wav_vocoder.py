@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import torch
 
 from vllm_omni.model_executor.models.cosyvoice2.hift import HiFTGenerator
+from vllm_omni.model_executor.models.cosyvoice2.hift.graphed import GraphedHiFT
 from vllm_omni.model_executor.models.step_audio2.token2wav_stream import (
     MEL_CACHE_FRAMES,
     SOURCE_CACHE_SAMPLES,
@@ -101,15 +102,23 @@ def vocode_chunks(
     window: torch.Tensor,
     *,
     pad_rows: int = 0,
+    graphed: GraphedHiFT | None = None,
 ) -> list[VocodedChunk]:
-    """One HiFT launch over `rows` (any mel lengths and caches); `pad_rows` zero rows are appended
-    (a bucketed batch size for graph capture) and dropped."""
+    """One HiFT launch over `rows`; `pad_rows` zero rows are appended (a bucketed batch size) and dropped.
+
+    Eager (`graphed` None): rows of any mel lengths and caches (`HiFTGenerator.vocode_rows`).
+    `graphed` (a `GraphedHiFT` over the same `hift`) replays the HiFT network from device graphs:
+    one shape per launch, so the rows must share `launch_key`; same noise, hence the same audio.
+    """
     if not rows:
         return []
     device = rows[0].state.mel.device
     mels = [torch.cat([row.state.mel, row.mel.float()], dim=2) for row in rows]
     generators = [row.state.noise.generator(device) for row in rows]
-    speech, sources = hift.vocode_rows(mels, [row.state.source for row in rows], list(generators), pad_rows=pad_rows)
+    if graphed is None:
+        speech, sources = hift.vocode_rows(mels, [row.state.source for row in rows], generators, pad_rows=pad_rows)
+    else:
+        speech, sources = _vocode_graphed(graphed, rows, mels, generators, pad_rows)
     scale = hift.config.upsample_scale
     out = []
     for i, row in enumerate(rows):
@@ -124,6 +133,27 @@ def vocode_chunks(
         )
         out.append(VocodedChunk(speech=own if row.last else own[:, :-SOURCE_CACHE_SAMPLES], state=state))
     return out
+
+
+def _vocode_graphed(
+    graphed: GraphedHiFT,
+    rows: Sequence[VocoderRow],
+    mels: list[torch.Tensor],
+    generators: list[torch.Generator],
+    pad_rows: int,
+) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """`vocode_rows`' (speech, per-row sources) from one replayed launch of equal-shape rows."""
+    keys = {row.state.launch_key(row.mel.shape[2]) for row in rows}
+    if len(keys) > 1:
+        raise ValueError(f"vocode_chunks: rows of one graphed HiFT launch must share mel length and caches, got {keys}")
+    mel = torch.cat(mels, dim=0)
+    cache = torch.cat([row.state.source for row in rows], dim=0)
+    padded: list[torch.Generator | None] = [*generators, *([None] * pad_rows)]
+    if pad_rows:
+        mel = torch.cat([mel, mel.new_zeros(pad_rows, *mel.shape[1:])], dim=0)
+        cache = torch.cat([cache, cache.new_zeros(pad_rows, *cache.shape[1:])], dim=0)
+    speech, source = graphed(mel, cache if cache.shape[2] else None, padded)
+    return speech, [source[i : i + 1] for i in range(len(rows))]
 
 
 __all__ = ["NoiseState", "VocodedChunk", "VocoderRow", "VocoderState", "vocode_chunks"]

@@ -34,7 +34,7 @@ from torch import nn
 
 from vllm_omni.model_executor.models.cosyvoice2.hift.config import FULL_HIFT_CONFIG, HiFTConfig
 from vllm_omni.model_executor.models.cosyvoice2.hift.layers import HiFTBase, istft_head, stft_channels
-from vllm_omni.model_executor.models.cosyvoice2.hift.source import NoiseSource, SourceModuleHnNSF
+from vllm_omni.model_executor.models.cosyvoice2.hift.source import DrawnNoise, NoiseSource, SourceModuleHnNSF
 
 
 class HiFTGenerator(HiFTBase):
@@ -151,11 +151,9 @@ class HiFTGenerator(HiFTBase):
         that into ~1e-4 differences in the excitation. Row by row, each row's source is its solo one.
         """
         if generator is not None and not isinstance(generator, torch.Generator) and mel.shape[0] > 1:
-            if len(generator) != mel.shape[0]:
-                raise ValueError(f"NSF noise: {len(generator)} per-row generators for a batch of {mel.shape[0]} rows")
             # The whole source row by row: bit-equal to each row's batch-1 call, and a row's
             # sample-rate tensors (480 T x 9 harmonics) stay in cache instead of B rows' worth.
-            return torch.cat([self.source(mel[i : i + 1], [gen]) for i, gen in enumerate(generator)], dim=0)
+            return torch.cat([self.source(mel[i : i + 1], noise) for i, noise in enumerate(_row_noise(generator, mel))])
         f0_frames = self.f0_predictor(mel)[..., None]  # [B, T, 1]
         f0 = torch.repeat_interleave(f0_frames, self.config.upsample_scale, dim=1)  # nearest x480
         return self.m_source(f0, generator, f0_frames=f0_frames).transpose(1, 2)
@@ -235,12 +233,37 @@ class HiFTGenerator(HiFTBase):
         passes the previous chunk's last source samples so the excitation stays phase-continuous
         across chunks. `generator` makes the source noise reproducible (default: torch's global RNG,
         as the reference does); it must live on `mel`'s device. A sequence of generators (one per row,
-        `None` for padding rows) gives every row the noise of its own batch-1 call (`source.draw`).
+        `None` for padding rows) gives every row the noise of its own batch-1 call (`source.draw`);
+        `source.DrawnNoise` is the same noise drawn ahead (`source.draw_ahead`, for captured calls).
+
+        The same as `excitation` (the source, cached samples written in) followed by `decode`.
         """
+        source = self.excitation(mel, cache_source, generator=generator)
+        return self.decode(mel.to(self.conv_pre.weight.dtype), source), source
+
+    def excitation(
+        self,
+        mel: torch.Tensor,
+        cache_source: torch.Tensor | None = None,
+        *,
+        generator: NoiseSource = None,
+    ) -> torch.Tensor:
+        """The NSF source [B, 1, 480 T] of `mel`, its first S samples replaced by `cache_source` (see `forward`)."""
         self.check_mel(mel)
         mel = mel.to(self.conv_pre.weight.dtype)
-        source = self._with_cached_source(self.source(mel, generator), cache_source, mel)
-        return self.decode(mel, source), source
+        return self._with_cached_source(self.source(mel, generator), cache_source, mel)
+
+
+def _row_noise(generator: Sequence[torch.Generator | None] | DrawnNoise, mel: torch.Tensor) -> list[NoiseSource]:
+    """Each row's own noise source of a per-row `generator` (generators, or noise drawn ahead)."""
+    rows = mel.shape[0]
+    if isinstance(generator, DrawnNoise):
+        if generator.initial_phase.shape[0] != rows:
+            raise ValueError(f"NSF noise drawn ahead for {generator.initial_phase.shape[0]} rows, a batch of {rows}")
+        return [DrawnNoise(generator.initial_phase[i : i + 1], generator.harmonics[i : i + 1]) for i in range(rows)]
+    if len(generator) != rows:
+        raise ValueError(f"NSF noise: {len(generator)} per-row generators for a batch of {rows} rows")
+    return [[gen] for gen in generator]
 
 
 def _masked(x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
