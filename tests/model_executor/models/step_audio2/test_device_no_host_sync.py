@@ -8,7 +8,8 @@ shapes, device -> host copies, blocking host -> device copies, Python reads of t
 - host (inherent, before the copy): decoding, resampling, the level / length / finiteness checks of
   `audio.load_prompt_audio`; the token-range check of chunk ids that arrive from the runner;
 - device, counted here: fbank, CAM++ (torch), the 24 kHz prompt mel, the speech tokenizer, the
-  flow's post-prompt setup, a batched flow launch, the HiFT network on noise drawn ahead.
+  flow's post-prompt setup, a batched flow launch, the HiFT network on noise drawn ahead; and the
+  whole-reply path (flow over prompt + reply, HiFT).
 
 Each check is paired with a regression that puts one synchronisation back and must be caught.
 """
@@ -30,6 +31,7 @@ from vllm_omni.model_executor.models.cosyvoice2.hift.source import DrawnNoise
 from vllm_omni.model_executor.models.cosyvoice3 import speaker_embedding_torch
 from vllm_omni.model_executor.models.step_audio2.standin import ensure_standin_token2wav_dir
 from vllm_omni.model_executor.models.step_audio2.step_audio2_token2wav import StepAudio2Token2WavCore
+from vllm_omni.model_executor.models.step_audio2.token2wav_synthesis import synthesize_utterance
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 
@@ -76,6 +78,17 @@ def test_prompt_path_and_stage_launches_never_wait_for_the_device(core: StepAudi
     assert syncs.ops > 2000  # the counter saw the whole path
     assert features.prompt_tokens is not None and features.prompt_mel.shape[1] == 2 * features.prompt_tokens.shape[1]
     assert speech.shape == (2, 58 * 480) and speech.device == META
+
+
+def test_a_whole_reply_never_waits_for_the_device(core: StepAudio2Token2WavCore, audio: Any) -> None:
+    """The stage's whole-reply path (MiniCPM-o's one-chunk stream): ids checked on the host, flow, HiFT."""
+    features = _prompt(core, audio)
+    with HostSyncCounter() as syncs:
+        ids = core._tokens([11] * 30, "token2wav")  # host list: range-checked, then a non-blocking copy
+        speech = synthesize_utterance(core.flow, core.hift, features, ids, n_timesteps=2, generator=None)
+    assert syncs.sites == [], syncs.report()
+    assert syncs.ops > 500
+    assert speech.shape == (1, 30 * 2 * 480) and speech.device == META
 
 
 def test_a_synchronisation_put_back_into_the_prompt_path_is_caught(

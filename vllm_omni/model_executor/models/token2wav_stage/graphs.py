@@ -9,8 +9,8 @@ n_timesteps` blocks of small kernels per flow launch, and HiFT a few hundred per
 |-----------------------|-----------------------------------------------|---------------------------------------|
 | estimator Euler step  | `depth + 1` segments between the attention    | the launch's frames N (a stage        |
 | (CFG pair = batch 2)  | calls (`flow.estimator_segments`)             | bucket); rows only as `max_rows`      |
-| HiFT                  | noise drawn ahead, network replayed, iSTFT    | (rows bucket, mel frames, cached      |
-|                       | eager (`hift.graphed`)                        | samples), captured at its 2nd call    |
+| HiFT                  | noise drawn ahead, network and iSTFT          | (rows bucket, mel frames, cached      |
+|                       | replayed (`hift.graphed`)                     | samples), captured at its 2nd call    |
 
 The conformer encoder (per row, ~3 % of a chunk's arithmetic), the attention (reads and writes
 each stream's own cache) and the step's bookkeeping stay eager.
