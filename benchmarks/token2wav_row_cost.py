@@ -26,15 +26,10 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 def stem_for(argv: list[str]) -> str:
     """`token2wav_row_cost[_full][_<N>threads][_cpuclock]`: one record per size, thread count and clock."""
-    from vllm_omni.benchmarks.common import option_value
+    from vllm_omni.benchmarks.common import thread_clock_suffix
 
     stem = "token2wav_row_cost_full" if "--full" in argv else "token2wav_row_cost"
-    threads = option_value(argv, "--threads")
-    if threads not in (None, "1"):
-        stem += f"_{threads}threads"
-    if option_value(argv, "--clock") == "cpu":
-        stem += "_cpuclock"
-    return stem
+    return stem + thread_clock_suffix(argv)
 
 
 def main(argv: list[str]) -> int:

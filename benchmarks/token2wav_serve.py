@@ -28,18 +28,13 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 def stem_for(argv: list[str]) -> str:
     """`token2wav_serve[_full][_talker<T>][_<N>threads][_cpuclock]`: the default command keeps the plain name."""
-    from vllm_omni.benchmarks.common import option_value
+    from vllm_omni.benchmarks.common import option_value, thread_clock_suffix
 
     stem = "token2wav_serve_full" if "--full" in argv else "token2wav_serve"
     talker = option_value(argv, "--talker-rate")
     if talker is not None and float(talker) != 100.0:
         stem += f"_talker{float(talker):g}"
-    threads = option_value(argv, "--threads")
-    if threads not in (None, "1"):
-        stem += f"_{threads}threads"
-    if option_value(argv, "--clock") == "cpu":
-        stem += "_cpuclock"
-    return stem
+    return stem + thread_clock_suffix(argv)
 
 
 def main(argv: list[str]) -> int:

@@ -379,6 +379,17 @@ def option_value(argv: Sequence[str], option: str) -> str | None:
     return value
 
 
+def thread_clock_suffix(argv: Sequence[str]) -> str:
+    """`_<N>threads` for a non-default `--threads`, `_cpuclock` for `--clock cpu`: a recorder's variant name."""
+    suffix = ""
+    threads = option_value(argv, "--threads")
+    if threads not in (None, "1"):
+        suffix += f"_{threads}threads"
+    if option_value(argv, "--clock") == "cpu":
+        suffix += "_cpuclock"
+    return suffix
+
+
 def argv_device_type(argv: Sequence[str]) -> str:
     """`cpu`, `cuda` or `npu`: the `--device` of `argv` (last one wins), or the serving platform's for auto."""
     from vllm_omni import platforms
@@ -459,6 +470,7 @@ __all__ = [
     "synced_seconds",
     "timed_ms",
     "token2wav_model_dir",
+    "thread_clock_suffix",
     "torch_threads",
     "usable_cores",
     "write_json",
