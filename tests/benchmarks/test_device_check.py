@@ -184,7 +184,8 @@ def test_smoke_with_fake_graphs_replays_the_stage_from_graphs(tmp_path: Path) ->
     on = [r for r in rows if r["graphs"] and r["kind"] == "stream"]
     off = [r for r in rows if not r["graphs"]]
     assert all(r["replays"] > 0 and r["eager_fallbacks"] >= 0 for r in on)  # streaming chunks replay graphs
-    assert all(r["replays"] == r["captures"] == 0 for r in off)  # switched off: nothing replays or captures
+    assert all(r["replays"] == r["captures"] == r["capture_ms"] == 0 for r in off)  # off: no replay, no capture
+    assert all((r["capture_ms"] > 0) == (r["captures"] > 0) for r in rows)  # capture time inside a row is shown
     totals = stage["stage_graphs"]
     assert totals["failures"] == 0 and totals["captures"] == module.captures.__len__() > 0
     assert totals["estimator_keys"] and totals["graphs"] > 0

@@ -118,6 +118,9 @@ def _row(
         row["replays"] = after["replays"] - before["replays"]
         row["eager_fallbacks"] = after["eager_fallbacks"] - before["eager_fallbacks"]
         row["eager_flow_launches"] = after["estimator_eager_launches"] - before["estimator_eager_launches"]
+        # Captures inside a measured row are in its wall times (a level's new shapes are captured on
+        # first use): their cost, to read the graphs-on figures against.
+        row["capture_ms"] = after["capture_ms"] - before["capture_ms"]
     return row
 
 
@@ -214,7 +217,7 @@ def render_token2wav(result: dict[str, Any]) -> list[str]:
         f"resampler: {result.get('resampler')}; graph runtime: {result.get('graph_backend')} "
         f"(replaying: {result.get('graphs_available')}); setup {result.get('setup_s', 0.0):.1f} s",
         f"{'kind':<6} {'c':>3} {'graphs':>6} {'audio/s':>8} {'RTF p50':>8} {'RTF p90':>8} {'TTFP p50':>9} "
-        f"{'step p50':>9} {'rows':>5} {'capt':>5} {'repl':>6}",
+        f"{'step p50':>9} {'rows':>5} {'capt':>5} {'capt ms':>8} {'repl':>6}",
     ]
 
     def num(value: Any, fmt: str) -> str:
@@ -225,7 +228,8 @@ def render_token2wav(result: dict[str, Any]) -> list[str]:
             f"{r['kind']:<6} {r['concurrency']:>3} {'on' if r['graphs'] else 'off':>6} "
             f"{num(r['throughput_audio_s_per_s'], '8.2f')} {num(r['rtf_p50'], '8.4f')} {num(r['rtf_p90'], '8.4f')} "
             f"{num(r['ttfp_p50_s'], '8.3f')}s {num(r['step_p50_s'], '8.3f')}s {num(r['rows_per_step'], '5.1f')} "
-            f"{r.get('captures', '-'):>5} {r.get('replays', '-'):>6}" + ("  (stopped early)" if r["stopped"] else "")
+            f"{r.get('captures', '-'):>5} {num(r.get('capture_ms'), '8.0f')} {r.get('replays', '-'):>6}"
+            + ("  (stopped early)" if r["stopped"] else "")
         )
     graphs = result.get("stage_graphs")
     if graphs:
