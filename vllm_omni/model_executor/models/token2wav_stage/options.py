@@ -20,6 +20,8 @@ config on its model config; a plain vLLM config has none and the defaults apply)
 | `kv_cache_dtype`    | `extra["token2wav_kv_cache_dtype"]` ("bfloat16", "float16", "float32")  | the flow's dtype |
 | `pad_to_buckets`    | `extra["token2wav_pad_to_buckets"]` (graph-capture shapes)              | False            |
 | `setup_cache_size`  | `extra["token2wav_setup_cache_size"]` (post-prompt flow states kept)    | 4                |
+| `variant`           | `extra["token2wav_variant"]` (MiniCPM-o: "vllm-omni-0.30" or            | the family's     |
+|                     | "minicpmo-utils-1.0.7", `minicpmo_4_5/variants.py`)                     |                  |
 | (check only)        | `extra["codec_left_context_frames"]` must be 3 (the flow's lookahead)   | 3                |
 | (log only)          | `vllm_config.load_config.load_format` (dummy: built on first use)       |                  |
 
@@ -62,6 +64,7 @@ class StageOptions:
     pad_to_buckets: bool = False
     setup_cache_size: int = 4
     load_format: str | None = None
+    variant: str | None = None
 
     def __post_init__(self) -> None:
         check_reference_seconds(self.reference_seconds)
@@ -135,6 +138,7 @@ def stage_options(vllm_config: Any, overrides: Mapping[str, Any]) -> StageOption
         "pad_to_buckets": bool(extra.get("token2wav_pad_to_buckets", False)),
         "setup_cache_size": int(extra.get("token2wav_setup_cache_size", 4)),
         "load_format": _attr(vllm_config, "load_config", "load_format"),
+        "variant": extra.get("token2wav_variant"),
     }
     known = {f.name for f in fields(StageOptions)}
     unknown = sorted(set(overrides) - known)
