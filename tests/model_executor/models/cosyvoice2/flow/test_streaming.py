@@ -12,6 +12,7 @@ import dataclasses
 import pytest
 import torch
 
+from tests.helpers.minicpmo_reference import minicpmo_1_0_7_conformer_trim
 from tests.model_executor.models.cosyvoice2.flow.inputs import make_prompt, make_tokens
 from vllm_omni.model_executor.models.cosyvoice2.flow import (
     CausalMaskedDiffWithXvec,
@@ -183,35 +184,13 @@ def test_conformer_trim_variant_bounds_the_conformer_cache(reduced_flow: CausalM
     assert cache.conformer_trim is ConformerTrim.PROMPT_PLUS_TAIL
 
 
-def _minicpmo_1_0_7_trim(cache: torch.Tensor, prompt_frames: int, token_layers: int) -> torch.Tensor:
-    """minicpmo-utils 1.0.7 `Token2wav._trim_conformer_cache`, restated with explicit index lists.
-
-    Above P + 100 frames: each token-rate layer (stored [c, c]) keeps tokens 0 .. P/2 - 1 and its last
-    50 tokens, stored tiled again; each mel-rate layer keeps frames 0 .. P - 1 and its last 100.
-    """
-    length = cache.shape[3]
-    if length <= prompt_frames + 100:
-        return cache
-    tokens = length // 2
-    keep_tokens = list(range(prompt_frames // 2)) + list(range(tokens - 50, tokens))
-    keep_frames = list(range(prompt_frames)) + list(range(length - 100, length))
-    layers = []
-    for layer in range(cache.shape[0]):
-        if layer < token_layers:
-            kept = cache[layer][:, :, keep_tokens]
-            layers.append(torch.cat([kept, kept], dim=2))
-        else:
-            layers.append(cache[layer][:, :, keep_frames])
-    return torch.stack(layers)
-
-
 @pytest.mark.parametrize(("prompt_frames", "length"), [(20, 170), (20, 120), (20, 122), (300, 460), (2, 500)])
 def test_per_rate_trim_is_the_1_0_7_rule_for_token_and_mel_rate_layers(prompt_frames: int, length: int) -> None:
     gen = torch.Generator().manual_seed(length)
     token_rate = torch.randn(6, 1, 2, length // 2, 8, generator=gen)
     cache = torch.cat([token_rate.repeat(1, 1, 1, 2, 1), torch.randn(4, 1, 2, length, 8, generator=gen)])
     got = trim_conformer_cache(cache, ConformerTrim.PER_RATE, prompt_frames, 100, token_layers=6, stride=2)
-    assert torch.equal(got, _minicpmo_1_0_7_trim(cache, prompt_frames, token_layers=6))
+    assert torch.equal(got, minicpmo_1_0_7_conformer_trim(cache, prompt_frames, token_layers=6))
     if length > prompt_frames + 100:
         assert got.shape[3] == prompt_frames + 100
         # vLLM-Omni 0.30's rule cuts the tiled token-rate layers elsewhere: the variants really differ.
@@ -236,7 +215,7 @@ def test_per_rate_streams_equal_a_driver_that_trims_like_minicpmo_utils_1_0_7(
         mel, cache = reduced_flow.inference_chunk(chunk, spk, cache, last, N_STEPS)
         ref_mel, driver = reduced_flow.inference_chunk(chunk, spk, driver, last, N_STEPS)
         driver = dataclasses.replace(
-            driver, conformer_att_cache=_minicpmo_1_0_7_trim(driver.conformer_att_cache, 20, token_layers)
+            driver, conformer_att_cache=minicpmo_1_0_7_conformer_trim(driver.conformer_att_cache, 20, token_layers)
         )
         assert torch.equal(mel, ref_mel)
         assert torch.equal(cache.conformer_att_cache, driver.conformer_att_cache)
