@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import subprocess
 import sys
@@ -290,10 +289,35 @@ def main() -> int:
     rows, ok = _compare(info, ref)
     _print(rows)
     ref_mels = [m for m in ref["mels"]["last chunk"] if m.shape[-1]]
-    control = [f"{_diff(a, b)[1]:.1e}" for a, b in zip(info["control_mels"], ref_mels, strict=True)]
-    print(f"control, vLLM-Omni 0.30's lookahead and conformer trim vs the reference: mel rel L2 per chunk {control}")
+    control = [_diff(a, b)[1] for a, b in zip(info["control_mels"], ref_mels, strict=True)]
+    print(
+        "control, vLLM-Omni 0.30's lookahead and conformer trim vs the reference: mel rel L2 per chunk "
+        f"{[f'{c:.1e}' for c in control]}"
+    )
     if args.out:
-        args.out.write_text(json.dumps(rows, indent=1))
+        from vllm_omni.atomic_io import write_json_atomic
+
+        report = {
+            "reference": "minicpmo-utils 1.0.7 Token2wav",
+            "ours": f"MiniCPMO45Token2wav(variant={VARIANT})",
+            "config": "full" if args.full else "reduced",
+            "torch": torch.__version__,
+            "threads": args.threads,
+            "prompt_seconds": args.prompt_seconds,
+            "prompt_mel_frames": info["prompt_frames"],
+            "tokens": args.tokens,
+            "n_timesteps": args.n_timesteps,
+            "seed": args.seed,
+            "tolerances": {
+                "mel_max_abs": MEL_TOLERANCE,
+                "vocoder_max_abs": VOCODER_TOLERANCE,
+                "audio_rel_l2": AUDIO_REL_L2_TOLERANCE,
+            },
+            "ok": ok,
+            "rows": rows,
+            "control_vllm_omni_0_30_mel_rel_l2": control,
+        }
+        write_json_atomic(args.out, report)
     print(
         "all calls within tolerance" if ok else "FAILED",
         f"(sample counts equal; mel <= {MEL_TOLERANCE:g}, vocoder alone <= {VOCODER_TOLERANCE:g}, "
