@@ -25,6 +25,7 @@ from tests.model_executor.models.token2wav_stage.test_stage_batching import (
     _forward,
     _run_batched,
     _schedule,
+    assert_a_failing_launch_costs_only_its_culprit,
 )
 from vllm_omni.benchmarks.token2wav_producer import ProducerStream, all_chunks
 from vllm_omni.model_executor.models.cosyvoice2.flow import ConformerTrim, Lookahead
@@ -36,7 +37,6 @@ from vllm_omni.model_executor.models.step_audio2.step_audio2_token2wav_stage imp
     StepAudio2Token2WavForConditionalGeneration,
 )
 from vllm_omni.model_executor.models.step_audio2.stream_vocoder import VocoderKind
-from vllm_omni.model_executor.models.token2wav_stage.cosyvoice2_backend import CosyVoice2Backend
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu, pytest.mark.usefixtures("cpu_platform")]
 
@@ -142,29 +142,16 @@ def test_a_vocoder_failure_in_a_batched_launch_costs_only_the_culprit(
 ) -> None:
     batched, solo = stages
     requests = _schedule(MiniCPMO45Code2Wav, voices, n=3, seed=9)
-    for r in requests:
-        r.chunks = [replace(c, request_id=f"v-{c.request_id}") for c in r.chunks]
-    culprit = requests[1]
-    poison = culprit.chunks[0].tokens[-1]
-    real = CosyVoice2Backend.run_vocoder
-
-    def run_vocoder(self, works, products, pad_rows):  # type: ignore[no-untyped-def]
-        if any(w.tokens[-1] == poison for w in works):
-            raise RuntimeError("NPU error: aicore exception in the vocoder")
-        return real(self, works, products, pad_rows)
-
-    monkeypatch.setattr(CosyVoice2Backend, "run_vocoder", run_vocoder)
-    audio, errors = _forward(batched, [r.chunks[0] for r in requests])
-    monkeypatch.undo()
-    assert errors[1] is not None and "aicore exception" in errors[1] and audio[1].numel() == 0
-    assert errors[0] is None and errors[2] is None
-    assert batched.streams.get(culprit.chunks[0].request_id) is None  # its first chunk never committed
-    for i, r in enumerate(requests):
-        if i != 1:
-            r.audio.append(audio[i])
-            r.sent = 1
-    _run_batched(batched, requests, seed=10)  # the culprit starts over, the others go on
-    _assert_equal_to_solo(requests, solo)
+    assert_a_failing_launch_costs_only_its_culprit(
+        "v-",
+        batched,
+        solo,
+        requests,
+        monkeypatch,
+        method="run_vocoder",
+        error="NPU error: aicore exception in the vocoder",
+        seed=10,
+    )
 
 
 def test_a_zero_token_last_chunk_flushes_the_causal_vocoder(
