@@ -142,6 +142,8 @@ class CausalHiFTVocoder:
     """`StreamVocoder` of `VocoderKind.CAUSAL_HIFT`: bounded causal HiFT, many streams per launch."""
 
     min_chunk_frames = 0
+    #: No device-graph replay: the bounded streamer's per-row slicing runs eagerly.
+    hift = None
 
     def __init__(self, model: CausalHiFTGenerator, policy: StreamPolicy = MINICPMO_1_0_7_STREAM) -> None:
         self.streamer = CausalHiFTStreamer(model, policy)
@@ -158,7 +160,11 @@ class CausalHiFTVocoder:
         assert isinstance(state, CausalHiFTStreamState)
         return launch_key(state, frames, last)
 
-    def vocode(self, chunks: Sequence[VocoderChunk], pad_rows: int = 0) -> list[tuple[torch.Tensor, object]]:
+    def vocode(
+        self, chunks: Sequence[VocoderChunk], pad_rows: int = 0, graphed: object | None = None
+    ) -> list[tuple[torch.Tensor, object]]:
+        if graphed is not None:
+            raise ValueError(f"{self.name} has no graphed network (its hift is None); got {graphed!r}")
         if not chunks:
             return []
         states: list[CausalHiFTStreamState] = []

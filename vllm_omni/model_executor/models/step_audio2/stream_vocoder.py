@@ -29,6 +29,7 @@ from typing import Protocol
 import torch
 
 from vllm_omni.model_executor.models.cosyvoice2.hift import HiFTGenerator
+from vllm_omni.model_executor.models.cosyvoice2.hift.graphed import GraphedHiFT
 from vllm_omni.model_executor.models.step_audio2.prompt_features import MEL_BINS
 from vllm_omni.model_executor.models.step_audio2.token2wav_stream import MEL_CACHE_FRAMES
 from vllm_omni.model_executor.models.step_audio2.token2wav_vocoder import (
@@ -61,6 +62,8 @@ class StreamVocoder(Protocol):
     name: str
     #: Mel frames a non-final chunk must bring (the cross-fade vocoder re-vocodes 8 of them).
     min_chunk_frames: int
+    #: The HiFT network a stage may replay from device graphs (`hift.graphed.GraphedHiFT`); None: eager only.
+    hift: HiFTGenerator | None
 
     def start(self, seed: int, device: torch.device) -> object:
         """The vocoder state of a new stream (`seed`: its noise, where the vocoder draws any)."""
@@ -70,10 +73,13 @@ class StreamVocoder(Protocol):
         """Chunks whose keys agree may share one `vocode` launch."""
         ...
 
-    def vocode(self, chunks: Sequence[VocoderChunk], pad_rows: int = 0) -> list[tuple[torch.Tensor, object]]:
+    def vocode(
+        self, chunks: Sequence[VocoderChunk], pad_rows: int = 0, graphed: GraphedHiFT | None = None
+    ) -> list[tuple[torch.Tensor, object]]:
         """One launch over `chunks` (equal `launch_key`s): (new audio `[1, n]` float32, next state) per chunk.
 
-        `pad_rows` extra rows (a bucketed batch size for graph capture) run and are dropped.
+        `pad_rows` extra rows (a bucketed batch size for graph capture) run and are dropped; `graphed`
+        (over `self.hift`, only where it is not None) replays the network from device graphs.
         """
         ...
 
@@ -99,12 +105,15 @@ class CrossfadeHiFTVocoder:
         assert isinstance(state, VocoderState)
         return state.launch_key(frames)
 
-    def vocode(self, chunks: Sequence[VocoderChunk], pad_rows: int = 0) -> list[tuple[torch.Tensor, object]]:
+    def vocode(
+        self, chunks: Sequence[VocoderChunk], pad_rows: int = 0, graphed: GraphedHiFT | None = None
+    ) -> list[tuple[torch.Tensor, object]]:
         rows = []
         for chunk in chunks:
             assert isinstance(chunk.state, VocoderState)
             rows.append(VocoderRow(chunk.mel, chunk.state, chunk.last))
-        return [(out.speech, out.state) for out in vocode_chunks(self.hift, rows, self.window, pad_rows=pad_rows)]
+        outs = vocode_chunks(self.hift, rows, self.window, pad_rows=pad_rows, graphed=graphed)
+        return [(out.speech, out.state) for out in outs]
 
     def flush(self, state: object) -> torch.Tensor:
         assert isinstance(state, VocoderState)
