@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import torch
 
+from tests.helpers.fake_device_graphs import fake_graph_api
 from tests.helpers.minicpmo_reference import LEADING_ZEROS, MiniCPMOReferenceStream
 from tests.helpers.token2wav import make_token2wav_dir
 from tests.model_executor.models.token2wav_stage.conftest import FAST_OPTIONS
@@ -118,9 +119,9 @@ def test_randomised_schedule_equals_each_request_alone_and_shares_vocoder_launch
     launches: list[int] = []
     real = CausalHiFTVocoder.vocode
 
-    def vocode(self, chunks, pad_rows=0):  # type: ignore[no-untyped-def]
+    def vocode(self, chunks, pad_rows=0, graphed=None):  # type: ignore[no-untyped-def]
         launches.append(len(chunks))
-        return real(self, chunks, pad_rows)
+        return real(self, chunks, pad_rows, graphed)
 
     monkeypatch.setattr(CausalHiFTVocoder, "vocode", vocode)
     _run_batched(batched, requests, seed=8)
@@ -170,3 +171,26 @@ def test_a_zero_token_last_chunk_flushes_the_causal_vocoder(
     assert errors == [None] and audio[0].numel() == 8 * 480  # the frames the causal vocoder held back
     assert sum(p.numel() for p in pieces) + audio[0].numel() == LEADING_ZEROS + 960 * _emitted(chunks)
     assert stage.streams.get("flush") is None
+
+
+def test_with_device_graphs_the_estimator_replays_and_the_causal_vocoder_runs_eagerly(
+    tmp_path: Path, voices: list[tuple[np.ndarray, int]]
+) -> None:
+    # No hift_original.pt: building the stage's graphs must not load the whole-utterance vocoder.
+    make_token2wav_dir(tmp_path / "assets" / "token2wav", synthesis=True, layout=MINICPMO_1_0_7_LAYOUT)
+    (tmp_path / "assets" / "token2wav" / "hift_original.pt").unlink()
+    api, _ = fake_graph_api()
+    options = {**FAST_OPTIONS, **VARIANT, "max_rows": 4}
+    graphed = MiniCPMO45Code2Wav(model=str(tmp_path), **options, device_graphs=True, device_graph_api=api)
+    eager = MiniCPMO45Code2Wav(model=str(tmp_path), **options, device_graphs=False, pad_to_buckets=True)
+    for stage in (graphed, eager):
+        stage.load_weights([])
+    graphs = graphed.backend.graphs
+    assert graphs is not None and graphs.active and graphs.hift is None
+    got, want = (_schedule(MiniCPMO45Code2Wav, voices, n=3, seed=13) for _ in range(2))
+    _run_batched(graphed, got, seed=14)
+    _run_batched(eager, want, seed=14)
+    for a, b in zip(got, want, strict=True):
+        assert len(a.audio) == len(b.audio) and all(torch.equal(x, y) for x, y in zip(a.audio, b.audio, strict=True))
+    summary = graphs.summary()
+    assert summary["captures"] > 0 and summary["replays"] > 0 and summary["hift_keys"] == []
