@@ -63,6 +63,7 @@ class CosyVoice3Code2Wav(Token2WavStageModel):
     token2wav: CosyVoice3Token2Wav
 
     def _build_core(self, folder: Path, opts: StageOptions) -> CosyVoice3Token2Wav:  # type: ignore[override]
+        self.stream_rules(opts)  # rejects token2wav_variant: CosyVoice3 has none
         return CosyVoice3Token2Wav(
             folder,
             float16=opts.float16,

@@ -18,15 +18,23 @@ Full size is the shipped geometry (~1.2 GB, what benchmarks use); reduced size k
 interface (80 mel bins, 192-d embedding, 6561 codes, 480 samples per frame) and runs the
 end-to-end tests in seconds. Weights are random: the audio is noise-like, never speech.
 
-`ensure_standin_token2wav_dir(reduced=..., seed=...)` keeps one cached directory per option set
-(files hard-linked from the component caches where the filesystem allows, else copied);
-`write_standin_token2wav_dir(directory, ...)` fills a directory of the caller's choice.
-CLI: `python -m vllm_omni.model_executor.models.step_audio2.standin [--reduced] [--seed N] [--out DIR]`.
+`layout="minicpmo-utils-1.0.7"` lays out MiniCPM-o's causal-vocoder variant instead (see
+`minicpmo_4_5/variants.py`): `hift.pt` is then the causal HiFT (`cosyvoice3.hift` stand-in, same
+size option), `hift_original.pt` the HiFT above and `config.yaml` the hyperpyyaml that builds the
+causal one after CosyVoice's seed lines, with the Step-Audio2 mel settings minicpmo-utils requires
+(`hift.yaml_config.render_vocoder_yaml`); minicpmo-utils 1.0.7's own loader accepts the directory.
+
+`ensure_standin_token2wav_dir(reduced=..., seed=..., layout=...)` keeps one cached directory per
+option set (files hard-linked from the component caches where the filesystem allows, else
+copied); `write_standin_token2wav_dir(directory, ...)` fills a directory of the caller's choice.
+CLI: `python -m vllm_omni.model_executor.models.step_audio2.standin [--reduced] [--seed N]
+[--layout step-audio2|minicpmo-utils-1.0.7] [--out DIR]`.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import io
 import json
 import os
@@ -47,6 +55,11 @@ STANDIN_DIR_VERSION = 2
 _MANIFEST = ".manifest.json"
 #: Default-voice file names the stage looks for (MiniCPM-o, Step-Audio2): both ship the ARCTIC clip.
 DEFAULT_VOICE_FILES = ("HT_ref_audio.wav", "default_female.wav")
+#: Directory layouts: Step-Audio2's five files (also MiniCPM-o as vLLM-Omni serves it), or MiniCPM-o's
+#: causal-vocoder variant (minicpmo-utils 1.0.7: + config.yaml, causal hift.pt, hift_original.pt).
+STEP_AUDIO2_LAYOUT = "step-audio2"
+MINICPMO_1_0_7_LAYOUT = "minicpmo-utils-1.0.7"
+LAYOUTS = (STEP_AUDIO2_LAYOUT, MINICPMO_1_0_7_LAYOUT)
 
 
 def default_voice_wav() -> bytes:
@@ -83,7 +96,12 @@ def pcm16_wav(samples: np.ndarray, rate: int) -> bytes:
     return buffer.getvalue()
 
 
-def _component_files(*, reduced: bool, seed: int) -> dict[str, Path]:
+def _check_layout(layout: str) -> None:
+    if layout not in LAYOUTS:
+        raise ValueError(f"unknown token2wav stand-in layout {layout!r}; choose one of {LAYOUTS}")
+
+
+def _component_files(*, reduced: bool, seed: int, layout: str = STEP_AUDIO2_LAYOUT) -> dict[str, Path]:
     """Token2wav file name -> cached component stand-in (generated on first use)."""
     from vllm_omni.model_executor.models.campplus.standin import ensure_standin_campplus_onnx
     from vllm_omni.model_executor.models.cosyvoice2.flow import ensure_standin_flow
@@ -91,8 +109,9 @@ def _component_files(*, reduced: bool, seed: int) -> dict[str, Path]:
     from vllm_omni.model_executor.models.cosyvoice2.hift import cached_standin_hift
     from vllm_omni.model_executor.models.cosyvoice2.speech_tokenizer import cached_standin_speech_tokenizer
 
+    _check_layout(layout)
     flow_dir = ensure_standin_flow(reduced=reduced, seed=seed)
-    return {
+    files = {
         # CAM++ stays full size: the reduced stand-in has a 64-d embedding, the flow model needs 192.
         "campplus.onnx": ensure_standin_campplus_onnx(seed=seed),
         "speech_tokenizer_v2_25hz.onnx": cached_standin_speech_tokenizer(reduced=reduced, seed=seed),
@@ -100,6 +119,28 @@ def _component_files(*, reduced: bool, seed: int) -> dict[str, Path]:
         "flow.pt": flow_dir / FLOW_PT,
         "hift.pt": cached_standin_hift(reduced=reduced, seed=seed),
     }
+    if layout == MINICPMO_1_0_7_LAYOUT:
+        from vllm_omni.model_executor.models.cosyvoice3.hift import cached_standin_causal_hift
+        from vllm_omni.model_executor.models.step_audio2.causal_vocoder import WHOLE_UTTERANCE_HIFT
+
+        files[WHOLE_UTTERANCE_HIFT] = files["hift.pt"]
+        files["hift.pt"] = cached_standin_causal_hift(reduced=reduced, seed=seed)
+    return files
+
+
+def _generated_files(*, reduced: bool, layout: str) -> dict[str, bytes]:
+    """Files written from text rather than linked: the causal vocoder's config.yaml (1.0.7 layout)."""
+    if layout != MINICPMO_1_0_7_LAYOUT:
+        return {}
+    from vllm_omni.model_executor.models.cosyvoice3.hift import FULL_CAUSAL_HIFT_CONFIG, REDUCED_CAUSAL_HIFT_CONFIG
+    from vllm_omni.model_executor.models.cosyvoice3.hift.yaml_config import render_vocoder_yaml
+    from vllm_omni.model_executor.models.step_audio2.causal_vocoder import STEP_AUDIO2_VOCODER_MEL, VOCODER_CONFIG
+
+    config = REDUCED_CAUSAL_HIFT_CONFIG if reduced else FULL_CAUSAL_HIFT_CONFIG
+    text = render_vocoder_yaml(
+        config, feat_extractor=STEP_AUDIO2_VOCODER_MEL, header="MiniCPM-o causal vocoder, stand-in (1.0.7 layout)"
+    )
+    return {VOCODER_CONFIG: text.encode()}
 
 
 def _place(source: Path, target: Path) -> None:
@@ -113,13 +154,21 @@ def _place(source: Path, target: Path) -> None:
     os.replace(tmp, target)
 
 
-def write_standin_token2wav_dir(directory: str | os.PathLike[str], *, reduced: bool, seed: int = 0) -> Path:
+def write_standin_token2wav_dir(
+    directory: str | os.PathLike[str], *, reduced: bool, seed: int = 0, layout: str = STEP_AUDIO2_LAYOUT
+) -> Path:
     """Fill `directory` with a complete stand-in token2wav set (existing files of those names are replaced)."""
     directory = Path(directory)
-    fill_standin_dir(directory, _component_files(reduced=reduced, seed=seed))
+    files = {**_generated_files(reduced=reduced, layout=layout), **_voice_files()}
+    fill_standin_dir(directory, _component_files(reduced=reduced, seed=seed, layout=layout), files)
     size = "reduced" if reduced else "full"
-    logger.info("wrote %s stand-in token2wav directory (seed %d) to %s", size, seed, directory)
+    logger.info("wrote %s stand-in token2wav directory (%s, seed %d) to %s", size, layout, seed, directory)
     return directory
+
+
+def _voice_files() -> dict[str, bytes]:
+    """The default voice clips (`DEFAULT_VOICE_FILES`), all the shipped speech sample at 24 kHz."""
+    return dict.fromkeys(DEFAULT_VOICE_FILES, default_voice_wav())
 
 
 def fill_standin_dir(directory: Path, sources: dict[str, Path], files: dict[str, bytes] | None = None) -> None:
@@ -127,26 +176,28 @@ def fill_standin_dir(directory: Path, sources: dict[str, Path], files: dict[str,
     directory.mkdir(parents=True, exist_ok=True)
     for name, source in sources.items():
         _place(source, directory / name)
-    if files is None:
-        voice = default_voice_wav()
-        files = dict.fromkeys(DEFAULT_VOICE_FILES, voice)
-    for name, data in files.items():
+    for name, data in (_voice_files() if files is None else files).items():
         write_bytes_atomic(directory / name, data)
 
 
-def standin_token2wav_dir(*, reduced: bool, seed: int = 0) -> Path:
+def standin_token2wav_dir(*, reduced: bool, seed: int = 0, layout: str = STEP_AUDIO2_LAYOUT) -> Path:
     """Cache folder of the stand-in directory for these options (under `vllm_omni.envs.cache_dir`)."""
     from vllm_omni import envs
 
+    _check_layout(layout)
     size = "reduced" if reduced else "full"
-    return envs.cache_dir("standins", f"token2wav-v{STANDIN_DIR_VERSION}-{size}-seed{seed}")
+    suffix = "" if layout == STEP_AUDIO2_LAYOUT else f"-{layout}"
+    return envs.cache_dir("standins", f"token2wav-v{STANDIN_DIR_VERSION}-{size}-seed{seed}{suffix}")
 
 
-def ensure_standin_token2wav_dir(*, reduced: bool, seed: int = 0) -> Path:
+def ensure_standin_token2wav_dir(*, reduced: bool, seed: int = 0, layout: str = STEP_AUDIO2_LAYOUT) -> Path:
     """The cached stand-in token2wav directory, assembled first if missing or stale (safe across processes)."""
-    directory = standin_token2wav_dir(reduced=reduced, seed=seed)
-    sources = _component_files(reduced=reduced, seed=seed)
-    return ensure_assembled(directory, sources, {"voices": list(DEFAULT_VOICE_FILES)}, lambda: None)
+    directory = standin_token2wav_dir(reduced=reduced, seed=seed, layout=layout)
+    sources = _component_files(reduced=reduced, seed=seed, layout=layout)
+    generated = _generated_files(reduced=reduced, layout=layout)
+    recipe: dict[str, object] = {name: hashlib.sha256(data).hexdigest() for name, data in generated.items()}
+    recipe["voices"] = list(DEFAULT_VOICE_FILES)
+    return ensure_assembled(directory, sources, recipe, lambda: {**generated, **_voice_files()})
 
 
 def ensure_assembled(
@@ -184,19 +235,30 @@ def standin_main(
     what: str,
     write: Callable[..., Path],
     ensure: Callable[..., Path],
+    layouts: tuple[str, ...] = (),
 ) -> int:
-    """The stand-in modules' command line: write `--out DIR` (or find the cached directory) and print its path."""
+    """The stand-in modules' command line: write `--out DIR` (or find the cached directory) and print its path.
+
+    `layouts` (first = default) adds `--layout`, passed on to `write` / `ensure`.
+    """
     parser = argparse.ArgumentParser(
         prog=prog, description=f"Write (or find in the cache) a deterministic stand-in {what} and print its path."
     )
     parser.add_argument("--reduced", action="store_true", help="reduced widths/depths (fast tests)")
     parser.add_argument("--seed", type=int, default=0)
+    if layouts:
+        parser.add_argument(
+            "--layout", choices=layouts, default=layouts[0], help="file set (MiniCPM-o 1.0.7: causal vocoder)"
+        )
     parser.add_argument("--out", type=Path, default=None, help="directory to fill (default: the cache)")
     args = parser.parse_args(argv)
+    options: dict[str, object] = {"reduced": args.reduced, "seed": args.seed}
+    if layouts:
+        options["layout"] = args.layout
     if args.out is not None:
-        path = write(args.out, reduced=args.reduced, seed=args.seed)
+        path = write(args.out, **options)
     else:
-        path = ensure(reduced=args.reduced, seed=args.seed)
+        path = ensure(**options)
     print(path)
     return 0
 
@@ -208,6 +270,7 @@ def main(argv: list[str] | None = None) -> int:
         what="token2wav directory",
         write=write_standin_token2wav_dir,
         ensure=ensure_standin_token2wav_dir,
+        layouts=LAYOUTS,
     )
 
 

@@ -38,8 +38,10 @@ import torch
 from torch import nn
 
 from vllm_omni.logger import init_logger
+from vllm_omni.model_executor.models.cosyvoice2.flow import ConformerTrim, Lookahead
 from vllm_omni.model_executor.models.output_templates import OmniOutput
 from vllm_omni.model_executor.models.step_audio2.step_audio2_token2wav import StepAudio2Token2WavCore
+from vllm_omni.model_executor.models.step_audio2.stream_vocoder import VocoderKind
 from vllm_omni.model_executor.models.token2wav_stage.backend import Token2WavBackend
 from vllm_omni.model_executor.models.token2wav_stage.contract import (
     SegmentKind,
@@ -116,27 +118,38 @@ class Token2WavStageModel(nn.Module):
 
     def _build_core(self, folder: Path, opts: StageOptions) -> StepAudio2Token2WavCore:
         """The Token2Wav core over the asset folder (models stay unloaded until `load_weights`)."""
+        lookahead, conformer_trim, vocoder = self.stream_rules(opts)
         return StepAudio2Token2WavCore(
             folder,
             float16=opts.float16,
             device=opts.device,
             n_timesteps=opts.n_timesteps,
-            stream_lookahead=self.family.lookahead,
-            conformer_trim=self.family.conformer_trim,
+            stream_lookahead=lookahead,
+            conformer_trim=conformer_trim,
             stream_setup_cache_size=opts.setup_cache_size,
             seed=opts.seed,
             kv_cache_dtype=opts.kv_cache_dtype,
+            vocoder=vocoder,
         )
 
     def _build_backend(self, opts: StageOptions) -> Token2WavBackend:
         graphs = None
         if opts.device_graphs is not False:
             graphs = GraphSettings(max_rows=opts.max_rows, enabled=opts.device_graphs, graph_api=opts.device_graph_api)
-        return CosyVoice2Backend(self.token2wav, graphs)
+        return CosyVoice2Backend(self.token2wav, graphs, equal_vocoder_shapes=opts.pad_to_buckets)
 
     def _voice_loader(self) -> Callable[[object, float], object] | None:
         """`EngineConfig.load_voice` (None: the fixed-length 24 kHz normalisation of every reference)."""
         return None
+
+    def stream_rules(self, opts: StageOptions) -> tuple[Lookahead, ConformerTrim, VocoderKind]:
+        """Stream set-up lookahead, conformer trim and vocoder: the family's (MiniCPM-o: its `variant`)."""
+        if opts.variant is not None:
+            raise ValueError(
+                f"{type(self).__name__}: token2wav_variant={opts.variant!r}, but {self.family.name} has no "
+                "token2wav variants (MiniCPM-o 4.5 has: minicpmo_4_5/variants.py)"
+            )
+        return self.family.lookahead, self.family.conformer_trim, VocoderKind.HIFT
 
     def _default_voice(self, opts: StageOptions, folder: Path) -> Any:
         override = opts.prompt_wav
