@@ -17,11 +17,18 @@ real arithmetic (only fp32 rounding changes):
   instead of once per frame: its input is constant over a segment, so so is its output;
 - the dilated 3-tap `linear_local` is one GEMM from z to all three taps ([T', 3 * growth]) and two
   shifted in-place adds into the block buffer (no padded, tap-concatenated copy of z);
-- with one segment (T <= 200) the context `mean_T(z) + seg_mean(z)` is one reduction times
-  `1/T' + 1/divisor`;
-- on CPU the FCM head runs channels-last, oneDNN's preferred layout (no reorder around each conv).
+- statistics pooling is two reductions over the time axis (`campplus.pooling`), 7x faster than
+  `Tensor.std` over a non-contiguous axis;
+- on CPU the FCM head runs channels-last, oneDNN's preferred layout (no reorder around each conv),
+  through `torch.mkldnn_convolution` directly (see `_Conv`).
 
-Those last three saved 4-15 % per call at T = 97..1000 on the 2-core CPU (1 and 2 threads).
+**Padded calls.** `__call__(feats [B, T, F], lengths [B])` treats frames at and beyond
+`lengths[b]` of row b as padding and returns exactly the embedding of the unpadded rows: every
+conv that mixes frames sees zeros there, and every pooling counts valid frames only (the rules
+and why are in `campplus.masking`). Shapes depend on B and T only and nothing reads `lengths` on
+the host, so the call can be captured in a CUDA / NPU graph per (frame bucket, batch bucket).
+An unpadded call (`lengths=None`) runs the same reductions without masks, so on the CPU a
+padded row equals its unpadded call to the last bit (`tests/.../test_campplus_padding.py`).
 
 Validated against `CAMPPlus.forward` and onnxruntime (tests/model_executor/models/campplus).
 """
@@ -36,9 +43,18 @@ from torch import nn
 
 from vllm_omni.model_executor.models.campplus.dtdnn import CAMPPlus
 from vllm_omni.model_executor.models.campplus.layers import BasicResBlock, CAMDenseTDNNBlock, TransitLayer
-from vllm_omni.model_executor.models.campplus.segpool import SEG_LEN
+from vllm_omni.model_executor.models.campplus.masking import FrameInfo, mask_, masked, pooled_frames
+from vllm_omni.model_executor.models.campplus.pooling import cam_context, frames_of_segments, statistics
 
 Tensor = torch.Tensor
+
+#: On CPU, the per-segment / per-utterance GEMMs (CAM gate MLP, final dense) run on a row count
+#: rounded up to a multiple of this, and calls with fewer frame rows are padded (tiny calls), so
+#: that a row's result never depends on how many rows its call had: MKL rounds 1 row (GEMV) and
+#: 2-3 rows (another kernel) differently from its blocked kernel, and ATen's vectorised sigmoid
+#: computes the tail of a tensor (past the last full 2 x 16 lanes) with scalar code that rounds
+#: differently. Measured on torch 2.13 / MKL 2024.2; rows = 4 keeps 4 x growth (8 or 32) lanes full.
+MIN_GEMM_ROWS = 4
 
 
 def _bn_scale_shift(bn: nn.modules.batchnorm._BatchNorm) -> tuple[Tensor, Tensor]:
@@ -62,21 +78,36 @@ def fold_conv_bn(conv: nn.Conv1d | nn.Conv2d, bn: nn.modules.batchnorm._BatchNor
 
 
 @dataclass
-class _Conv2d:
+class _Conv:
+    """A conv with its BN folded in: 2-D (head) or 1-D (TDNN).
+
+    On CPU builds with oneDNN it calls `torch.mkldnn_convolution` directly. aten's conv dispatcher
+    sends small inputs (below ~20k elements, e.g. the 1-channel first conv at T <= 256) to a slow
+    reference kernel and larger ones to oneDNN, so a frame would be computed by different kernels
+    at different T; one kernel for every T is what lets a padded call equal the unpadded one (and
+    the first conv runs 3x faster).
+    """
+
     weight: Tensor
     bias: Tensor
-    stride: tuple[int, int]
-    padding: tuple[int, int]
+    stride: list[int]
+    padding: list[int]
+    direct: bool
 
     def __call__(self, x: Tensor) -> Tensor:
-        return F.conv2d(x, self.weight, self.bias, self.stride, self.padding)
+        if self.direct:
+            dilation = [1] * len(self.stride)
+            return torch.mkldnn_convolution(x, self.weight, self.bias, self.padding, self.stride, dilation, 1)
+        if x.dim() == 4:
+            return F.conv2d(x, self.weight, self.bias, self.stride, self.padding)
+        return F.conv1d(x, self.weight, self.bias, self.stride, self.padding)
 
 
 @dataclass
 class _ResBlock:
-    conv1: _Conv2d
-    conv2: _Conv2d
-    shortcut: _Conv2d | None
+    conv1: _Conv
+    conv2: _Conv
+    shortcut: _Conv | None
 
 
 @dataclass
@@ -109,16 +140,25 @@ class _Transit:
     relu: bool
 
 
-def _conv2d(
-    conv: nn.Conv2d, bn: nn.modules.batchnorm._BatchNorm, device: torch.device, memory_format: torch.memory_format
-) -> _Conv2d:
+def _conv(
+    conv: nn.Conv1d | nn.Conv2d,
+    bn: nn.modules.batchnorm._BatchNorm,
+    device: torch.device,
+    memory_format: torch.memory_format,
+    direct: bool,
+) -> _Conv:
     weight, bias = fold_conv_bn(conv, bn)
-    weight = weight.to(device).contiguous(memory_format=memory_format)
-    return _Conv2d(weight, bias.to(device), tuple(conv.stride), tuple(conv.padding))  # type: ignore[arg-type]
+    weight = weight.to(device)
+    if weight.dim() == 4:
+        weight = weight.contiguous(memory_format=memory_format)
+    return _Conv(weight, bias.to(device), list(conv.stride), list(conv.padding), direct)  # type: ignore[arg-type]
 
 
 class CampplusInference:
-    """Callable `[B, T, F]` fp32 features -> `[B, E]` embedding; call it under `torch.inference_mode()`."""
+    """Callable `[B, T, F]` fp32 features (+ optional `lengths` [B]) -> `[B, E]` embedding.
+
+    Call it under `torch.inference_mode()` (or `no_grad`); see the module docstring for padded calls.
+    """
 
     def __init__(self, model: CAMPPlus, device: torch.device | str = "cpu") -> None:
         if model.training:
@@ -126,31 +166,39 @@ class CampplusInference:
         self.device = torch.device(device)
         self.seg_pool_mode = model.seg_pool_mode
         self.feat_dim = model.feat_dim
+        self.embedding_size = model.embedding_size
         dev = self.device
+        cpu = dev.type == "cpu"
         # Channels-last head only where it was measured to pay (oneDNN on CPU); accelerator backends
         # keep their default layout (torch_npu in particular has its own internal formats).
-        self.head_format = torch.channels_last if dev.type == "cpu" else torch.contiguous_format
+        self.head_format = torch.channels_last if cpu else torch.contiguous_format
+        direct = cpu and torch.backends.mkldnn.is_available()
+        self.min_gemm_rows = MIN_GEMM_ROWS if cpu else 1
+        # Time reductions accumulate in float64 on CPU so that padding cannot regroup them (see
+        # `campplus.pooling`); accelerators keep fp32 (NPUs have no fast float64 reductions).
+        self.acc_dtype: torch.dtype | None = torch.float64 if cpu else None
         fmt = self.head_format
         head = model.head
         with torch.no_grad():
-            self.head_conv1 = _conv2d(head.conv1, head.bn1, dev, fmt)
+            self.head_conv1 = _conv(head.conv1, head.bn1, dev, fmt, direct)
             self.head_blocks: list[_ResBlock] = []
             for layer in (head.layer1, head.layer2):
                 for block in layer:
                     assert isinstance(block, BasicResBlock)
-                    shortcut = _conv2d(block.shortcut[0], block.shortcut[1], dev, fmt) if len(block.shortcut) else None
+                    shortcut = None
+                    if len(block.shortcut):
+                        shortcut = _conv(block.shortcut[0], block.shortcut[1], dev, fmt, direct)
                     self.head_blocks.append(
                         _ResBlock(
-                            _conv2d(block.conv1, block.bn1, dev, fmt),
-                            _conv2d(block.conv2, block.bn2, dev, fmt),
+                            _conv(block.conv1, block.bn1, dev, fmt, direct),
+                            _conv(block.conv2, block.bn2, dev, fmt, direct),
                             shortcut,
                         )
                     )
-            self.head_conv2 = _conv2d(head.conv2, head.bn2, dev, fmt)
+            self.head_conv2 = _conv(head.conv2, head.bn2, dev, fmt, direct)
 
             xv = model.xvector
-            tdnn_w, tdnn_b = fold_conv_bn(xv.tdnn.linear, xv.tdnn.nonlinear.batchnorm)
-            self.tdnn = (tdnn_w.to(dev), tdnn_b.to(dev), xv.tdnn.linear.stride[0], xv.tdnn.linear.padding[0])
+            self.tdnn = _conv(xv.tdnn.linear, xv.tdnn.nonlinear.batchnorm, dev, fmt, direct)
             self.stages: list[_Block | _Transit] = []
             transits = [name for name, m in xv.named_children() if isinstance(m, TransitLayer)]
             for name, module in xv.named_children():
@@ -205,72 +253,84 @@ class CampplusInference:
 
     # -- forward ---------------------------------------------------------------------------------
 
-    def _head(self, feats: Tensor) -> Tensor:
-        x = feats.permute(0, 2, 1).unsqueeze(1).contiguous(memory_format=self.head_format)  # [B, 1, F, T]
+    def __call__(self, feats: Tensor, lengths: Tensor | None = None) -> Tensor:
+        """`feats` [B, T, F] -> [B, E]; with `lengths` [B] (int), frames >= lengths[b] of row b are padding."""
+        if feats.dim() != 3 or feats.shape[-1] != self.feat_dim:
+            raise ValueError(f"CAM++ features must be [B, T, {self.feat_dim}], got {list(feats.shape)}")
+        batch, frames, _ = feats.shape
+        if batch * pooled_frames(frames) < self.min_gemm_rows:
+            # A tiny call: pad it so that every GEMM has at least MIN_GEMM_ROWS rows (see there).
+            if lengths is None:
+                lengths = torch.full((batch,), frames, dtype=torch.int64)
+            target = 2 * -(-self.min_gemm_rows // batch)
+            feats = F.pad(feats, (0, 0, 0, target - frames))
+            frames = target
+        if lengths is None:
+            info = FrameInfo.dense(batch, frames, self.seg_pool_mode, feats.device, feats.dtype)
+        else:
+            lengths = lengths.to(feats.device, non_blocking=True)
+            info = FrameInfo.padded(lengths, frames, self.seg_pool_mode, feats.dtype)
+        x = self._head(feats, info)
+        x = self.tdnn(mask_(x, None if info.input_mask is None else info.input_mask[:, 0])).relu_()
+        x = x.transpose(1, 2)  # [B, T', C]
+        pooled_mask = None if info.pooled_mask is None else info.pooled_mask.transpose(1, 2)  # [B, T', 1]
+        for stage in self.stages:
+            if isinstance(stage, _Block):
+                x = self._run_block(x, stage, info, pooled_mask)
+            else:
+                h = torch.addcmul(stage.bn_shift, x, stage.bn_scale).relu_()
+                x = F.linear(h, stage.weight, stage.bias)
+                if stage.relu:
+                    x = x.relu_()
+        stats = statistics(x, info, pooled_mask, 1, self.acc_dtype)
+        return F.linear(self._padded_rows(stats), *self.dense)[:batch]
+
+    def _padded_rows(self, x: Tensor) -> Tensor:
+        """2-D `x` with its row count rounded up to a multiple of `min_gemm_rows` (zero rows appended)."""
+        pad = -x.shape[0] % self.min_gemm_rows
+        return F.pad(x, (0, 0, 0, pad)) if pad else x
+
+    def _gate(self, ctx: Tensor, layer: _DenseLayer) -> Tensor:
+        """sigmoid(linear2(relu(linear1(ctx)))) of the CAM layer on [B, nseg, bn] -> [B, nseg, growth]."""
+        b, nseg, _ = ctx.shape
+        rows = self._padded_rows(ctx.reshape(b * nseg, -1))
+        hidden = F.linear(rows, layer.w_ctx1, layer.b_ctx1).relu_()
+        gate = torch.sigmoid_(F.linear(hidden, layer.w_ctx2, layer.b_ctx2))
+        return gate[: b * nseg].view(b, nseg, -1)
+
+    def _head(self, feats: Tensor, info: FrameInfo) -> Tensor:
+        mask = info.input_mask  # [B, 1, 1, T]: every conv below mixes frames, so its input is masked
+        x = masked(feats.permute(0, 2, 1).unsqueeze(1), mask).contiguous(memory_format=self.head_format)
         x = torch.relu_(self.head_conv1(x))
         for block in self.head_blocks:
-            out = torch.relu_(block.conv1(x))
+            x = mask_(x, mask)
+            out = mask_(torch.relu_(block.conv1(x)), mask)
             out = block.conv2(out)
             out += x if block.shortcut is None else block.shortcut(x)
             x = torch.relu_(out)
-        x = torch.relu_(self.head_conv2(x))
+        x = torch.relu_(self.head_conv2(mask_(x, mask)))
         b, c, f, t = x.shape
         return x.reshape(b, c * f, t)
 
-    def _segment_divisor(self, frames: int, device: torch.device) -> Tensor | float:
-        if self.seg_pool_mode == "legacy" or frames % SEG_LEN == 0:
-            return float(SEG_LEN)
-        nseg = -(-frames // SEG_LEN)
-        div = torch.full((nseg, 1), float(SEG_LEN), dtype=torch.float32, device=device)
-        div[-1] = frames - (nseg - 1) * SEG_LEN
-        return div
-
-    def _run_block(self, x: Tensor, block: _Block) -> Tensor:
+    def _run_block(self, x: Tensor, block: _Block, info: FrameInfo, pooled_mask: Tensor | None) -> Tensor:
         b, t, c0 = x.shape
         g = block.growth
         buf = torch.empty((b, t, c0 + g * len(block.layers)), dtype=x.dtype, device=x.device)
         buf[..., :c0].copy_(x)
-        nseg = -(-t // SEG_LEN)
-        pad = nseg * SEG_LEN - t
-        divisor = self._segment_divisor(t, x.device)
-        single_factor = 1.0 / t + 1.0 / (SEG_LEN if self.seg_pool_mode == "legacy" else t)
         for i, layer in enumerate(block.layers):
             cin = c0 + i * g
             h = torch.addcmul(layer.bn_shift, buf[..., :cin], layer.bn_scale).relu_()
-            z = F.linear(h, layer.w1, layer.b1).relu_()  # [B, T, bn]
+            # z feeds the only frame-mixing ops of the layer (local conv, context): zero its padding
+            z = mask_(F.linear(h, layer.w1, layer.b1).relu_(), pooled_mask)  # [B, T', bn]
             # linear_local: y[t] = W0 z[t - d] + W1 z[t] + W2 z[t + d] (zero outside); one GEMM gives
             # every tap of every frame, two shifted in-place adds place them in the block buffer.
-            taps = F.linear(z, layer.w_taps)  # [B, T, 3g]
+            taps = F.linear(z, layer.w_taps)  # [B, T', 3g]
             out = buf[..., cin : cin + g]
             out.copy_(taps[..., g : 2 * g])
             d = layer.dilation
             if d < t:
                 out[:, d:] += taps[:, : t - d, :g]
                 out[:, : t - d] += taps[:, d:, 2 * g :]
-            if nseg == 1:
-                # utterance mean + the one segment's mean: one reduction, one combined factor
-                ctx = z.sum(dim=1, keepdim=True).mul_(single_factor)
-            else:
-                seg_sum = (F.pad(z, (0, 0, 0, pad)) if pad else z).view(b, nseg, SEG_LEN, -1).sum(dim=2)
-                ctx = seg_sum / divisor + seg_sum.sum(dim=1, keepdim=True) / t  # [B, nseg, bn]
-            gate = torch.sigmoid(
-                F.linear(F.linear(ctx, layer.w_ctx1, layer.b_ctx1).relu_(), layer.w_ctx2, layer.b_ctx2)
-            )
-            out.mul_(gate.repeat_interleave(SEG_LEN, dim=1)[:, :t] if nseg > 1 else gate)
+            ctx = cam_context(z, info, 1, self.acc_dtype)  # [B, nseg, bn]
+            out.mul_(frames_of_segments(self._gate(ctx, layer), 1, t))
         return buf
-
-    def __call__(self, feats: Tensor) -> Tensor:
-        x = self._head(feats)
-        w, bias, stride, padding = self.tdnn
-        x = F.conv1d(x, w, bias, stride=stride, padding=padding).relu_()  # [B, C, T']
-        x = x.transpose(1, 2)  # [B, T', C]
-        for stage in self.stages:
-            if isinstance(stage, _Block):
-                x = self._run_block(x, stage)
-            else:
-                h = torch.addcmul(stage.bn_shift, x, stage.bn_scale).relu_()
-                x = F.linear(h, stage.weight, stage.bias)
-                if stage.relu:
-                    x = x.relu_()
-        stats = torch.cat((x.mean(dim=1), x.std(dim=1, unbiased=True)), dim=-1)
-        return F.linear(stats, *self.dense)
