@@ -43,7 +43,7 @@ from torch import nn
 
 from vllm_omni.model_executor.models.campplus.dtdnn import CAMPPlus
 from vllm_omni.model_executor.models.campplus.layers import BasicResBlock, CAMDenseTDNNBlock, TransitLayer
-from vllm_omni.model_executor.models.campplus.masking import FrameInfo, mask_, masked, pooled_frames
+from vllm_omni.model_executor.models.campplus.masking import FrameInfo, check_lengths, mask_, masked, pooled_frames
 from vllm_omni.model_executor.models.campplus.pooling import cam_context, frames_of_segments, statistics
 
 Tensor = torch.Tensor
@@ -258,6 +258,8 @@ class CampplusInference:
         if feats.dim() != 3 or feats.shape[-1] != self.feat_dim:
             raise ValueError(f"CAM++ features must be [B, T, {self.feat_dim}], got {list(feats.shape)}")
         batch, frames, _ = feats.shape
+        if lengths is not None:
+            check_lengths(lengths, frames, batch)  # values too, when they are on the host
         if batch * pooled_frames(frames) < self.min_gemm_rows:
             # A tiny call: pad it so that every GEMM has at least MIN_GEMM_ROWS rows (see there).
             if lengths is None:

@@ -100,18 +100,7 @@ class FrameInfo:
         (MIN_FRAMES <= length <= frames); on an accelerator they are not read, because reading them
         would synchronise the host with the device: callers validate lengths where they build them.
         """
-        if lengths.dim() != 1 or lengths.dtype.is_floating_point or lengths.dtype == torch.bool:
-            raise ValueError(
-                f"lengths must be an integer tensor [B] of valid frames per row, got dtype {lengths.dtype} "
-                f"and shape {list(lengths.shape)}"
-            )
-        if lengths.device.type == "cpu" and lengths.numel():
-            low, high = int(lengths.min()), int(lengths.max())
-            if low < MIN_FRAMES or high > frames:
-                raise ValueError(
-                    f"lengths must lie in [{MIN_FRAMES}, {frames}] (frames of the padded features), got "
-                    f"min {low} and max {high}; CAM++ needs >= {MIN_FRAMES} valid frames per row"
-                )
+        check_lengths(lengths, frames)
         return cls._build(lengths.to(torch.int64), frames, mode, dtype, masks=True)
 
     @classmethod
@@ -150,6 +139,28 @@ class FrameInfo:
         )
 
 
+def check_lengths(lengths: Tensor, frames: int, batch: int | None = None) -> None:
+    """Raise a ValueError unless `lengths` is an integer [B] tensor (B = `batch` if given) of valid frames.
+
+    The values (MIN_FRAMES <= length <= frames) are only checked for CPU tensors: reading a device
+    tensor would synchronise the host with the device.
+    """
+    if lengths.dim() != 1 or lengths.dtype.is_floating_point or lengths.dtype == torch.bool:
+        raise ValueError(
+            f"lengths must be an integer tensor [B] of valid frames per row, got dtype {lengths.dtype} "
+            f"and shape {list(lengths.shape)}"
+        )
+    if batch is not None and lengths.shape[0] != batch:
+        raise ValueError(f"lengths has {lengths.shape[0]} entries but the features have {batch} rows")
+    if lengths.device.type == "cpu" and lengths.numel():
+        low, high = int(lengths.min()), int(lengths.max())
+        if low < MIN_FRAMES or high > frames:
+            raise ValueError(
+                f"lengths must lie in [{MIN_FRAMES}, {frames}] (frames of the padded features), got "
+                f"min {low} and max {high}; CAM++ needs >= {MIN_FRAMES} valid frames per row"
+            )
+
+
 def masked(x: Tensor, mask: Tensor | None) -> Tensor:
     """`x * mask` (a new tensor), or `x` itself when every frame is valid."""
     return x if mask is None else x * mask
@@ -160,4 +171,4 @@ def mask_(x: Tensor, mask: Tensor | None) -> Tensor:
     return x if mask is None else x.mul_(mask)
 
 
-__all__ = ["MIN_FRAMES", "FrameInfo", "mask_", "masked", "pooled_frames", "segment_count"]
+__all__ = ["MIN_FRAMES", "FrameInfo", "check_lengths", "mask_", "masked", "pooled_frames", "segment_count"]

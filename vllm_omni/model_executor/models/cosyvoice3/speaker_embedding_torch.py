@@ -31,8 +31,11 @@ import numpy as np
 import torch
 
 from vllm_omni.logger import init_logger
+from vllm_omni.model_executor.buckets import batch_buckets, campplus_frame_buckets
+from vllm_omni.model_executor.models.campplus.batching import plan_launches
 from vllm_omni.model_executor.models.campplus.dtdnn import CAMPPlus
 from vllm_omni.model_executor.models.campplus.inference import CampplusInference
+from vllm_omni.model_executor.models.campplus.masking import MIN_FRAMES, check_lengths
 from vllm_omni.model_executor.models.campplus.onnx_import import CampplusOnnxError, load_campplus_onnx
 from vllm_omni.model_executor.models.campplus.segpool import check_seg_pool_mode, resolve_seg_pool_mode
 from vllm_omni.platforms.device import DeviceSpec, device_key, normalize_device
@@ -51,7 +54,6 @@ __all__ = [
 ]
 
 FEAT_DIM = 80
-MIN_FRAMES = 4  # stats pooling needs T' = ceil(T/2) >= 2; upstream TensorRT profiles start at 4
 DEFAULT_SEG_POOL_MODE = "legacy"
 
 
@@ -92,6 +94,14 @@ class CampplusTorch:
 
     fp32 on `device`, under `inference_mode`. `fast=False` serves the reference `CAMPPlus.forward`
     instead of the folded form (for debugging numerics).
+
+    Entry points, from one utterance to captured graphs:
+    - `__call__(feat)`: one utterance at its exact length (no padding work);
+    - `embed_batch(feats)`: many utterances, padded to the shared frame buckets (and, off the CPU,
+      batch buckets) by `campplus.batching.plan_launches`; row i equals `self(feats[i])` (bit for
+      bit on CPU);
+    - `embed_padded(x, lengths)`: one padded launch [B, T, 80] + lengths [B] on the device, static
+      shapes, no host synchronisation: what a CUDA / NPU graph captures per (frame, batch) bucket.
     """
 
     def __init__(self, model: CAMPPlus, device: DeviceSpec = None, *, fast: bool = True) -> None:
@@ -117,11 +127,28 @@ class CampplusTorch:
         with torch.inference_mode():
             return self._impl(x.unsqueeze(0))
 
-    def embed_batch(self, feats: Sequence[torch.Tensor | np.ndarray]) -> torch.Tensor:
-        """Embed several utterances; row i equals `self(feats[i])[0]`.
+    def embed_padded(self, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """Embed one padded launch: `x` [B, T, 80] fp32 on `device`, `lengths` [B] valid frames -> [B, E].
 
-        Utterances run batched per distinct length and never padded: zero padding would enter the
-        convolutions' receptive fields, the utterance mean and the segment means, and change results.
+        Frames at and beyond `lengths[b]` of row b are ignored exactly (`campplus.masking`). Shapes
+        are checked; the values of `lengths` only when it is a CPU tensor (reading a device tensor
+        would synchronise). Nothing here reads device memory on the host, so the call can be captured.
+        """
+        if x.dim() != 3 or x.shape[-1] != FEAT_DIM or x.dtype != torch.float32 or x.device != self.device:
+            raise ValueError(
+                f"embed_padded needs float32 features [B, T, {FEAT_DIM}] on {self.device}, got "
+                f"{x.dtype} {list(x.shape)} on {x.device}"
+            )
+        check_lengths(lengths, x.shape[1], x.shape[0])
+        with torch.inference_mode():
+            return self._impl(x, lengths.to(self.device, non_blocking=True))
+
+    def embed_batch(self, feats: Sequence[torch.Tensor | np.ndarray]) -> torch.Tensor:
+        """Embed several utterances; row i equals `self(feats[i])[0]` (to the last bit on CPU).
+
+        Utterances are padded to the shared frame buckets (`buckets.campplus_frame_buckets()`) and
+        launched together per bucket; off the CPU the row count is padded to a batch bucket too
+        (`buckets.batch_buckets()`), the shapes graph capture is keyed by. See `campplus.batching`.
         """
         if len(feats) == 0:
             raise ValueError("embed_batch needs at least one feature tensor, got an empty list")
@@ -131,14 +158,23 @@ class CampplusTorch:
                 prepared.append(self._prepare(feat))
             except ValueError as exc:
                 raise ValueError(f"embed_batch item {i}: {exc}") from None
+        plan = plan_launches(
+            [x.shape[0] for x in prepared],
+            campplus_frame_buckets(),
+            batch_buckets(),
+            pad_rows=self.device.type != "cpu",
+        )
         out = torch.empty((len(prepared), self.embedding_size), dtype=torch.float32, device=self.device)
-        groups: dict[int, list[int]] = {}
-        for i, x in enumerate(prepared):
-            groups.setdefault(x.shape[0], []).append(i)
-        with torch.inference_mode():
-            for indices in groups.values():
-                batch = torch.stack([prepared[i] for i in indices])
-                out[torch.tensor(indices, device=self.device)] = self._impl(batch)
+        for launch in plan:
+            x = torch.zeros((launch.rows, launch.frames, FEAT_DIM), dtype=torch.float32, device=self.device)
+            # Dummy rows (batch-bucket padding) are all-zero utterances of full length, then dropped.
+            lengths = torch.full((launch.rows,), launch.frames, dtype=torch.int64)
+            for row, index in enumerate(launch.indices):
+                frames = prepared[index].shape[0]
+                x[row, :frames] = prepared[index]
+                lengths[row] = frames
+            embeddings = self.embed_padded(x, lengths)
+            out[torch.tensor(launch.indices, device=self.device)] = embeddings[: len(launch.indices)]
         return out
 
     def __repr__(self) -> str:
