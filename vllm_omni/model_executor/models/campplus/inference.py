@@ -48,13 +48,17 @@ from vllm_omni.model_executor.models.campplus.pooling import cam_context, frames
 
 Tensor = torch.Tensor
 
-#: On CPU, the per-segment / per-utterance GEMMs (CAM gate MLP, final dense) run on a row count
-#: rounded up to a multiple of this, and calls with fewer frame rows are padded (tiny calls), so
-#: that a row's result never depends on how many rows its call had: MKL rounds 1 row (GEMV) and
-#: 2-3 rows (another kernel) differently from its blocked kernel, and ATen's vectorised sigmoid
-#: computes the tail of a tensor (past the last full 2 x 16 lanes) with scalar code that rounds
-#: differently. Measured on torch 2.13 / MKL 2024.2; rows = 4 keeps 4 x growth (8 or 32) lanes full.
-MIN_GEMM_ROWS = 4
+#: On CPU a row's GEMM result must not depend on how many rows its call has, or a padded call
+#: would differ from the unpadded one. MKL computes 1 row (GEMV) and 2-3 rows with kernels that
+#: round differently from its blocked kernel, and with 2 or 8 threads it splits 5-7 and 9-11 rows
+#: so that a thread gets such a remainder; ATen's vectorised sigmoid computes the tail past the
+#: last full 2 x 16 lanes with scalar code that rounds differently. Row counts that are multiples
+#: of ROW_MULTIPLE, and any count >= MIN_FRAME_ROWS, were row-stable with 1, 2, 3, 4 and 8 threads
+#: (torch 2.13, MKL 2024.2). So the per-segment / per-utterance GEMMs (CAM gate MLP, final dense)
+#: round their rows up to a multiple of ROW_MULTIPLE, and calls with fewer than MIN_FRAME_ROWS
+#: frame rows (B x T', i.e. single utterances under 0.63 s) run padded to that many.
+ROW_MULTIPLE = 4
+MIN_FRAME_ROWS = 32
 
 
 def _bn_scale_shift(bn: nn.modules.batchnorm._BatchNorm) -> tuple[Tensor, Tensor]:
@@ -173,7 +177,8 @@ class CampplusInference:
         # keep their default layout (torch_npu in particular has its own internal formats).
         self.head_format = torch.channels_last if cpu else torch.contiguous_format
         direct = cpu and torch.backends.mkldnn.is_available()
-        self.min_gemm_rows = MIN_GEMM_ROWS if cpu else 1
+        self.row_multiple = ROW_MULTIPLE if cpu else 1
+        self.min_frame_rows = MIN_FRAME_ROWS if cpu else 1
         # Time reductions accumulate in float64 on CPU so that padding cannot regroup them (see
         # `campplus.pooling`); accelerators keep fp32 (NPUs have no fast float64 reductions).
         self.acc_dtype: torch.dtype | None = torch.float64 if cpu else None
@@ -260,11 +265,12 @@ class CampplusInference:
         batch, frames, _ = feats.shape
         if lengths is not None:
             check_lengths(lengths, frames, batch)  # values too, when they are on the host
-        if batch * pooled_frames(frames) < self.min_gemm_rows:
-            # A tiny call: pad it so that every GEMM has at least MIN_GEMM_ROWS rows (see there).
+        if batch * pooled_frames(frames) < self.min_frame_rows:
+            # A tiny call runs padded to >= MIN_FRAME_ROWS frame rows, a multiple of ROW_MULTIPLE (see there).
             if lengths is None:
                 lengths = torch.full((batch,), frames, dtype=torch.int64)
-            target = 2 * -(-self.min_gemm_rows // batch)
+            rows = -(-self.min_frame_rows // batch)
+            target = 2 * (-(-rows // self.row_multiple) * self.row_multiple)
             feats = F.pad(feats, (0, 0, 0, target - frames))
             frames = target
         if lengths is None:
@@ -288,8 +294,8 @@ class CampplusInference:
         return F.linear(self._padded_rows(stats), *self.dense)[:batch]
 
     def _padded_rows(self, x: Tensor) -> Tensor:
-        """2-D `x` with its row count rounded up to a multiple of `min_gemm_rows` (zero rows appended)."""
-        pad = -x.shape[0] % self.min_gemm_rows
+        """2-D `x` with its row count rounded up to a multiple of `row_multiple` (zero rows appended)."""
+        pad = -x.shape[0] % self.row_multiple
         return F.pad(x, (0, 0, 0, pad)) if pad else x
 
     def _gate(self, ctx: Tensor, layer: _DenseLayer) -> Tensor:
