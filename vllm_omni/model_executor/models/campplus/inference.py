@@ -225,6 +225,7 @@ class CampplusInference:
                             relu=name == transits[-1],
                         )
                     )
+            self.ctx_channels = next(s for s in self.stages if isinstance(s, _Block)).layers[0].w_ctx1.shape[1]
             dense_w, dense_b = fold_conv_bn(xv.dense.linear, xv.dense.nonlinear.batchnorm)
             self.dense = (dense_w[..., 0].contiguous().to(dev), dense_b.to(dev))
 
@@ -274,17 +275,21 @@ class CampplusInference:
             feats = F.pad(feats, (0, 0, 0, target - frames))
             frames = target
         if lengths is None:
-            info = FrameInfo.dense(batch, frames, self.seg_pool_mode, feats.device, feats.dtype)
+            info = FrameInfo.dense(batch, frames, self.seg_pool_mode, feats.device, feats.dtype, self.acc_dtype)
         else:
             lengths = lengths.to(feats.device, non_blocking=True)
-            info = FrameInfo.padded(lengths, frames, self.seg_pool_mode, feats.dtype)
+            info = FrameInfo.padded(lengths, frames, self.seg_pool_mode, feats.dtype, self.acc_dtype)
         x = self._head(feats, info)
         x = self.tdnn(mask_(x, None if info.input_mask is None else info.input_mask[:, 0])).relu_()
         x = x.transpose(1, 2)  # [B, T', C]
         pooled_mask = None if info.pooled_mask is None else info.pooled_mask.transpose(1, 2)  # [B, T', 1]
+        # The CAM context of every layer, one row per (utterance, segment), rows rounded up to a
+        # multiple of `row_multiple` (zero rows); layers run one after another, so they share it.
+        rows = batch * info.segments
+        ctx_rows = torch.zeros((rows + -rows % self.row_multiple, self.ctx_channels), dtype=x.dtype, device=x.device)
         for stage in self.stages:
             if isinstance(stage, _Block):
-                x = self._run_block(x, stage, info, pooled_mask)
+                x = self._run_block(x, stage, info, pooled_mask, ctx_rows)
             else:
                 h = torch.addcmul(stage.bn_shift, x, stage.bn_scale).relu_()
                 x = F.linear(h, stage.weight, stage.bias)
@@ -297,14 +302,6 @@ class CampplusInference:
         """2-D `x` with its row count rounded up to a multiple of `row_multiple` (zero rows appended)."""
         pad = -x.shape[0] % self.row_multiple
         return F.pad(x, (0, 0, 0, pad)) if pad else x
-
-    def _gate(self, ctx: Tensor, layer: _DenseLayer) -> Tensor:
-        """sigmoid(linear2(relu(linear1(ctx)))) of the CAM layer on [B, nseg, bn] -> [B, nseg, growth]."""
-        b, nseg, _ = ctx.shape
-        rows = self._padded_rows(ctx.reshape(b * nseg, -1))
-        hidden = F.linear(rows, layer.w_ctx1, layer.b_ctx1).relu_()
-        gate = torch.sigmoid_(F.linear(hidden, layer.w_ctx2, layer.b_ctx2))
-        return gate[: b * nseg].view(b, nseg, -1)
 
     def _head(self, feats: Tensor, info: FrameInfo) -> Tensor:
         mask = info.input_mask  # [B, 1, 1, T]: every conv below mixes frames, so its input is masked
@@ -320,8 +317,12 @@ class CampplusInference:
         b, c, f, t = x.shape
         return x.reshape(b, c * f, t)
 
-    def _run_block(self, x: Tensor, block: _Block, info: FrameInfo, pooled_mask: Tensor | None) -> Tensor:
+    def _run_block(
+        self, x: Tensor, block: _Block, info: FrameInfo, pooled_mask: Tensor | None, ctx_rows: Tensor
+    ) -> Tensor:
         b, t, c0 = x.shape
+        nseg = info.segments
+        ctx = ctx_rows[: b * nseg].view(b, nseg, -1)
         g = block.growth
         buf = torch.empty((b, t, c0 + g * len(block.layers)), dtype=x.dtype, device=x.device)
         buf[..., :c0].copy_(x)
@@ -339,6 +340,9 @@ class CampplusInference:
             if d < t:
                 out[:, d:] += taps[:, : t - d, :g]
                 out[:, : t - d] += taps[:, d:, 2 * g :]
-            ctx = cam_context(z, info, 1, self.acc_dtype)  # [B, nseg, bn]
-            out.mul_(frames_of_segments(self._gate(ctx, layer), 1, t))
+            cam_context(z, info, 1, self.acc_dtype, out=ctx)  # [B, nseg, bn] into ctx_rows
+            # sigmoid(linear2(relu(linear1(ctx)))) on every row of ctx_rows, padding rows included
+            hidden = F.linear(ctx_rows, layer.w_ctx1, layer.b_ctx1).relu_()
+            gate = torch.sigmoid_(F.linear(hidden, layer.w_ctx2, layer.b_ctx2))[: b * nseg].view(b, nseg, g)
+            out.mul_(frames_of_segments(gate, 1, t))
         return buf

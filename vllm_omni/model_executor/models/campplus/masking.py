@@ -65,9 +65,11 @@ class FrameInfo:
     pooled: int  # T' = ceil(T / 2), frames of the dense blocks
     input_mask: Tensor | None  # [B, 1, 1, T] 1.0 / 0.0: the head's time axis is the last one
     pooled_mask: Tensor | None  # [B, 1, T'] 1.0 / 0.0 (channel-major; `.transpose(1, 2)` for time-major)
+    # Pooling factors, in the accumulation dtype of the poolings (see `campplus.pooling`):
     inv_count: Tensor  # [B, 1, 1] 1 / T'_valid (utterance mean of the CAM context, statistics mean)
     inv_count_unbiased: Tensor  # [B, 1, 1] 1 / (T'_valid - 1) (unbiased variance)
     inv_segment: Tensor  # [B, nseg, 1] 1 / divisor of each 100-frame segment (seg-pool mode applied)
+    inv_single: Tensor | None  # [B, 1, 1] inv_count + inv_segment when there is one segment, else None
 
     @property
     def segments(self) -> int:
@@ -85,42 +87,57 @@ class FrameInfo:
         mode: Literal["legacy", "exact"],
         device: torch.device,
         dtype: torch.dtype = torch.float32,
+        acc_dtype: torch.dtype | None = None,
     ) -> FrameInfo:
         """An unpadded call: every one of the `frames` frames of every row is valid."""
         lengths = torch.full((batch,), frames, dtype=torch.int64, device=device)
-        return cls._build(lengths, frames, mode, dtype, masks=False)
+        return cls._build(lengths, frames, mode, dtype, acc_dtype or dtype, masks=False)
 
     @classmethod
     def padded(
-        cls, lengths: Tensor, frames: int, mode: Literal["legacy", "exact"], dtype: torch.dtype = torch.float32
+        cls,
+        lengths: Tensor,
+        frames: int,
+        mode: Literal["legacy", "exact"],
+        dtype: torch.dtype = torch.float32,
+        acc_dtype: torch.dtype | None = None,
     ) -> FrameInfo:
         """A padded call: row b's valid input frames are [0, lengths[b]) of `frames`.
 
         `lengths` is an integer tensor [B] on the call's device. On the CPU its values are checked
         (MIN_FRAMES <= length <= frames); on an accelerator they are not read, because reading them
         would synchronise the host with the device: callers validate lengths where they build them.
+        Masks get `dtype`, the pooling factors `acc_dtype` (default: `dtype`).
         """
         check_lengths(lengths, frames)
-        return cls._build(lengths.to(torch.int64), frames, mode, dtype, masks=True)
+        return cls._build(lengths.to(torch.int64), frames, mode, dtype, acc_dtype or dtype, masks=True)
 
     @classmethod
     def _build(
-        cls, lengths: Tensor, frames: int, mode: Literal["legacy", "exact"], dtype: torch.dtype, *, masks: bool
+        cls,
+        lengths: Tensor,
+        frames: int,
+        mode: Literal["legacy", "exact"],
+        dtype: torch.dtype,
+        acc_dtype: torch.dtype,
+        *,
+        masks: bool,
     ) -> FrameInfo:
         device = lengths.device
         batch = lengths.shape[0]
         pooled = pooled_frames(frames)
         valid_pooled = (lengths + 1) // 2  # the stride-2 TDNN keeps ceil(L / 2) frames
-        count = valid_pooled.to(dtype).view(batch, 1, 1)
+        count = valid_pooled.to(acc_dtype).view(batch, 1, 1)
         nseg = segment_count(pooled)
         if mode == "legacy":
             # onnxruntime <= 1.28: every window divides by 100 (the partial one as if zero-padded).
-            divisor = torch.full((batch, nseg, 1), float(SEG_LEN), dtype=dtype, device=device)
+            divisor = torch.full((batch, nseg, 1), float(SEG_LEN), dtype=acc_dtype, device=device)
         else:
             # Segment k holds min(100, T'_valid - 100 k) real frames; segments past the valid ones
             # only feed padded frames, so any positive divisor is fine there (1).
             start = torch.arange(nseg, device=device, dtype=torch.int64) * SEG_LEN
-            divisor = (valid_pooled.view(batch, 1) - start).clamp(1, SEG_LEN).to(dtype).view(batch, nseg, 1)
+            divisor = (valid_pooled.view(batch, 1) - start).clamp(1, SEG_LEN).to(acc_dtype).view(batch, nseg, 1)
+        inv_count, inv_segment = count.reciprocal(), divisor.reciprocal()
         input_mask = pooled_mask = None
         if masks:
             input_mask = (torch.arange(frames, device=device) < lengths.view(batch, 1)).to(dtype)
@@ -133,9 +150,10 @@ class FrameInfo:
             pooled=pooled,
             input_mask=input_mask,
             pooled_mask=pooled_mask,
-            inv_count=count.reciprocal(),
+            inv_count=inv_count,
             inv_count_unbiased=(count - 1).reciprocal(),
-            inv_segment=divisor.reciprocal(),
+            inv_segment=inv_segment,
+            inv_single=inv_count + inv_segment if nseg == 1 else None,
         )
 
 

@@ -8,16 +8,18 @@ valid frames of a row and z zero on padded frames:
 
 - CAM context of segment k: `sum_t z / T' + sum_{t in k} z / divisor_k`, the utterance mean plus
   the 100-frame segment mean (`divisor_k` per seg-pool mode, see `campplus.segpool` and
-  `FrameInfo`); the utterance sum is the sum of the segment sums.
+  `FrameInfo`); the utterance sum is the sum of the segment sums, and with one segment the two
+  terms are one sum times `1/T' + 1/divisor`.
 - statistics: mean `sum_t x / T'` and unbiased std `sqrt(sum_t (x - mean)^2 / (T' - 1))` (two
   passes, no epsilon, like `Tensor.std`).
 
 **Accumulation dtype.** torch's CPU sum kernels group terms by the length of the reduced axis
 (vectorised unrolling with a length-dependent tail), so in fp32 the sum of T' values and the sum
 of the same values followed by zeros can differ in the last bits (measured up to 7e-7 on the
-embedding). Accumulating in float64 (`acc_dtype`, the CPU choice of `CampplusInference`) makes the
-rounded fp32 result independent of the grouping; accelerators accumulate in fp32, where a padded
-call agrees to the device's tolerance instead.
+embedding). Accumulating in float64 (`acc_dtype`, the CPU choice of `CampplusInference`, with the
+`FrameInfo` factors in float64 too) makes the rounded fp32 result independent of the grouping and
+of how the formula is arranged; accelerators accumulate in fp32, where a padded call agrees to the
+device's tolerance instead.
 
 `dim` names the time axis: 1 for the folded form's time-major [B, T', C], 2 for the module tree's
 channel-major [B, C, T'].
@@ -52,12 +54,22 @@ def _along(t: Tensor, dim: int) -> Tensor:
     return t if dim == 1 else t.transpose(1, dim)
 
 
-def cam_context(z: Tensor, info: FrameInfo, dim: int, acc_dtype: torch.dtype | None = None) -> Tensor:
-    """Per-segment context of a CAM layer, `z` zero on padded frames: [B, nseg, C] for dim=1, z's dtype."""
+def cam_context(
+    z: Tensor, info: FrameInfo, dim: int, acc_dtype: torch.dtype | None = None, out: Tensor | None = None
+) -> Tensor:
+    """Per-segment context of a CAM layer, `z` zero on padded frames: [B, nseg, C] for dim=1, in z's dtype.
+
+    Written into `out` when given (shape of the result, z's dtype). With one segment the two means
+    are one sum times `inv_single`; in float64 accumulation that rounds to the same fp32 value as
+    the two-term formula a padded call with more segments uses.
+    """
     seg = segment_sums(z, dim, info.segments, acc_dtype)
-    total = seg if info.segments == 1 else seg.sum(dim=dim, keepdim=True)
-    ctx = torch.addcmul(total * _along(info.inv_count, dim), seg, _along(info.inv_segment, dim))
-    return ctx.to(z.dtype)
+    if out is None:
+        out = torch.empty(seg.shape, dtype=z.dtype, device=z.device)
+    if info.inv_single is not None:
+        return torch.mul(seg, info.inv_single, out=out)
+    total = seg.sum(dim=dim, keepdim=True)
+    return torch.addcmul(total * _along(info.inv_count, dim), seg, _along(info.inv_segment, dim), out=out)
 
 
 def frames_of_segments(values: Tensor, dim: int, frames: int) -> Tensor:
