@@ -30,7 +30,7 @@ DEFAULT_JSON = "spk_embedding_report.json"
 DEFAULT_PLOT = "spk_embedding_report.png"
 MIN_FRAMES = 4
 # (lengths, warmup, iters, prompt-cache hits) of the default run and of --fast; explicit options win.
-DEFAULT_PLAN = ((97, 200, 501, 1000), 5, 50, 200)
+DEFAULT_PLAN = ((97, 200, 501, 1000, 3000), 5, 50, 200)
 FAST_PLAN = ((97, 200), 2, 10, 50)
 
 
@@ -69,6 +69,27 @@ def parse_lengths(text: str) -> tuple[int, ...]:
     return tuple(sorted(set(values)))
 
 
+def parse_threads(text: str | None) -> tuple[int, ...]:
+    """`--threads 1,2` -> (1, 2); default: 1 and the usable cores (at most 8), e.g. (1, 2) on 2 cores."""
+    if text is None:
+        return tuple(sorted({1, common.default_threads()}))
+    values = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        try:
+            value = int(part)
+        except ValueError:
+            raise CLIUsageError(f"--threads: {part!r} is not an integer thread count (e.g. --threads 1,2)") from None
+        if value < 1:
+            raise CLIUsageError(f"--threads must be >= 1, got {value}")
+        values.append(value)
+    if not values:
+        raise CLIUsageError("--threads needs at least one thread count, e.g. --threads 1,2")
+    return tuple(sorted(set(values)))
+
+
 def _existing_file(option: str, value: str | None) -> Path | None:
     if value is None:
         return None
@@ -85,7 +106,7 @@ def build_config(args: argparse.Namespace) -> Any:
     from vllm_omni.benchmarks.spk_embedding import BenchConfig
 
     plan = FAST_PLAN if args.fast else DEFAULT_PLAN
-    for name in ("batch", "threads", "iters"):
+    for name in ("batch", "iters"):
         common.check_at_least(f"--{name}", getattr(args, name), 1)
     common.check_at_least("--warmup", args.warmup, 0)
     device = common.check_device(args.device)
@@ -105,7 +126,7 @@ def build_config(args: argparse.Namespace) -> Any:
         batch=args.batch,
         warmup=plan[1] if args.warmup is None else args.warmup,
         iters=plan[2] if args.iters is None else args.iters,
-        threads=common.default_threads() if args.threads is None else args.threads,
+        threads=parse_threads(args.threads),
         audio=_existing_file("--audio", args.audio),
         prompt_cache_iters=plan[3],
         add_trt_when_available=args.backends is None,
@@ -165,12 +186,17 @@ class SpkEmbeddingSubcommand:
             "ort is always measured: it is the reference",
         )
         parser.add_argument(
-            "--lengths", metavar="T,...", help="feature lengths in fbank frames (default 97,200,501,1000)"
+            "--lengths", metavar="T,...", help="feature lengths in fbank frames (default 97,200,501,1000,3000)"
         )
         parser.add_argument("--batch", type=int, default=1, help="utterances per call (default 1)")
         parser.add_argument("--warmup", type=int, metavar="N", help="untimed calls per backend and T (default 5)")
         parser.add_argument("--iters", type=int, metavar="N", help="timed calls per backend and T (default 50)")
-        common.add_threads_option(parser)
+        parser.add_argument(
+            "--threads",
+            metavar="N,...",
+            help="thread budgets: every backend runs at each (torch intra-op threads and onnxruntime intra-op "
+            f"threads per call; default 1 and the usable cores, <= {common.MAX_DEFAULT_THREADS})",
+        )
         parser.add_argument("--audio", metavar="PATH", help="speech file to cut features from (default: shipped clip)")
         common.add_report_file_options(parser, DEFAULT_JSON, DEFAULT_PLOT)
         parser.add_argument(
