@@ -337,9 +337,9 @@ class CampplusInference:
             out = buf[..., cin : cin + g]
             out.copy_(taps[..., g : 2 * g])
             d = layer.dilation
-            if d < t:
-                out[:, d:] += taps[:, : t - d, :g]
-                out[:, : t - d] += taps[:, d:, 2 * g :]
+            if d < t:  # add_ on the views (`out[...] += ...` would copy each view onto itself again)
+                out[:, d:].add_(taps[:, : t - d, :g])
+                out[:, : t - d].add_(taps[:, d:, 2 * g :])
             cam_context(z, info, 1, self.acc_dtype, out=ctx)  # [B, nseg, bn] into ctx_rows
             # sigmoid(linear2(relu(linear1(ctx)))) on every row of ctx_rows, padding rows included
             hidden = F.linear(ctx_rows, layer.w_ctx1, layer.b_ctx1).relu_()
