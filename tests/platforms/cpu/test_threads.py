@@ -55,3 +55,34 @@ def test_other_threads_keep_their_count_and_new_threads_the_default() -> None:
 def test_bad_counts_are_rejected(bad: object) -> None:
     with pytest.raises(ValueError, match="intra-op threads"), intra_op_threads(bad):  # type: ignore[arg-type]
         pass
+
+
+def test_other_runnable_threads_reads_the_host_count_without_the_caller(tmp_path) -> None:
+    from vllm_omni.platforms.cpu.threads import other_runnable_threads
+
+    fake = tmp_path / "loadavg"
+    fake.write_text("1.81 1.58 2.86 3/96 13660\n")
+    assert other_runnable_threads(str(fake)) == 2
+    fake.write_text("0.00 0.00 0.00 1/50 1\n")
+    assert other_runnable_threads(str(fake)) == 0
+    fake.write_text("garbage\n")
+    assert other_runnable_threads(str(fake)) is None
+    assert other_runnable_threads(str(tmp_path / "missing")) is None
+
+
+@pytest.mark.parametrize(
+    ("budget", "cores", "others", "want"),
+    [
+        (2, 2, 0, 2),  # quiet host: the whole budget
+        (2, 2, 1, 1),  # one core taken: one thread, not a stalled barrier
+        (2, 2, 5, 1),  # never below one
+        (4, 8, 5, 3),
+        (4, 8, 0, 4),  # never above the budget
+        (1, 8, 0, 1),
+        (2, 2, None, 2),  # unknown host state: the budget
+    ],
+)
+def test_call_threads_gives_the_budget_minus_busy_cores(budget: int, cores: int, others: int | None, want: int) -> None:
+    from vllm_omni.platforms.cpu.threads import call_threads
+
+    assert call_threads(budget, cores=cores, others=others) == want

@@ -58,14 +58,15 @@ def test_embed_batch_launches_bucket_shapes_and_rows_equal_single_calls(
     lengths = [97, 4, 200, 65, 128, 257, 129]
     feats = [speaker_feats(t, offset=1000 * i) for i, t in enumerate(lengths)]
     shapes: list[tuple[int, int]] = []
-    real = backend.embed_padded
+    real = backend._impl
 
-    def spy(x: torch.Tensor, lens: torch.Tensor) -> torch.Tensor:
+    def spy(x: torch.Tensor, lens: torch.Tensor | None = None) -> torch.Tensor:
         shapes.append((x.shape[0], x.shape[1]))
         return real(x, lens)
 
-    monkeypatch.setattr(backend, "embed_padded", spy)
+    monkeypatch.setattr(backend, "_impl", spy)
     batch = backend.embed_batch(feats)
+    monkeypatch.setattr(backend, "_impl", real)
     frame_buckets = campplus_frame_buckets()
     assert sorted(shapes) == [(1, 64), (1, 192), (1, 256), (1, 320), (3, 128)]
     assert all(frames in frame_buckets for _, frames in shapes)
@@ -88,9 +89,10 @@ def test_off_cpu_rows_are_padded_to_a_batch_bucket(backend, monkeypatch: pytest.
     monkeypatch.setattr(set_, "plan_launches", recording)
     feats = [speaker_feats(t) for t in (97, 100, 110)]
     shapes: list[int] = []
-    real_padded = backend.embed_padded
-    monkeypatch.setattr(backend, "embed_padded", lambda x, lens: (shapes.append(x.shape[0]), real_padded(x, lens))[1])
+    real_impl = backend._impl
+    monkeypatch.setattr(backend, "_impl", lambda x, lens=None: (shapes.append(x.shape[0]), real_impl(x, lens))[1])
     batch = backend.embed_batch(feats)
+    monkeypatch.setattr(backend, "_impl", real_impl)
     assert calls == [{"pad_rows": False}]  # the CPU asks for no row padding ...
     assert shapes == [batch_buckets().round_up(3)]  # ... and a padded plan still gives exact rows
     for i, feat in enumerate(feats):
@@ -111,3 +113,31 @@ def test_embed_padded_checks_shapes_and_lengths(backend) -> None:
 def test_embed_batch_names_the_bad_item(backend) -> None:
     with pytest.raises(ValueError, match="embed_batch item 1: .*T >= 4"):
         backend.embed_batch([torch.zeros(50, 80), torch.zeros(3, 80)])
+
+
+def test_cpu_calls_give_up_the_cores_other_threads_hold(backend, monkeypatch: pytest.MonkeyPatch) -> None:
+    from vllm_omni.platforms.cpu import threads
+
+    feat = speaker_feats(97)
+    seen: list[int] = []
+    real = backend._impl
+
+    def spy(x: torch.Tensor, lens: torch.Tensor | None = None) -> torch.Tensor:
+        seen.append(torch.get_num_threads())
+        return real(x, lens)
+
+    monkeypatch.setattr(backend, "_impl", spy)
+    monkeypatch.setattr(threads, "usable_cores", lambda: 2)
+    previous = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        monkeypatch.setattr(threads, "other_runnable_threads", lambda: 0)
+        quiet = backend(feat)
+        monkeypatch.setattr(threads, "other_runnable_threads", lambda: 1)
+        busy = backend(feat)
+        assert backend.last_call_threads == 1 and torch.get_num_threads() == 2  # restored after the call
+        backend.embed_batch([feat, speaker_feats(200)])
+    finally:
+        torch.set_num_threads(previous)
+    assert seen == [2, 1, 1, 1]  # one choice for all launches of a batch
+    assert torch.equal(quiet, busy)  # the thread count changes the speed, not the result

@@ -291,10 +291,7 @@ class CampplusInference:
             if isinstance(stage, _Block):
                 x = self._run_block(x, stage, info, pooled_mask, ctx_rows)
             else:
-                h = torch.addcmul(stage.bn_shift, x, stage.bn_scale).relu_()
-                x = F.linear(h, stage.weight, stage.bias)
-                if stage.relu:
-                    x = x.relu_()
+                x = self._transit(x, stage)
         stats = statistics(x, info, pooled_mask, 1, self.acc_dtype)
         return F.linear(self._padded_rows(stats), *self.dense)[:batch]
 
@@ -302,6 +299,14 @@ class CampplusInference:
         """2-D `x` with its row count rounded up to a multiple of `row_multiple` (zero rows appended)."""
         pad = -x.shape[0] % self.row_multiple
         return F.pad(x, (0, 0, 0, pad)) if pad else x
+
+    def _linear1(self, h: Tensor, layer: _DenseLayer) -> Tensor:
+        return F.linear(h, layer.w1, layer.b1).relu_()
+
+    def _transit(self, x: Tensor, stage: _Transit) -> Tensor:
+        h = torch.addcmul(stage.bn_shift, x, stage.bn_scale).relu_()
+        x = F.linear(h, stage.weight, stage.bias)
+        return x.relu_() if stage.relu else x
 
     def _head(self, feats: Tensor, info: FrameInfo) -> Tensor:
         mask = info.input_mask  # [B, 1, 1, T]: every conv below mixes frames, so its input is masked
@@ -330,7 +335,7 @@ class CampplusInference:
             cin = c0 + i * g
             h = torch.addcmul(layer.bn_shift, buf[..., :cin], layer.bn_scale).relu_()
             # z feeds the only frame-mixing ops of the layer (local conv, context): zero its padding
-            z = mask_(F.linear(h, layer.w1, layer.b1).relu_(), pooled_mask)  # [B, T', bn]
+            z = mask_(self._linear1(h, layer), pooled_mask)  # [B, T', bn]
             # linear_local: y[t] = W0 z[t - d] + W1 z[t] + W2 z[t + d] (zero outside); one GEMM gives
             # every tap of every frame, two shifted in-place adds place them in the block buffer.
             taps = F.linear(z, layer.w_taps)  # [B, T', 3g]

@@ -20,10 +20,11 @@ weights (docs/design/speaker_embedding.md, "Tolerances").
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,12 +33,13 @@ import torch
 
 from vllm_omni.logger import init_logger
 from vllm_omni.model_executor.buckets import batch_buckets, campplus_frame_buckets
-from vllm_omni.model_executor.models.campplus.batching import plan_launches
+from vllm_omni.model_executor.models.campplus.batching import Launch, plan_launches
 from vllm_omni.model_executor.models.campplus.dtdnn import CAMPPlus
 from vllm_omni.model_executor.models.campplus.inference import CampplusInference
 from vllm_omni.model_executor.models.campplus.masking import MIN_FRAMES, check_lengths
 from vllm_omni.model_executor.models.campplus.onnx_import import CampplusOnnxError, load_campplus_onnx
 from vllm_omni.model_executor.models.campplus.segpool import check_seg_pool_mode, resolve_seg_pool_mode
+from vllm_omni.platforms.cpu.threads import call_threads, intra_op_threads
 from vllm_omni.platforms.device import DeviceSpec, device_key, normalize_device
 
 logger = init_logger(__name__)
@@ -102,13 +104,22 @@ class CampplusTorch:
       bit on CPU);
     - `embed_padded(x, lengths)`: one padded launch [B, T, 80] + lengths [B] on the device, static
       shapes, no host synchronisation: what a CUDA / NPU graph captures per (frame, batch) bucket.
+
+    CPU threads: a call's budget is the calling thread's torch intra-op thread count; with
+    `adaptive_threads` (default) each call uses only the cores no other runnable thread holds at
+    that moment (`platforms.cpu.threads.call_threads`), because torch's statically split OpenMP
+    regions stall 3-10x when a core is taken. `last_call_threads` says what the last call used.
     """
 
-    def __init__(self, model: CAMPPlus, device: DeviceSpec = None, *, fast: bool = True) -> None:
+    def __init__(
+        self, model: CAMPPlus, device: DeviceSpec = None, *, fast: bool = True, adaptive_threads: bool = True
+    ) -> None:
         self.device: torch.device = normalize_device(device)
         self.name = f"torch-{device_key(self.device)}"
         self.seg_pool_mode = model.seg_pool_mode
         self.embedding_size = model.embedding_size
+        self.adaptive_threads = adaptive_threads
+        self.last_call_threads: int | None = None  # diagnostics: intra-op threads of the last CPU call
         model = model.eval()
         if fast:
             self._impl = CampplusInference(model, self.device)
@@ -124,8 +135,20 @@ class CampplusTorch:
 
     def __call__(self, feat: torch.Tensor | np.ndarray) -> torch.Tensor:
         x = self._prepare(feat)
-        with torch.inference_mode():
+        with self._threads(), torch.inference_mode():
             return self._impl(x.unsqueeze(0))
+
+    @contextlib.contextmanager
+    def _threads(self) -> Iterator[None]:
+        """On CPU, run the block with the threads the host can give now (see the class docstring)."""
+        if self.device.type != "cpu":
+            yield
+            return
+        budget = torch.get_num_threads()
+        threads = call_threads(budget) if self.adaptive_threads else budget
+        self.last_call_threads = threads
+        with intra_op_threads(threads):
+            yield
 
     def embed_padded(self, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         """Embed one padded launch: `x` [B, T, 80] fp32 on `device`, `lengths` [B] valid frames -> [B, E].
@@ -140,7 +163,7 @@ class CampplusTorch:
                 f"{x.dtype} {list(x.shape)} on {x.device}"
             )
         check_lengths(lengths, x.shape[1], x.shape[0])
-        with torch.inference_mode():
+        with self._threads(), torch.inference_mode():
             return self._impl(x, lengths.to(self.device, non_blocking=True))
 
     def embed_batch(self, feats: Sequence[torch.Tensor | np.ndarray]) -> torch.Tensor:
@@ -165,17 +188,24 @@ class CampplusTorch:
             pad_rows=self.device.type != "cpu",
         )
         out = torch.empty((len(prepared), self.embedding_size), dtype=torch.float32, device=self.device)
-        for launch in plan:
-            x = torch.zeros((launch.rows, launch.frames, FEAT_DIM), dtype=torch.float32, device=self.device)
-            # Dummy rows (batch-bucket padding) are all-zero utterances of full length, then dropped.
-            lengths = torch.full((launch.rows,), launch.frames, dtype=torch.int64)
-            for row, index in enumerate(launch.indices):
-                frames = prepared[index].shape[0]
-                x[row, :frames] = prepared[index]
-                lengths[row] = frames
-            embeddings = self.embed_padded(x, lengths)
-            out[torch.tensor(launch.indices, device=self.device)] = embeddings[: len(launch.indices)]
+        with self._threads():  # once for all launches: back-to-back launches see their own spinning workers
+            for launch in plan:
+                self._run_launch(launch, prepared, out)
         return out
+
+    def _run_launch(self, launch: Launch, prepared: list[torch.Tensor], out: torch.Tensor) -> None:
+        """Pad the rows of one planned launch, embed them, and scatter the results into `out`."""
+        x = torch.zeros((launch.rows, launch.frames, FEAT_DIM), dtype=torch.float32, device=self.device)
+        # Dummy rows (batch-bucket padding) are all-zero utterances of full length, then dropped.
+        lengths = torch.full((launch.rows,), launch.frames, dtype=torch.int64)
+        for row, index in enumerate(launch.indices):
+            frames = prepared[index].shape[0]
+            x[row, :frames] = prepared[index]
+            lengths[row] = frames
+        check_lengths(lengths, launch.frames, launch.rows)
+        with torch.inference_mode():
+            embeddings = self._impl(x, lengths.to(self.device, non_blocking=True))
+        out[torch.tensor(launch.indices, device=self.device)] = embeddings[: len(launch.indices)]
 
     def __repr__(self) -> str:
         return f"CampplusTorch(name={self.name!r}, seg_pool_mode={self.seg_pool_mode!r})"
