@@ -278,6 +278,7 @@ class CellResult:
     wall: LatencyStats
     host: LatencyStats
     host_cpu: LatencyStats
+    threads_used: dict[str, int] | None = None  # torch on CPU: timed calls per intra-op thread count it chose
     ratio_vs_ort: float | None = None  # vs onnxruntime at the same thread budget
     paired_ratio_vs_ort: float | None = None  # median over iterations of (this call / the ORT call beside it)
     cosine_vs_ort: float | None = None
@@ -507,6 +508,7 @@ class _Runner:
     name: str
     run: Callable[[torch.Tensor], torch.Tensor]
     threads: int
+    used: list[int] = field(default_factory=list)  # intra-op threads each torch call actually ran with
 
     @property
     def label(self) -> str:
@@ -547,11 +549,17 @@ def _ort_runner(onnx: Path, device: torch.device, threads: int) -> tuple[_Runner
 def _torch_runner(model: Any, batch: int, threads: int) -> _Runner:
     from vllm_omni.platforms.cpu.threads import intra_op_threads
 
+    runner = _Runner("torch", str(model.name), lambda x: x, threads)
+
     def run(x: torch.Tensor) -> torch.Tensor:
         with intra_op_threads(threads):
-            return model(x[0]) if batch == 1 else model.embed_batch(list(x.unbind(0)))
+            out = model(x[0]) if batch == 1 else model.embed_batch(list(x.unbind(0)))
+        used = getattr(model, "last_call_threads", None)
+        runner.used.append(threads if used is None else used)
+        return out
 
-    return _Runner("torch", str(model.name), run, threads)
+    runner.run = run
+    return runner
 
 
 def _trt_runners(onnx: Path, device: torch.device, threads: Sequence[int]) -> tuple[list[_Runner], float]:
@@ -779,6 +787,8 @@ class SpkEmbeddingBenchmark:
         for frames, x in inputs.items():
             samples: dict[str, list[tuple[int, int, int]]] = {r.label: [] for r in runners}
             outputs: dict[str, torch.Tensor] = {}
+            for runner in runners:
+                runner.used.clear()
             try:
                 for i in range(cfg.warmup + cfg.iters_at(frames)):
                     # Rotate the call order every iteration so no backend always runs first (or right after another).
@@ -823,6 +833,9 @@ class SpkEmbeddingBenchmark:
                 host=LatencyStats.from_ns([s[0] for s in rows]),
                 host_cpu=LatencyStats.from_ns([s[1] for s in rows]),
             )
+            if runner.used:
+                timed = runner.used[self.config.warmup :][:n]
+                cell.threads_used = {str(k): timed.count(k) for k in sorted(set(timed))}
             cell.ratio_vs_ort = cell.wall.median_ms / ort_wall.median_ms
             cell.paired_ratio_vs_ort = float(np.median([r[2] / max(o[2], 1) for r, o in zip(rows, ort, strict=True)]))
             if runner.key != "ort" and runner.label in outputs and ort_label in outputs:

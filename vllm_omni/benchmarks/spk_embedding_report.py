@@ -142,6 +142,19 @@ def ratio_rows(report: BenchReport) -> list[str]:
     return rows
 
 
+def threads_used_lines(report: BenchReport) -> list[str]:
+    """Cells whose torch calls ran with fewer threads than their budget (busy host), one line each."""
+    lines = []
+    for c in _sorted_cells(report):
+        if c.threads_used and any(int(k) != c.threads for k in c.threads_used):
+            counts = ", ".join(f"{n} calls at {k}" for k, n in c.threads_used.items())
+            lines.append(
+                f"T={c.frames} {c.backend_name} budget {c.threads}: other runnable threads held cores, so the "
+                f"calls ran with fewer threads ({counts})"
+            )
+    return lines
+
+
 def best_of_lines(report: BenchReport) -> list[str]:
     """Per T: each backend at its fastest thread budget, and its ratio to onnxruntime's best."""
     lines = []
@@ -211,7 +224,7 @@ def render_text(report: BenchReport) -> str:
     rows = ratio_rows(report)
     if rows:
         parts += [*rows, ""]
-    speed = [*best_of_lines(report), *speed_verdict_lines(report)]
+    speed = [*threads_used_lines(report), *best_of_lines(report), *speed_verdict_lines(report)]
     if speed:
         parts += [*speed, ""]
     parts += footer_lines(report)

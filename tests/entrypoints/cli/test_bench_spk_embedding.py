@@ -116,6 +116,9 @@ def test_json_report_has_every_field(e2e: dict[str, Any]) -> None:
             assert cell["cosine_vs_ort"] >= 0.999999 and cell["rel_l2_diff_vs_ort"] <= 2e-3
             assert 0 <= cell["max_abs_diff_vs_ort"] <= cell["rel_l2_diff_vs_ort"] * cell["ort_max_abs"] * 192**0.5
             assert cell["parity_ok"] is True
+            # the threads each timed call ran with: at most its budget (fewer when other threads held cores)
+            used = cell["threads_used"]
+            assert sum(used.values()) == 4 and all(1 <= int(k) <= threads for k in used)
         else:
             assert cell["ratio_vs_ort"] == 1.0 and cell["cosine_vs_ort"] is None
 
