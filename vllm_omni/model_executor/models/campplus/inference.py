@@ -118,13 +118,14 @@ class _ResBlock:
 class _DenseLayer:
     bn_scale: Tensor  # nonlinear1 as x * scale + shift, [C_in]
     bn_shift: Tensor
-    w1: Tensor  # linear1 with nonlinear2 folded, [bn, C_in]
+    # GEMM weights are stored transposed ([in, out], contiguous) for `torch.addmm(bias, x, w)`.
+    w1: Tensor  # linear1 with nonlinear2 folded, [C_in, bn]
     b1: Tensor
-    w_taps: Tensor  # linear_local as [3 * growth, bn]: rows of tap k (frame t - d, t, t + d) at k * growth
+    w_taps: Tensor  # linear_local as [bn, 3 * growth]: columns of tap k (frame t - d, t, t + d) at k * growth
     dilation: int
-    w_ctx1: Tensor  # cam_layer.linear1 [bn/2, bn]
+    w_ctx1: Tensor  # cam_layer.linear1 [bn, bn/2]
     b_ctx1: Tensor
-    w_ctx2: Tensor  # cam_layer.linear2 [growth, bn/2]
+    w_ctx2: Tensor  # cam_layer.linear2 [bn/2, growth]
     b_ctx2: Tensor
 
 
@@ -139,7 +140,7 @@ class _Block:
 class _Transit:
     bn_scale: Tensor
     bn_shift: Tensor
-    weight: Tensor  # [C_out, C_in]
+    weight: Tensor  # [C_in, C_out] (transposed for addmm / mm)
     bias: Tensor | None  # the last transit carries out_nonlinear's BN, followed by ReLU
     relu: bool
 
@@ -220,14 +221,14 @@ class CampplusInference:
                         _Transit(
                             scale.float().to(dev),
                             shift.float().to(dev),
-                            weight.detach()[..., 0].contiguous().to(dev),
+                            weight.detach()[..., 0].t().contiguous().to(dev),
                             out_bias,
                             relu=name == transits[-1],
                         )
                     )
-            self.ctx_channels = next(s for s in self.stages if isinstance(s, _Block)).layers[0].w_ctx1.shape[1]
+            self.ctx_channels = next(s for s in self.stages if isinstance(s, _Block)).layers[0].w_ctx1.shape[0]
             dense_w, dense_b = fold_conv_bn(xv.dense.linear, xv.dense.nonlinear.batchnorm)
-            self.dense = (dense_w[..., 0].contiguous().to(dev), dense_b.to(dev))
+            self.dense = (dense_w[..., 0].t().contiguous().to(dev), dense_b.to(dev))  # [C, E], [E]
 
     @staticmethod
     def _block(block: CAMDenseTDNNBlock, dev: torch.device) -> _Block:
@@ -239,18 +240,18 @@ class CampplusInference:
             local = cam.linear_local
             if local.bias is not None or local.stride[0] != 1 or local.kernel_size[0] != 3:
                 raise ValueError("CampplusInference supports the upstream CAM layer (3 taps, stride 1, no bias)")
-            w_taps = local.weight.detach().permute(2, 0, 1).reshape(-1, local.in_channels)
+            w_taps = local.weight.detach().permute(1, 2, 0).reshape(local.in_channels, -1)
             layers.append(
                 _DenseLayer(
                     scale.float().to(dev),
                     shift.float().to(dev),
-                    w1[..., 0].contiguous().to(dev),
+                    w1[..., 0].t().contiguous().to(dev),
                     b1.to(dev),
                     w_taps.contiguous().to(dev),
                     local.dilation[0],
-                    cam.linear1.weight.detach()[..., 0].contiguous().to(dev),
+                    cam.linear1.weight.detach()[..., 0].t().contiguous().to(dev),
                     cam.linear1.bias.detach().to(dev),
-                    cam.linear2.weight.detach()[..., 0].contiguous().to(dev),
+                    cam.linear2.weight.detach()[..., 0].t().contiguous().to(dev),
                     cam.linear2.bias.detach().to(dev),
                 )
             )
@@ -280,32 +281,38 @@ class CampplusInference:
             lengths = lengths.to(feats.device, non_blocking=True)
             info = FrameInfo.padded(lengths, frames, self.seg_pool_mode, feats.dtype, self.acc_dtype)
         x = self._head(feats, info)
-        x = self.tdnn(mask_(x, None if info.input_mask is None else info.input_mask[:, 0])).relu_()
-        x = x.transpose(1, 2)  # [B, T', C]
-        pooled_mask = None if info.pooled_mask is None else info.pooled_mask.transpose(1, 2)  # [B, T', 1]
+        x = self.tdnn(mask_(x, None if info.input_mask is None else info.input_mask[:, 0])).relu_()  # [B, C, T']
+        # The dense blocks and transits run on 2-D [B * T', C] (time-major, one GEMM per 1x1 conv).
+        x = x.transpose(1, 2)  # [B, T', C] view; the first block copies it into its buffer
+        pooled_mask = None if info.pooled_mask is None else info.pooled_mask.reshape(batch * info.pooled, 1)
         # The CAM context of every layer, one row per (utterance, segment), rows rounded up to a
         # multiple of `row_multiple` (zero rows); layers run one after another, so they share it.
         rows = batch * info.segments
         ctx_rows = torch.zeros((rows + -rows % self.row_multiple, self.ctx_channels), dtype=x.dtype, device=x.device)
         for stage in self.stages:
             if isinstance(stage, _Block):
-                x = self._run_block(x, stage, info, pooled_mask, ctx_rows)
+                x = self._run_block(x.reshape(batch, info.pooled, -1), stage, info, pooled_mask, ctx_rows)
             else:
                 x = self._transit(x, stage)
-        stats = statistics(x, info, pooled_mask, 1, self.acc_dtype)
-        return F.linear(self._padded_rows(stats), *self.dense)[:batch]
+        stats = statistics(x.view(batch, info.pooled, -1), info, self._mask3(pooled_mask, batch), 1, self.acc_dtype)
+        dense_w, dense_b = self.dense
+        return torch.addmm(dense_b, self._padded_rows(stats), dense_w)[:batch]
+
+    @staticmethod
+    def _mask3(mask: Tensor | None, batch: int) -> Tensor | None:
+        return None if mask is None else mask.view(batch, -1, 1)
 
     def _padded_rows(self, x: Tensor) -> Tensor:
         """2-D `x` with its row count rounded up to a multiple of `row_multiple` (zero rows appended)."""
         pad = -x.shape[0] % self.row_multiple
         return F.pad(x, (0, 0, 0, pad)) if pad else x
 
-    def _linear1(self, h: Tensor, layer: _DenseLayer) -> Tensor:
-        return F.linear(h, layer.w1, layer.b1).relu_()
-
     def _transit(self, x: Tensor, stage: _Transit) -> Tensor:
+        """BN + ReLU, 1x1 conv (+ the folded out_nonlinear BN and ReLU after the last one) on [B * T', C]."""
         h = torch.addcmul(stage.bn_shift, x, stage.bn_scale).relu_()
-        x = F.linear(h, stage.weight, stage.bias)
+        if stage.bias is None:
+            return torch.mm(h, stage.weight)
+        x = torch.addmm(stage.bias, h, stage.weight)
         return x.relu_() if stage.relu else x
 
     def _head(self, feats: Tensor, info: FrameInfo) -> Tensor:
@@ -325,29 +332,30 @@ class CampplusInference:
     def _run_block(
         self, x: Tensor, block: _Block, info: FrameInfo, pooled_mask: Tensor | None, ctx_rows: Tensor
     ) -> Tensor:
+        """One dense block on `x` [B, T', C0] -> its buffer [B * T', C0 + L * growth] (2-D, time-major)."""
         b, t, c0 = x.shape
         nseg = info.segments
         ctx = ctx_rows[: b * nseg].view(b, nseg, -1)
         g = block.growth
-        buf = torch.empty((b, t, c0 + g * len(block.layers)), dtype=x.dtype, device=x.device)
-        buf[..., :c0].copy_(x)
+        buf = torch.empty((b * t, c0 + g * len(block.layers)), dtype=x.dtype, device=x.device)
+        buf[:, :c0].view(b, t, c0).copy_(x)
         for i, layer in enumerate(block.layers):
             cin = c0 + i * g
-            h = torch.addcmul(layer.bn_shift, buf[..., :cin], layer.bn_scale).relu_()
+            h = torch.addcmul(layer.bn_shift, buf[:, :cin], layer.bn_scale).relu_()
             # z feeds the only frame-mixing ops of the layer (local conv, context): zero its padding
-            z = mask_(self._linear1(h, layer), pooled_mask)  # [B, T', bn]
+            z = mask_(torch.addmm(layer.b1, h, layer.w1).relu_(), pooled_mask)  # [B * T', bn]
             # linear_local: y[t] = W0 z[t - d] + W1 z[t] + W2 z[t + d] (zero outside); one GEMM gives
             # every tap of every frame, two shifted in-place adds place them in the block buffer.
-            taps = F.linear(z, layer.w_taps)  # [B, T', 3g]
-            out = buf[..., cin : cin + g]
+            taps = torch.mm(z, layer.w_taps).view(b, t, 3 * g)
+            out = buf[:, cin : cin + g].view(b, t, g)
             out.copy_(taps[..., g : 2 * g])
             d = layer.dilation
             if d < t:  # add_ on the views (`out[...] += ...` would copy each view onto itself again)
                 out[:, d:].add_(taps[:, : t - d, :g])
                 out[:, : t - d].add_(taps[:, d:, 2 * g :])
-            cam_context(z, info, 1, self.acc_dtype, out=ctx)  # [B, nseg, bn] into ctx_rows
+            cam_context(z.view(b, t, -1), info, 1, self.acc_dtype, out=ctx)  # [B, nseg, bn] into ctx_rows
             # sigmoid(linear2(relu(linear1(ctx)))) on every row of ctx_rows, padding rows included
-            hidden = F.linear(ctx_rows, layer.w_ctx1, layer.b_ctx1).relu_()
-            gate = torch.sigmoid_(F.linear(hidden, layer.w_ctx2, layer.b_ctx2))[: b * nseg].view(b, nseg, g)
+            hidden = torch.addmm(layer.b_ctx1, ctx_rows, layer.w_ctx1).relu_()
+            gate = torch.sigmoid_(torch.addmm(layer.b_ctx2, hidden, layer.w_ctx2))[: b * nseg].view(b, nseg, g)
             out.mul_(frames_of_segments(gate, 1, t))
         return buf
