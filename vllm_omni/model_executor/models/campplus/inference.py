@@ -335,27 +335,32 @@ class CampplusInference:
         """One dense block on `x` [B, T', C0] -> its buffer [B * T', C0 + L * growth] (2-D, time-major)."""
         b, t, c0 = x.shape
         nseg = info.segments
-        ctx = ctx_rows[: b * nseg].view(b, nseg, -1)
+        rows = b * nseg
+        ctx = ctx_rows[:rows].view(b, nseg, -1)
         g = block.growth
         buf = torch.empty((b * t, c0 + g * len(block.layers)), dtype=x.dtype, device=x.device)
         buf[:, :c0].view(b, t, c0).copy_(x)
-        for i, layer in enumerate(block.layers):
-            cin = c0 + i * g
-            h = torch.addcmul(layer.bn_shift, buf[:, :cin], layer.bn_scale).relu_()
-            # z feeds the only frame-mixing ops of the layer (local conv, context): zero its padding
-            z = mask_(torch.addmm(layer.b1, h, layer.w1).relu_(), pooled_mask)  # [B * T', bn]
+        acc = self.acc_dtype
+        # ~15 ops per layer x 52 layers: the hot loop binds the torch functions it calls.
+        addcmul, addmm, mm, sigmoid_ = torch.addcmul, torch.addmm, torch.mm, torch.sigmoid_
+        cin = c0
+        for layer in block.layers:
+            h = addcmul(layer.bn_shift, buf[:, :cin], layer.bn_scale).relu_()
+            z = addmm(layer.b1, h, layer.w1).relu_()  # [B * T', bn]
+            if pooled_mask is not None:  # z feeds the layer's only frame-mixing ops: zero its padding
+                z.mul_(pooled_mask)
             # linear_local: y[t] = W0 z[t - d] + W1 z[t] + W2 z[t + d] (zero outside); one GEMM gives
             # every tap of every frame, two shifted in-place adds place them in the block buffer.
-            taps = torch.mm(z, layer.w_taps).view(b, t, 3 * g)
+            taps = mm(z, layer.w_taps).view(b, t, 3 * g)
             out = buf[:, cin : cin + g].view(b, t, g)
             out.copy_(taps[..., g : 2 * g])
             d = layer.dilation
             if d < t:  # add_ on the views (`out[...] += ...` would copy each view onto itself again)
                 out[:, d:].add_(taps[:, : t - d, :g])
                 out[:, : t - d].add_(taps[:, d:, 2 * g :])
-            cam_context(z.view(b, t, -1), info, 1, self.acc_dtype, out=ctx)  # [B, nseg, bn] into ctx_rows
+            cam_context(z.view(b, t, -1), info, 1, acc, out=ctx)  # [B, nseg, bn] into ctx_rows
             # sigmoid(linear2(relu(linear1(ctx)))) on every row of ctx_rows, padding rows included
-            hidden = torch.addmm(layer.b_ctx1, ctx_rows, layer.w_ctx1).relu_()
-            gate = torch.sigmoid_(torch.addmm(layer.b_ctx2, hidden, layer.w_ctx2))[: b * nseg].view(b, nseg, g)
-            out.mul_(frames_of_segments(gate, 1, t))
+            gate = sigmoid_(addmm(layer.b_ctx2, addmm(layer.b_ctx1, ctx_rows, layer.w_ctx1).relu_(), layer.w_ctx2))
+            out.mul_(frames_of_segments(gate[:rows].view(b, nseg, g), 1, t))
+            cin += g
         return buf
