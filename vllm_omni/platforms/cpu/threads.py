@@ -10,10 +10,9 @@ threads, and restoring on exit puts the default back (tests/platforms/cpu/test_t
 
 **Budget under load.** torch's OpenMP regions split work statically, one share per thread, and
 wait at a barrier for all of them: when another runnable thread holds one of the cores, every
-region waits for the descheduled share. CAM++ runs ~1000 regions per call, so on the 2-core build
-host with other jobs running a 2-thread call measured 3-10x slower than a 1-thread call (e.g.
-T=200: 1090 ms vs 36 ms with onnxruntime's 2-thread session at 67 ms; onnxruntime's work-stealing
-pool degrades gracefully). `call_threads(budget)` therefore samples the runnable threads of the
+region waits for the descheduled share. CAM++ runs ~1000 regions per call: on the 2-core build
+host at load 2.5-3, 2-thread calls measured 200 ms (T=97) and 1090 ms (T=200) where 1-thread calls
+take 20-40 ms, and onnxruntime's 2-thread session (work stealing) 66-80 ms in the same runs. `call_threads(budget)` therefore samples the runnable threads of the
 host right before the call (Linux `/proc/loadavg`, field 4, ~20 us) and gives the call only the
 cores nobody else is running on, at least one. On a quiet host it returns the budget unchanged.
 The sample counts every runnable thread but the caller, including this process's own OpenMP

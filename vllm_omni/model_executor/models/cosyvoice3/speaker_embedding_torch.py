@@ -108,7 +108,7 @@ class CampplusTorch:
     CPU threads: a call's budget is the calling thread's torch intra-op thread count; with
     `adaptive_threads` (default) each call uses only the cores no other runnable thread holds at
     that moment (`platforms.cpu.threads.call_threads`), because torch's statically split OpenMP
-    regions stall 3-10x when a core is taken. `last_call_threads` says what the last call used.
+    regions stall (3-30x measured) when a core is taken. `last_call_threads` says what the last call used.
     """
 
     def __init__(
