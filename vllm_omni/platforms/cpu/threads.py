@@ -12,9 +12,10 @@ threads, and restoring on exit puts the default back (tests/platforms/cpu/test_t
 wait at a barrier for all of them: when another runnable thread holds one of the cores, every
 region waits for the descheduled share. CAM++ runs ~1000 regions per call: on the 2-core build
 host at load 2.5-3, 2-thread calls measured 200 ms (T=97) and 1090 ms (T=200) where 1-thread calls
-take 20-40 ms, and onnxruntime's 2-thread session (work stealing) 66-80 ms in the same runs. `call_threads(budget)` therefore samples the runnable threads of the
-host right before the call (Linux `/proc/loadavg`, field 4, ~20 us) and gives the call only the
-cores nobody else is running on, at least one. On a quiet host it returns the budget unchanged.
+take 20-40 ms, and onnxruntime's 2-thread session (work stealing) 66-80 ms in the same runs.
+`call_threads(budget)` therefore samples the runnable threads of the host right before the call
+(Linux `/proc/loadavg`, field 4, ~20 us) and gives the call only the cores nobody else is running
+on, at least one. On a quiet host it returns the budget unchanged.
 The sample counts every runnable thread but the caller, including this process's own OpenMP
 workers while they still spin after an earlier parallel op (~15 ms): right after other torch work
 a call may run with fewer threads than the host could give, never with more. Excluding the own
