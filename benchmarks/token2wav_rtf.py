@@ -23,18 +23,10 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def main(argv: list[str]) -> int:
-    from vllm_omni.benchmarks.common import argv_device_type, record_cli_run
+    from vllm_omni.benchmarks.common import record_main
 
-    results = RESULTS
-    if "--results-dir" in argv:
-        i = argv.index("--results-dir")
-        if i + 1 >= len(argv):
-            print("token2wav_rtf.py: --results-dir needs a folder", file=sys.stderr)
-            return 2
-        results = Path(argv[i + 1])
-        argv = argv[:i] + argv[i + 2 :]
-    stem = results / f"token2wav_rtf_{argv_device_type(argv)}"
-    return record_cli_run(["bench", "token2wav", *argv], stem, recorded_codes=(0,))
+    stem = "token2wav_rtf"
+    return record_main(argv, script=Path(__file__).name, bench="token2wav", stem=stem, results=RESULTS)
 
 
 if __name__ == "__main__":

@@ -73,7 +73,8 @@ def _diff(a: torch.Tensor, b: torch.Tensor) -> str:
     return f"max |diff| {(a.double() - b.double()).abs().max().item():.2e} (max |ref| {b.abs().max().item():.2f})"
 
 
-def _inputs(n_prompt: int, n_tokens: int) -> tuple[torch.Tensor, ...]:
+def seeded_inputs(n_prompt: int, n_tokens: int) -> tuple[torch.Tensor, ...]:
+    """(prompt tokens, prompt mel (2 frames per token), CAM++-like embedding, tokens), seeded; shared by the tools."""
     g = torch.Generator().manual_seed(1)
     return (
         torch.randint(0, 6561, (1, n_prompt), generator=g),
@@ -85,7 +86,7 @@ def _inputs(n_prompt: int, n_tokens: int) -> tuple[torch.Tensor, ...]:
 
 def whole(args: argparse.Namespace) -> None:
     mine, ref = _pair(args.reference, REAL_FLOW_CONFIG if args.config == "real" else REDUCED_FLOW_CONFIG)
-    pt, pm, spk, tok = _inputs(20, 30)
+    pt, pm, spk, tok = seeded_inputs(20, 30)
     call = (tok, torch.tensor([30]), pt, torch.tensor([20]), pm, torch.tensor([40]), spk, args.n_timesteps)
     print("whole-utterance mel:", _diff(mine.inference(*call), ref.inference(*call)))
 
@@ -93,7 +94,7 @@ def whole(args: argparse.Namespace) -> None:
 def stream(args: argparse.Namespace) -> None:
     mine, ref = _pair(args.reference, REAL_FLOW_CONFIG)
     n, trim_conformer = args.n_timesteps, args.conformer_trim
-    pt, pm, spk, tok = _inputs(30, 25 * 4 + 9)
+    pt, pm, spk, tok = seeded_inputs(30, 25 * 4 + 9)
     p = pm.size(1)
     trim = ConformerTrim.PROMPT_PLUS_TAIL if trim_conformer else ConformerTrim.NONE
     cache = mine.setup_cache(pt, pm, spk, n, lookahead=Lookahead.PROMPT_HEAD, conformer_trim=trim)

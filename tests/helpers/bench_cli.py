@@ -18,19 +18,15 @@ import pytest
 from vllm_omni.entrypoints.cli.main import main
 
 
-def run_bench_subprocess(out: Path, *args: str, timeout: float) -> subprocess.CompletedProcess[str]:
-    """`python -m vllm_omni bench <args> --json <out>/report.json --plot <out>/report.png`, run in `out`."""
-    cmd = [
-        sys.executable,
-        "-m",
-        "vllm_omni",
-        "bench",
-        *args,
-        "--json",
-        str(out / "report.json"),
-        "--plot",
-        str(out / "report.png"),
-    ]
+def run_bench_subprocess(
+    out: Path, *args: str, timeout: float, report_files: bool = True
+) -> subprocess.CompletedProcess[str]:
+    """`python -m vllm_omni bench <args> --json <out>/report.json --plot <out>/report.png`, run in `out`.
+
+    `report_files=False` leaves out `--json` / `--plot`: the reports go where the command puts them by default.
+    """
+    files = ["--json", str(out / "report.json"), "--plot", str(out / "report.png")] if report_files else []
+    cmd = [sys.executable, "-m", "vllm_omni", "bench", *args, *files]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=out)
 
 

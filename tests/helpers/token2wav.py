@@ -1,17 +1,23 @@
 # SPDX-License-Identifier: Apache-2.0
 """Stand-in assets and observers for the Token2Wav facade tests (step_audio2, minicpmo_4_5, cosyvoice3).
 
-- `export_tiny_speaker_onnx`: a few-KB ONNX with CAM++'s I/O contract ([B, T, 80] -> [B, 192]),
-  for tests of session handling that do not need CAM++ numerics.
+- `campplus_reference`: what the full-size stand-in `campplus.onnx` computes, evaluated by the in-tree
+  torch CAM++ loaded from the same file (an implementation independent of onnxruntime).
+- `copy_with_io_names`: a copy of an ONNX file whose graph input/output carry other names.
+- `export_other_speaker_net_onnx`: a few-KB ONNX of ANOTHER network with CAM++'s I/O contract
+  ([B, T, 80] -> [B, 192]), which every speaker backend must refuse to serve.
+- `rewrite_in_place_same_size`: change a CAM++ export's weights inside the same file (same size, same
+  inode, mtime put back): the edit a stat-based cache key cannot see.
 - `make_token2wav_dir`: a token2wav directory whose `campplus.onnx` is the full-size deterministic
   stand-in (`campplus.standin`), plus (`synthesis=True`) the reduced stand-in speech tokenizer, flow
-  and HiFT, so the facades can load and synthesise.
+  and HiFT and the stand-in default voices, so the facades and stage models can load and synthesise.
 - `SessionCounter`: wraps `onnxruntime.InferenceSession` to count (and record) constructions, so
   laziness is observed through the constructor, not through private fields.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import warnings
@@ -22,8 +28,8 @@ import pytest
 import torch
 
 
-class _TinySpeakerNet(torch.nn.Module):
-    """mean over time -> Linear(80, 192): deterministic, dynamic in B and T."""
+class _OtherSpeakerNet(torch.nn.Module):
+    """mean over time -> Linear(80, 192): not CAM++, but the same input/output shapes."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -37,31 +43,88 @@ class _TinySpeakerNet(torch.nn.Module):
         return self.proj(feats.mean(dim=1))
 
 
-def tiny_speaker_reference(feat: torch.Tensor) -> torch.Tensor:
-    """What the tiny ONNX computes for `feat` [T, 80], in float64 torch (independent of onnxruntime)."""
-    net = _TinySpeakerNet()
-    w, b = net.proj.weight.double(), net.proj.bias.double()
-    return (feat.double().mean(dim=0, keepdim=True) @ w.T + b).float()
-
-
-def export_tiny_speaker_onnx(path: Path, *, input_name: str = "input", output_name: str = "output") -> Path:
+def export_other_speaker_net_onnx(path: Path) -> Path:
+    """Export `_OtherSpeakerNet` like a speaker model ([B, T, 80] `input` -> [B, 192] `output`)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.onnx.export(
-            _TinySpeakerNet().eval(),
+            _OtherSpeakerNet().eval(),
             (torch.zeros((1, 50, 80), dtype=torch.float32),),
             str(path),
             dynamo=False,
-            input_names=[input_name],
-            output_names=[output_name],
-            dynamic_axes={input_name: {0: "batch", 1: "frames"}, output_name: {0: "batch"}},
+            input_names=["input"],
+            output_names=["output"],
+            dynamic_axes={"input": {0: "batch", 1: "frames"}, "output": {0: "batch"}},
             opset_version=17,
         )
     return path
 
 
+@functools.cache
+def _torch_campplus(seg_pool_mode: str) -> Any:
+    from vllm_omni.model_executor.models.campplus.standin import ensure_standin_campplus_onnx
+    from vllm_omni.model_executor.models.cosyvoice3.speaker_embedding_torch import (
+        CampplusTorch,
+        load_campplus_from_onnx,
+    )
+
+    return CampplusTorch(load_campplus_from_onnx(ensure_standin_campplus_onnx(), seg_pool_mode=seg_pool_mode), "cpu")
+
+
+def campplus_reference(feat: torch.Tensor) -> torch.Tensor:
+    """Embeddings of the full-size stand-in: [1, 192] for `feat` [T, 80], [B, 192] for [B, T, 80], from the
+    in-tree torch CAM++ (fp32) with the installed onnxruntime's segment pooling: what onnxruntime should
+    compute, up to fp32 rounding (relative L2 <= 7e-6 on speech features, tests/.../campplus/parity_floor.py)."""
+    from vllm_omni.model_executor.models.campplus import ort_seg_pool_mode
+
+    model = _torch_campplus(ort_seg_pool_mode())
+    if feat.ndim == 2:
+        return model(feat)
+    return model.embed_batch(list(feat.unbind(0)))
+
+
+def copy_with_io_names(source: Path, target: Path, *, input_name: str, output_name: str) -> Path:
+    """`source` saved as `target` with its graph input and output renamed (a re-export with other names)."""
+    import onnx
+
+    model = onnx.load(str(source))
+    graph = model.graph
+    renames = {graph.input[0].name: input_name, graph.output[0].name: output_name}
+    graph.input[0].name, graph.output[0].name = input_name, output_name
+    for node in graph.node:
+        for i, name in enumerate(node.input):
+            node.input[i] = renames.get(name, name)
+        for i, name in enumerate(node.output):
+            node.output[i] = renames.get(name, name)
+    onnx.save(model, str(target))
+    return target
+
+
+def rewrite_in_place_same_size(path: Path, *, scale: float = 2.0) -> None:
+    """Scale `xvector.dense.linear.weight` of the CAM++ export at `path`, writing into the same file
+    (same inode and byte size) and restoring its mtime, like `cp --preserve=timestamps` over it."""
+    import onnx
+    from onnx import numpy_helper
+
+    before = path.stat()
+    model = onnx.load(str(path))
+    for init in model.graph.initializer:
+        if init.name == "xvector.dense.linear.weight":
+            init.CopyFrom(numpy_helper.from_array((numpy_helper.to_array(init) * scale).astype("float32"), init.name))
+            break
+    else:
+        raise AssertionError(f"{path}: no xvector.dense.linear.weight initializer")
+    data = model.SerializeToString()
+    assert len(data) == before.st_size, "the rewrite must keep the file size"
+    with path.open("r+b") as handle:
+        handle.write(data)
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = path.stat()
+    assert (after.st_size, after.st_mtime_ns, after.st_ino) == (before.st_size, before.st_mtime_ns, before.st_ino)
+
+
 SPEECH_TOKENIZER_FILE = "speech_tokenizer_v2_25hz.onnx"
-SYNTHESIS_FILES = (SPEECH_TOKENIZER_FILE, "flow.yaml", "flow.pt", "hift.pt")
+SYNTHESIS_FILES = (SPEECH_TOKENIZER_FILE, "flow.yaml", "flow.pt", "hift.pt", "HT_ref_audio.wav", "default_female.wav")
 
 
 def make_token2wav_dir(

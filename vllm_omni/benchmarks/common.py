@@ -23,9 +23,10 @@ import math
 import os
 import platform as py_platform
 import sys
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 
 from vllm_omni.atomic_io import write_bytes_atomic
 from vllm_omni.entrypoints.cli.types import CLIUsageError
@@ -35,6 +36,9 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 MAX_DEFAULT_THREADS: Final = 8
+_T = TypeVar("_T")
+# Where reports go unless an output path is given: one folder, ignored by git (.gitignore: /out/).
+DEFAULT_REPORT_DIR: Final = Path("out")
 
 
 def usable_cores() -> int:
@@ -69,6 +73,98 @@ def load_average() -> tuple[float, float, float] | None:
     return (round(one, 2), round(five, 2), round(fifteen, 2))
 
 
+def synced_seconds(sync: Callable[[], None], fn: Callable[..., _T], *args: Any, **kwargs: Any) -> tuple[_T, float]:
+    """`fn(*args, **kwargs)` and its wall seconds; the platform is synchronised before the clock starts and
+    before it stops, so work the call queued on an asynchronous device is billed to it."""
+    sync()
+    start = time.perf_counter()
+    out = fn(*args, **kwargs)
+    sync()
+    return out, time.perf_counter() - start
+
+
+@contextlib.contextmanager
+def stamp_load_at_end(environment: Callable[[], dict[str, Any]]) -> Iterator[None]:
+    """On leaving the block (Ctrl-C too), record `loadavg_end` in the run's environment, if one was measured."""
+    try:
+        yield
+    finally:
+        env = environment()
+        if env:
+            env["loadavg_end"] = load_average()
+
+
+def invoked_command() -> str:
+    """The command line this process was started with, as a user would type it (for the report header)."""
+    program = Path(sys.argv[0]).name
+    return " ".join(["python -m vllm_omni" if program == "__main__.py" else program, *sys.argv[1:]])
+
+
+def stage_printer(name: str) -> Callable[[str], None]:
+    """A benchmark's `stage` callback: `[name] text ...` on stderr (the table stays alone on stdout)."""
+    return lambda text: print(f"[{name}] {text} ...", file=sys.stderr)
+
+
+def run_environment(device: torch.device, threads: int) -> dict[str, Any]:
+    """What a report says about the run's host: versions, CPU, device, threads, load average, time (UTC)."""
+    from datetime import datetime, timezone
+
+    import torch
+
+    from vllm_omni import platforms
+    from vllm_omni.version import __version__
+
+    try:
+        import onnxruntime
+
+        ort_version: str | None = onnxruntime.__version__
+    except ImportError:
+        ort_version = None
+    platform = platforms.current_omni_platform
+    cpu = cpu_model()
+    return {
+        "python": py_platform.python_version(),
+        "os": f"{py_platform.system()} {py_platform.release()}",
+        "cpu": cpu,
+        "cpu_count": os.cpu_count(),
+        "usable_cores": usable_cores(),
+        "torch": torch.__version__,
+        "onnxruntime": ort_version,
+        "platform": platform.device_type,
+        "device": str(device),
+        "device_name": platform.get_device_name(device.index) if device.type != "cpu" else cpu,
+        "threads": threads,
+        "loadavg_start": load_average(),
+        "loadavg_end": None,
+        "timestamp_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "vllm_omni": __version__,
+    }
+
+
+def token2wav_model_dir(
+    model_dir: Path | None, *, reduced: bool, seed: int, stage: Callable[[str], None], error: type[Exception]
+) -> tuple[Path, dict[str, Any]]:
+    """(token2wav folder, its description for a report): `model_dir`, or the stand-in generated on first use."""
+    if model_dir is not None:
+        path = Path(model_dir).expanduser()
+        if not path.is_dir():
+            raise error(f"--model-dir {path}: not a directory")
+        return path, {"kind": "model-dir", "path": str(path)}
+    from vllm_omni.model_executor.models.step_audio2.standin import ensure_standin_token2wav_dir
+
+    size = "reduced" if reduced else "full"
+    stage(f"stand-in token2wav directory ({size} size; the first full-size use writes ~1.2 GB, minutes)")
+    start = time.perf_counter()
+    path = ensure_standin_token2wav_dir(reduced=reduced, seed=seed)
+    return path, {
+        "kind": f"stand-in ({size} size)",
+        "path": str(path),
+        "seed": seed,
+        "ensure_s": time.perf_counter() - start,
+        "note": "seeded random weights: costs are real, the audio is noise",
+    }
+
+
 def resolve_device(spec: str) -> torch.device:
     """`"auto"` -> the serving platform's device; otherwise the spec, which must be on this host's platform."""
     from vllm_omni import platforms
@@ -85,6 +181,25 @@ def resolve_device(spec: str) -> torch.device:
     if device.index is not None and device.index >= count:
         raise ValueError(f"device {spec!r} requested, but this host has {count} {device.type} device(s)")
     return device
+
+
+@contextlib.contextmanager
+def torch_threads(threads: int) -> Iterator[None]:
+    """torch's intra-op threads set to `threads` inside the block, restored afterwards."""
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+def timed_ms(fn: Callable[[], Any], sync: Callable[[], None]) -> float:
+    """Wall milliseconds of `fn()`, the device synchronised before the clock starts and before it stops
+    (asynchronous device work is billed to the call that queued it)."""
+    return synced_seconds(sync, fn)[1] * 1e3
 
 
 def check_device(text: str) -> str:
@@ -127,6 +242,9 @@ def add_threads_option(parser: argparse.ArgumentParser) -> None:
 def add_report_file_options(parser: argparse.ArgumentParser, default_json: str, default_plot: str) -> None:
     parser.add_argument("--json", metavar="OUT", help=f"JSON report path (default ./{default_json})")
     parser.add_argument("--plot", metavar="OUT.png", help=f"PNG plot path (default ./{default_plot})")
+    parser.epilog = (parser.epilog + "\n" if parser.epilog else "") + (
+        f"Reports go to ./{DEFAULT_REPORT_DIR}/ (ignored by git) unless --json / --plot name other files."
+    )
 
 
 class ReportWriter(Protocol):
@@ -174,11 +292,21 @@ def publish_report(
     if plot:
         writer.write_plot(report, plot_path)
         written.append(str(plot_path))
-    print(f"wrote {' and '.join(written)}", flush=True)
+    print(f"wrote {' and '.join(written)} (in {json_path.resolve().parent})", flush=True)
     if interrupted:
         print("vllm-omni: interrupted; the report above and the JSON are partial", file=sys.stderr)
         return 130
     return code
+
+
+def environment_line(env: dict[str, Any]) -> str:
+    """The report header's host line: device, threads, torch, usable cores, load average start -> end, time."""
+    load = env.get("loadavg_start"), env.get("loadavg_end")
+    load_text = " -> ".join(f"{v[0]:.2f}" for v in load if v) or "n/a"
+    return (
+        f"device {env['device']} ({env['device_name']}), threads {env['threads']}, torch {env['torch']}, "
+        f"usable cores {env['usable_cores']}, loadavg (1 min) {load_text}, {env['timestamp_utc']}"
+    )
 
 
 def fmt(value: float | None, spec: str, missing: str = "-") -> str:
@@ -271,7 +399,24 @@ def record_cli_run(command: Sequence[str], stem: Path, *, recorded_codes: Sequen
     return code
 
 
+def record_main(argv: Sequence[str], *, script: str, bench: str, stem: str, results: Path) -> int:
+    """A recorder script's main: `vllm-omni bench <bench> <argv>` kept as `<results>/<stem>_<device>.{txt,json,png}`.
+
+    `--results-dir DIR` in `argv` records elsewhere (tests); `<device>` is cpu, cuda or npu (from
+    `--device`). Returns the command's exit code (2 for a `--results-dir` without a folder).
+    """
+    args = list(argv)
+    if "--results-dir" in args:
+        i = args.index("--results-dir")
+        if i + 1 >= len(args):
+            print(f"{script}: --results-dir needs a folder", file=sys.stderr)
+            return 2
+        results, args = Path(args[i + 1]), args[:i] + args[i + 2 :]
+    return record_cli_run(["bench", bench, *args], results / f"{stem}_{argv_device_type(args)}", recorded_codes=(0,))
+
+
 __all__ = [
+    "DEFAULT_REPORT_DIR",
     "MAX_DEFAULT_THREADS",
     "ReportWriter",
     "add_device_option",
@@ -284,15 +429,25 @@ __all__ = [
     "check_output_files",
     "cpu_model",
     "default_threads",
+    "environment_line",
     "finite",
     "fmt",
+    "invoked_command",
     "json_text",
     "load_average",
     "png_bytes",
     "publish_report",
     "record_cli_run",
+    "record_main",
     "resolve_device",
     "run_benchmark",
+    "run_environment",
+    "stage_printer",
+    "stamp_load_at_end",
+    "synced_seconds",
+    "timed_ms",
+    "token2wav_model_dir",
+    "torch_threads",
     "usable_cores",
     "write_json",
 ]

@@ -18,6 +18,7 @@ from importlib import resources
 from pathlib import Path
 
 from vllm_omni.benchmarks.data_modules.seed_tts_dataset import load_seed_tts_meta
+from vllm_omni.benchmarks.progress import progress as progress_bar
 from vllm_omni.logger import init_logger
 
 logger = init_logger(__name__)
@@ -72,10 +73,13 @@ class DemoSet:
     num_items: int
 
 
-def materialize_demo(work_dir: str | Path, *, subset: int | None = None, with_prompts: bool = True) -> DemoSet:
+def materialize_demo(
+    work_dir: str | Path, *, subset: int | None = None, with_prompts: bool = True, progress: bool = False
+) -> DemoSet:
     """Write `work_dir/meta.lst` (the first `subset` demo lines), prompt wavs and espeak "generated" wavs.
 
     Prompt wavs are only needed to drive a server (`serve` mode); scoring reads `generated/<utt>.wav`.
+    `progress` reports the voicing step (`benchmarks.progress`: a bar on a terminal, lines otherwise).
     """
     root = Path(work_dir)
     root.mkdir(parents=True, exist_ok=True)
@@ -84,9 +88,11 @@ def materialize_demo(work_dir: str | Path, *, subset: int | None = None, with_pr
     meta_path = root / "meta.lst"
     meta_path.write_text("\n".join(meta_lines) + "\n", encoding="utf-8")
     gen_dir = root / "generated"
-    for it in source.items:
-        if with_prompts:
-            synthesize_espeak(it.prompt_text, root / "prompt-wavs" / f"{it.utt}.wav", voice=PROMPT_VOICE)
-        synthesize_espeak(it.target_text, gen_dir / f"{it.utt}.wav", voice=TARGET_VOICE)
+    with progress_bar(len(source.items), f"voicing with {ESPEAK}", "utt", enabled=progress) as bar:
+        for it in source.items:
+            if with_prompts:
+                synthesize_espeak(it.prompt_text, root / "prompt-wavs" / f"{it.utt}.wav", voice=PROMPT_VOICE)
+            synthesize_espeak(it.target_text, gen_dir / f"{it.utt}.wav", voice=TARGET_VOICE)
+            bar.update()
     logger.info("demo set: %d utterances voiced by %s under %s", len(source.items), ESPEAK, root)
     return DemoSet(meta_path=meta_path, gen_dir=gen_dir, num_items=len(source.items))

@@ -27,6 +27,7 @@ from vllm_omni.atomic_io import atomic_output
 from vllm_omni.benchmarks.asr import ASRBackend
 from vllm_omni.benchmarks.asr.audio import ASR_SAMPLE_RATE, AudioReadError, read_audio_for_asr
 from vllm_omni.benchmarks.data_modules.seed_tts_dataset import SeedTTSDataset
+from vllm_omni.benchmarks.progress import progress as progress_bar
 from vllm_omni.benchmarks.seed_tts_results import JsonlLog, read_jsonl_rows, write_json_atomic
 from vllm_omni.benchmarks.seed_tts_wer import (
     STATUS_ASR_FAILED,
@@ -137,12 +138,6 @@ def score_one(
     return row
 
 
-def _progress(total: int, initial: int, enabled: bool, desc: str) -> Any:
-    from tqdm import tqdm
-
-    return tqdm(total=total, initial=initial, disable=not enabled, desc=desc, unit="utt", dynamic_ncols=True)
-
-
 def score_generated(
     dataset: SeedTTSDataset,
     gen_dir: str | Path,
@@ -154,8 +149,14 @@ def score_generated(
     histogram: bool = False,
     extra_summary: Mapping[str, Any] | None = None,
     reader: AudioReader = read_audio_for_asr,
+    started_at: float | None = None,
 ) -> ScoreReport:
-    """Score `<gen_dir>/<utt>.wav` for every item; write `scores.jsonl` + `summary.json` under `out_dir`."""
+    """Score `<gen_dir>/<utt>.wav` for every item; write `scores.jsonl` + `summary.json` under `out_dir`.
+
+    `progress`: a bar on a terminal, plain periodic lines otherwise (`benchmarks.progress`).
+    `started_at` (a `time.perf_counter()` value) is where the summary's `elapsed_s` counts from when
+    earlier phases belong to the run (serve mode's requests); default: this call.
+    """
     gen = Path(gen_dir)
     out = Path(out_dir)
     if not gen.is_dir():
@@ -168,11 +169,11 @@ def score_generated(
     todo = [item for item in dataset.items if item.utt not in done]
     if resume:
         logger.info("resume: %d of %d utterances already scored, %d to go", len(done), len(dataset), len(todo))
-    start = time.perf_counter()
+    start = time.perf_counter() if started_at is None else started_at
     interrupted = False
     leading_failures = 0
     any_ok = bool(done)
-    bar = _progress(len(dataset), len(done), progress, f"ASR {asr.name}")
+    bar = progress_bar(len(dataset), f"ASR {asr.name}", "utt", initial=len(done), enabled=progress)
     try:
         with JsonlLog(log_path, resume=resume) as log:
             for item in todo:
@@ -306,5 +307,8 @@ def format_summary_table(summary: Mapping[str, Any]) -> str:
             + f"; TTFP mean {fmt(req['ttfp_s']['mean'])} s, p90 {fmt(req['ttfp_s']['p90'])} s"
             + f"; RTF mean {fmt(req['rtf']['mean'])}"
         )
-    lines.append(f"elapsed {summary['elapsed_s']:.1f} s (ASR {summary['asr_seconds_total']:.1f} s)")
+    phases = f"ASR {summary['asr_seconds_total']:.1f} s"
+    if summary.get("requests_elapsed_s") is not None:
+        phases = f"requests {summary['requests_elapsed_s']:.1f} s, {phases}"
+    lines.append(f"elapsed {summary['elapsed_s']:.1f} s ({phases})")
     return "\n".join(lines)

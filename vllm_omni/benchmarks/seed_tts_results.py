@@ -23,10 +23,15 @@ from vllm_omni.logger import init_logger
 logger = init_logger(__name__)
 
 
+class ResultLogError(ValueError):
+    """A result log that cannot be resumed from: a malformed line before the last one (edited or corrupted)."""
+
+
 def read_jsonl_rows(path: str | Path, key: str = "utt") -> dict[str, dict[str, Any]]:
     """Rows of a JSONL log by `key`, the last row per key winning. A torn final line is ignored.
 
-    A malformed line that is NOT the last one means the file was edited or corrupted: raise, naming the line.
+    A malformed line that is NOT the last one means the file was edited or corrupted: raise
+    `ResultLogError`, naming the line.
     """
     p = Path(path)
     if not p.exists():
@@ -41,9 +46,9 @@ def read_jsonl_rows(path: str | Path, key: str = "utt") -> dict[str, dict[str, A
         try:
             row = json.loads(raw)
         except json.JSONDecodeError as exc:
-            raise ValueError(f"{p}:{line_no}: not a JSON row ({exc}); the result log is corrupted") from exc
+            raise ResultLogError(f"{p}:{line_no}: not a JSON row ({exc}); the result log is corrupted") from exc
         if not isinstance(row, dict) or key not in row:
-            raise ValueError(f"{p}:{line_no}: row without {key!r} field")
+            raise ResultLogError(f"{p}:{line_no}: row without {key!r} field; the result log is corrupted")
         rows[str(row[key])] = row
     if lines[-1].strip():
         logger.warning("%s: ignoring a torn last line (%d bytes) left by an interrupted run", p, len(lines[-1]))

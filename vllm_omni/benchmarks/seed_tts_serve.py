@@ -13,16 +13,23 @@ that fails is recorded with one category and never stops the run:
 
 | status             | meaning                                                                  |
 |--------------------|--------------------------------------------------------------------------|
-| `ok`               | 200, complete body with a whole number of s16 samples                    |
+| `ok`               | 200, complete body that is the requested audio (see `seed_tts_body`)     |
 | `http_error`       | non-200 status (`http_status` and the start of the body are kept)        |
-| `truncated`        | body ended early (short chunked stream / Content-Length, reset, odd size) |
+| `bad_body`         | 200, but the body is not the requested audio: JSON / HTML / text, a WAV  |
+|                    | of another rate, width or channel count, another media type; the row     |
+|                    | quotes its first bytes (`body_head`) and its `content_type`              |
+| `truncated`        | body ended early (short chunked stream / Content-Length, reset, odd size, |
+|                    | a WAV whose data is shorter than its header says)                        |
 | `timeout`          | no byte for `timeout_s`, or the request exceeded its total deadline      |
 | `connection_error` | could not connect, or the server closed before a status line             |
-| `no_audio`         | 200 with an empty body                                                   |
+| `no_audio`         | 200 with an empty body (or a WAV container without samples)              |
 
-Audio of ok requests is saved as `<out_dir>/audio/<utt>.wav`; rows go to `<out_dir>/requests.jsonl` as
-they complete. Scoring runs after all requests finished, so the ASR does not compete with the server for
-the host while TTFP is measured.
+Only `ok` rows are saved as audio (`<out_dir>/audio/<utt>.wav`), scored, and enter the TTFP / e2e / RTF
+statistics. Rows go to `<out_dir>/requests.jsonl` as they complete. Scoring runs after all requests
+finished, so the ASR does not compete with the server for the host while TTFP is measured.
+
+Ctrl-C during the requests closes the connections of the requests in flight (they save nothing), writes
+`summary.json` marked `"interrupted": true` with the rows completed so far, and re-raises.
 """
 
 from __future__ import annotations
@@ -32,9 +39,10 @@ import http.client
 import json
 import socket
 import statistics
+import threading
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,6 +52,8 @@ import numpy as np
 
 from vllm_omni.benchmarks.asr import ASRBackend
 from vllm_omni.benchmarks.data_modules.seed_tts_dataset import SeedTTSDataset, SeedTTSItem
+from vllm_omni.benchmarks.progress import progress as progress_bar
+from vllm_omni.benchmarks.seed_tts_body import check_speech_body
 from vllm_omni.benchmarks.seed_tts_results import JsonlLog, read_jsonl_rows, write_bytes_atomic
 from vllm_omni.logger import init_logger
 
@@ -52,7 +62,11 @@ logger = init_logger(__name__)
 REQUESTS_FILE = "requests.jsonl"
 AUDIO_DIR = "audio"
 SPEECH_PATH = "/v1/audio/speech"
-REQUEST_STATUSES = ("ok", "http_error", "truncated", "timeout", "connection_error", "no_audio")
+REQUEST_STATUSES = ("ok", "http_error", "bad_body", "truncated", "timeout", "connection_error", "no_audio")
+# How often the request loop wakes up while waiting (so Ctrl-C is handled promptly).
+_POLL_S = 0.25
+# How long Ctrl-C waits for the cancelled requests to return before the summary is written.
+_CANCEL_WAIT_S = 5.0
 
 _MIME = {".wav": "audio/wav", ".flac": "audio/flac", ".mp3": "audio/mpeg", ".ogg": "audio/ogg"}
 
@@ -93,6 +107,53 @@ class RequestRow:
     bytes: int = 0
     wav: str = ""
     error: str = ""
+    content_type: str = ""
+    body_head: str = ""  # bad_body: the first bytes of the body, as a bytes literal
+
+
+class Cancellation:
+    """Stops the requests in flight: `cancel()` shuts their sockets down, so blocked reads return at once.
+
+    `fetch_speech` registers its connection while it runs and checks `cancelled` before it saves audio,
+    so after `cancel()` no request writes anything.
+    """
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self._lock = threading.Lock()
+        self._conns: set[http.client.HTTPConnection] = set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._event.is_set()
+
+    def register(self, conn: http.client.HTTPConnection) -> None:
+        with self._lock:
+            self._conns.add(conn)
+
+    def unregister(self, conn: http.client.HTTPConnection) -> None:
+        with self._lock:
+            self._conns.discard(conn)
+
+    def cancel(self) -> None:
+        self._event.set()
+        with self._lock:
+            conns = list(self._conns)
+        for conn in conns:
+            sock = conn.sock
+            if sock is not None:
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass  # already closed
+
+
+class RequestsInterrupted(KeyboardInterrupt):
+    """Ctrl-C during the request phase; `rows` are the requests completed before it (by utterance)."""
+
+    def __init__(self, rows: dict[str, dict[str, Any]]) -> None:
+        super().__init__("interrupted during the request phase")
+        self.rows = rows
 
 
 def data_url(path: Path) -> str:
@@ -136,8 +197,13 @@ def save_pcm_wav(pcm: bytes, rate: int, path: Path) -> None:
     write_bytes_atomic(path, buf.getvalue())
 
 
-def fetch_speech(item: SeedTTSItem, cfg: ServeConfig, wav_path: Path) -> RequestRow:
-    """One streamed request; every failure mode becomes a row (table in the module docstring)."""
+def fetch_speech(
+    item: SeedTTSItem, cfg: ServeConfig, wav_path: Path, cancellation: Cancellation | None = None
+) -> RequestRow:
+    """One streamed request; every failure mode becomes a row (table in the module docstring).
+
+    With a `cancellation` that is cancelled, the request stops where it is and saves nothing.
+    """
     row = RequestRow(utt=item.utt, status="ok")
     payload = json.dumps(request_body(item, cfg)).encode("utf-8")
     headers = {"Content-Type": "application/json", "Accept": "application/octet-stream"}
@@ -146,10 +212,14 @@ def fetch_speech(item: SeedTTSItem, cfg: ServeConfig, wav_path: Path) -> Request
     chunks: list[bytes] = []
     received = 0
     conn, path = _connection(cfg, cfg.timeout_s)
+    if cancellation is not None:
+        cancellation.register(conn)
     t0 = time.perf_counter()
     deadline = t0 + cfg.timeout_s
     try:
         try:
+            if cancellation is not None and cancellation.cancelled:
+                raise ConnectionAbortedError("cancelled before sending")
             conn.request("POST", path, body=payload, headers=headers)
             resp = conn.getresponse()
         except (ConnectionError, http.client.RemoteDisconnected, socket.gaierror, OSError) as exc:
@@ -186,24 +256,28 @@ def fetch_speech(item: SeedTTSItem, cfg: ServeConfig, wav_path: Path) -> Request
         row.bytes = received
         return row
     finally:
+        if cancellation is not None:
+            cancellation.unregister(conn)
         conn.close()
     row.e2e_s = round(time.perf_counter() - t0, 4)
     row.bytes = received
+    row.content_type = resp.getheader("Content-Type") or ""
     declared = resp.getheader("Content-Length")
     if declared is not None and declared.strip().isdigit() and received < int(declared):
         # http.client's read1 returns b"" when the peer closes early instead of raising IncompleteRead.
         row.status, row.error = "truncated", f"body ended after {received} of {declared} bytes (Content-Length)"
         return row
-    if received == 0:
-        row.status, row.error = "no_audio", "200 with an empty body"
+    verdict = check_speech_body(b"".join(chunks), resp.getheader("Content-Type"), cfg.sample_rate)
+    if verdict.status != "ok":
+        row.status, row.error, row.body_head = verdict.status, verdict.error, verdict.head
+        row.ttfp_s = row.e2e_s = None  # timings of a body that is not audio must not look like latencies
         return row
-    if received % 2:
-        row.status, row.error = "truncated", f"{received} bytes is not a whole number of s16 samples"
+    if cancellation is not None and cancellation.cancelled:
+        row.status, row.error = "connection_error", "cancelled (Ctrl-C) before the audio was saved"
         return row
-    pcm = b"".join(chunks)
-    row.audio_s = round(received / 2 / cfg.sample_rate, 4)
+    row.audio_s = round(len(verdict.pcm) / 2 / cfg.sample_rate, 4)
     row.rtf = round(row.e2e_s / row.audio_s, 4)
-    save_pcm_wav(pcm, cfg.sample_rate, wav_path)
+    save_pcm_wav(verdict.pcm, cfg.sample_rate, wav_path)
     row.wav = str(wav_path)
     return row
 
@@ -241,7 +315,11 @@ def summarize_requests(rows: Mapping[str, Mapping[str, Any]], expected: list[str
 def run_requests(
     dataset: SeedTTSDataset, cfg: ServeConfig, out_dir: str | Path, *, resume: bool = False, progress: bool = False
 ) -> dict[str, dict[str, Any]]:
-    """Request every item not already fetched ok (with `resume`); return all rows by utterance."""
+    """Request every item not already fetched ok (with `resume`); return all rows by utterance.
+
+    Ctrl-C stops the requests in flight (nothing more is saved) and raises `RequestsInterrupted`
+    carrying the rows completed so far.
+    """
     out = Path(out_dir)
     audio_dir = out / AUDIO_DIR
     audio_dir.mkdir(parents=True, exist_ok=True)
@@ -259,29 +337,40 @@ def run_requests(
     for item in todo:
         # A stale file from an earlier run must not be scored as this run's output.
         (audio_dir / f"{item.utt}.wav").unlink(missing_ok=True)
-    from tqdm import tqdm
-
-    bar = tqdm(total=len(dataset), initial=len(done), disable=not progress, desc="requests", unit="req")
+    cancellation = Cancellation()
+    futures: dict[Future[RequestRow], SeedTTSItem] = {}
     pool = ThreadPoolExecutor(max_workers=cfg.max_concurrency, thread_name_prefix="seed-tts-req")
+    bar = progress_bar(len(dataset), "requests", "req", initial=len(done), enabled=progress)
     try:
         with JsonlLog(log_path, resume=resume) as log:
-            futures = {pool.submit(fetch_speech, item, cfg, audio_dir / f"{item.utt}.wav"): item for item in todo}
-            for fut in as_completed(futures):
-                item = futures[fut]
-                try:
-                    row = asdict(fut.result())
-                except Exception as exc:  # a driver bug on one item is recorded, not fatal
-                    logger.exception("request for %s failed unexpectedly", item.utt)
-                    row = asdict(
-                        RequestRow(utt=item.utt, status="connection_error", error=f"{type(exc).__name__}: {exc}")
-                    )
-                log.append(row)
-                rows[item.utt] = row
-                bar.update(1)
-                if row["status"] != "ok":
-                    logger.warning("%s: %s (%s)", item.utt, row["status"], row["error"])
+            futures = {
+                pool.submit(fetch_speech, item, cfg, audio_dir / f"{item.utt}.wav", cancellation): item for item in todo
+            }
+            pending = set(futures)
+            while pending:
+                # A bounded wait keeps the main thread responsive to Ctrl-C.
+                finished, pending = wait(pending, timeout=_POLL_S, return_when=FIRST_COMPLETED)
+                for fut in finished:
+                    item = futures[fut]
+                    try:
+                        row = asdict(fut.result())
+                    except Exception as exc:  # a driver bug on one item is recorded, not fatal
+                        logger.exception("request for %s failed unexpectedly", item.utt)
+                        row = asdict(
+                            RequestRow(utt=item.utt, status="connection_error", error=f"{type(exc).__name__}: {exc}")
+                        )
+                    rows[item.utt] = row
+                    log.append(row)
+                    bar.update(1)
+                    if row["status"] != "ok":
+                        bar.write(f"{item.utt}: {row['status']} ({row['error']})")
+    except KeyboardInterrupt as exc:
+        # Stop what is in flight: queued requests are dropped, open connections shut down, nothing saved.
+        cancellation.cancel()
+        pool.shutdown(wait=False, cancel_futures=True)
+        wait(futures, timeout=_CANCEL_WAIT_S)  # a request stuck in connect() ends at its timeout, unsaved
+        raise RequestsInterrupted(rows) from exc
     finally:
-        # On Ctrl-C: drop queued requests; in-flight ones end at their timeout.
         pool.shutdown(wait=False, cancel_futures=True)
         bar.close()
     return rows
@@ -297,23 +386,40 @@ def serve_and_score(
     progress: bool = False,
     histogram: bool = False,
 ) -> dict[str, Any]:
-    """Requests, then (unless `asr_factory` is None) scoring of the received audio; returns the summary."""
+    """Requests, then (unless `asr_factory` is None) scoring of the received audio; returns the summary.
+
+    `elapsed_s` of the summary covers both phases; `requests_elapsed_s` is the request phase alone.
+    """
     from vllm_omni.benchmarks.seed_tts_eval import SUMMARY_FILE, score_generated
     from vllm_omni.benchmarks.seed_tts_results import write_json_atomic
 
     out = Path(out_dir)
     start = time.perf_counter()
-    rows = run_requests(dataset, cfg, out, resume=resume, progress=progress)
     expected = [item.utt for item in dataset.items]
-    extra = {
-        "requests": summarize_requests(rows, expected),
-        "server": {"base_url": cfg.base_url, "model": cfg.model, "max_concurrency": cfg.max_concurrency},
-        "requests_elapsed_s": round(time.perf_counter() - start, 3),
-    }
+
+    def request_summary(rows: Mapping[str, Mapping[str, Any]], interrupted: bool) -> dict[str, Any]:
+        elapsed = round(time.perf_counter() - start, 3)
+        return {
+            "meta": str(dataset.meta_path),
+            "locale": dataset.locale,
+            "scored": False,
+            "interrupted": interrupted,
+            "elapsed_s": elapsed,
+            "requests_elapsed_s": elapsed,
+            "requests": summarize_requests(rows, expected),
+            "server": {"base_url": cfg.base_url, "model": cfg.model, "max_concurrency": cfg.max_concurrency},
+        }
+
+    try:
+        rows = run_requests(dataset, cfg, out, resume=resume, progress=progress)
+    except RequestsInterrupted as exc:
+        write_json_atomic(out / SUMMARY_FILE, request_summary(exc.rows, interrupted=True))
+        raise
+    summary = request_summary(rows, interrupted=False)
     if asr_factory is None:
-        summary = {"meta": str(dataset.meta_path), "locale": dataset.locale, "scored": False, **extra}
         write_json_atomic(out / SUMMARY_FILE, summary)
         return summary
+    extra = {k: summary[k] for k in ("requests", "server", "requests_elapsed_s")}
     report = score_generated(
         dataset,
         out / AUDIO_DIR,
@@ -323,5 +429,6 @@ def serve_and_score(
         progress=progress,
         histogram=histogram,
         extra_summary=extra,
+        started_at=start,
     )
     return report.summary

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import os
 import platform as py_platform
 import tempfile
@@ -49,6 +48,7 @@ import numpy as np
 import torch
 
 from vllm_omni.benchmarks.common import cpu_model, load_average, resolve_device, usable_cores
+from vllm_omni.file_identity import file_sha256
 from vllm_omni.logger import init_logger
 
 logger = init_logger(__name__)
@@ -267,6 +267,16 @@ class PromptCacheTimes:
 
 
 @dataclass
+class PolicyChoice:
+    """What the serving policy (`select_speaker_embedding_backend`, request "device") installs on this device."""
+
+    device: str
+    backend_name: str  # e.g. "onnxruntime-cpu", "torch-npu:0", "tensorrt-cuda:0"
+    backend: str  # the report's key for it: "ort" | "torch" | "trt"
+    rule: str  # where the choice comes from, for the verdict line
+
+
+@dataclass
 class CellResult:
     """One backend at one T: latency clocks, ratio and parity against onnxruntime in the same run."""
 
@@ -302,6 +312,7 @@ class BenchReport:
     environment: EnvironmentInfo | None = None
     build: BuildTimes = field(default_factory=BuildTimes)
     prompt_cache: PromptCacheTimes | None = None
+    policy: PolicyChoice | None = None
     tolerances: dict[str, float] = field(default_factory=dict)
     results: list[CellResult] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -387,14 +398,6 @@ def speed_verdicts(report: BenchReport) -> list[SpeedVerdict]:
 # ---------------------------------------------------------------------------------------------
 # Inputs: weights, audio, features
 # ---------------------------------------------------------------------------------------------
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def describe_weights(path: Path, *, standin: bool, generated_s: float | None = None) -> WeightsInfo:
@@ -708,7 +711,7 @@ class SpkEmbeddingBenchmark:
             report.config["backends"] = list(cfg.backends)
         report.tolerances = tolerances_for(device)
 
-        with _setup_step(f"--onnx {cfg.onnx}" if cfg.onnx is not None else "stand-in campplus.onnx"):
+        with _setup_step("--onnx" if cfg.onnx is not None else "stand-in campplus.onnx"):
             report.weights = resolve_weights(cfg.onnx, progress)
         onnx = Path(report.weights.path)
         if report.weights.kind == "stand-in":
@@ -726,11 +729,11 @@ class SpkEmbeddingBenchmark:
         # that is not a CAM++ export its error names what does not map (onnxruntime would just run it).
         if "torch" in cfg.backends:
             progress.stage(f"torch CAM++ on {device} (cold build, then cache hits)")
-            with _setup_step(f"--onnx {onnx}"):
+            with _setup_step("--onnx"):  # the loader's message names the file
                 torch_model = self._measure_torch_build(onnx, device)
         progress.stage("onnxruntime CPU sessions")
         for n in cfg.threads:
-            with _setup_step(f"--onnx {onnx}"):
+            with _setup_step("--onnx"):
                 ort, build_ms = _ort_runner(onnx, device, n)
             if report.build.ort_session_build_ms is None:
                 report.build.ort_session_build_ms = build_ms
@@ -753,6 +756,10 @@ class SpkEmbeddingBenchmark:
         )
         self._measure_latency(runners, inputs, device)
         self._measure_prompt_cache(onnx, clip, device)
+        try:
+            report.policy = policy_choice(onnx, device, max(cfg.threads))
+        except _setup_error_types() as exc:  # the verdict then says the policy could not be asked
+            report.notes.append(f"serving policy not determined: {type(exc).__name__}: {exc}")
 
     def _measure_torch_build(self, onnx: Path, device: torch.device) -> Any:
         from vllm_omni.model_executor.models.cosyvoice3 import speaker_embedding_torch as loader
@@ -864,7 +871,8 @@ class SpkEmbeddingBenchmark:
 
                 shutil.copyfile(onnx, link)
             try:
-                core = StepAudio2Token2WavCore(tmp, device=device)
+                # The same intra-op threads as the measured onnxruntime session (the header's number).
+                core = StepAudio2Token2WavCore(tmp, device=device, ort_intra_op_threads=max(self.config.threads))
                 core.enable_device_spk_embedding()
                 prompt = (clip, SAMPLE_RATE)
                 start = time.perf_counter_ns()
@@ -881,6 +889,23 @@ class SpkEmbeddingBenchmark:
                 # The prompt path may need assets a campplus-only directory lacks; say so instead of failing the run.
                 times.unavailable = f"{type(exc).__name__}: {exc}"
                 logger.warning("prompt-cache timing skipped: %s", times.unavailable)
+
+
+def policy_choice(onnx: Path, device: torch.device, threads: int) -> PolicyChoice:
+    """Ask the serving policy which backend it installs here (it builds nothing new: the torch model is
+    cached from the measurement, an ORT choice stays lazy, a TensorRT engine is cached on disk)."""
+    from vllm_omni.model_executor.models.cosyvoice3 import speaker_embedding
+
+    backend = speaker_embedding.select_speaker_embedding_backend(
+        onnx, device, request="device", ort_intra_op_threads=threads, seg_pool_mode=TORCH_SEG_POOL_MODE
+    )
+    name = str(backend.name)
+    key = "ort" if name.startswith("onnxruntime") else ("trt" if name.startswith("tensorrt") else "torch")
+    if device.type == "cpu":
+        rule = f"CPU_DEVICE_PATH_BACKEND = {speaker_embedding.CPU_DEVICE_PATH_BACKEND!r}"
+    else:
+        rule = f"the {device.type} device path"
+    return PolicyChoice(device=str(device), backend_name=name, backend=key, rule=rule)
 
 
 def _timed_call(

@@ -19,6 +19,9 @@ from vllm_omni.benchmarks.common import write_json as write_report_json
 from vllm_omni.benchmarks.spk_embedding import LONG_FRAMES, BenchReport, CellResult, speed_verdicts
 
 _BACKEND_ORDER = {"ort": 0, "torch": 1, "trt": 2}
+# Load average per usable core above which the host is too busy for trustworthy timings: the measured
+# process then shares its cores with other work, and medians move by tens of percent between runs.
+BUSY_LOAD_PER_CORE = 0.7
 
 
 def _ratio_text(ratio: float | None) -> str:
@@ -73,6 +76,9 @@ def header_lines(report: BenchReport) -> list[str]:
             f"load avg: {' '.join(map(str, load)) if load else '-'} at start, {' '.join(map(str, end)) if end else '-'}"
             f" at end ({env.usable_cores} usable cores, {env.cpu})"
         )
+        warning = load_warning(report)
+        if warning:
+            lines.append(warning)
     if report.audio is not None:
         a = report.audio
         lines.append(f"audio   : {a.source} ({a.duration_s:.2f} s), tiled/cropped to T frames; {a.transform}")
@@ -188,7 +194,10 @@ def footer_lines(report: BenchReport) -> list[str]:
     lines = []
     if b.torch_cold_build_ms is not None:
         hit = fmt(b.torch_cache_hit_us, ".1f")
-        lines.append(f"get_campplus_torch: cold build {b.torch_cold_build_ms:.1f} ms, cache hit {hit} us")
+        lines.append(
+            f"get_campplus_torch: cold build {b.torch_cold_build_ms:.1f} ms, cache hit {hit} us "
+            "(a hit stats and hashes the file: vllm_omni/file_identity.py)"
+        )
     if b.ort_session_build_ms is not None:
         lines.append(f"onnxruntime session build: {b.ort_session_build_ms:.1f} ms")
     if b.trt_build_or_load_s is not None:
@@ -219,6 +228,71 @@ def footer_lines(report: BenchReport) -> list[str]:
     return lines
 
 
+def load_warning(report: BenchReport) -> str | None:
+    """A header line when the host was busy (1-minute load per usable core above `BUSY_LOAD_PER_CORE`
+    at the start or the end of the run), else None."""
+    env = report.environment
+    if env is None or env.usable_cores < 1:
+        return None
+    busy = [
+        f"{load[0]:.2f} at {when}"
+        for when, load in (("start", env.load_average_start), ("end", env.load_average_end))
+        if load is not None and load[0] / env.usable_cores > BUSY_LOAD_PER_CORE
+    ]
+    if not busy:
+        return None
+    return (
+        f"WARNING : busy host, load {' and '.join(busy)} on {env.usable_cores} usable cores (above "
+        f"{BUSY_LOAD_PER_CORE} per core): timings are unreliable, rerun on a quiet host"
+    )
+
+
+def _ratio_span(cells: list[CellResult]) -> str:
+    ratios = [c.ratio_vs_ort for c in cells if c.ratio_vs_ort is not None and math.isfinite(c.ratio_vs_ort)]
+    if not ratios:
+        return "-"
+    lo, hi = min(ratios), max(ratios)
+    return f"{lo:.2f}" if abs(hi - lo) < 5e-3 else f"{lo:.2f}-{hi:.2f}"
+
+
+def verdict_line(report: BenchReport) -> str:
+    """The report's last line: parity at every T, and which backend the serving policy picks here and why
+    (the measured ratio vs onnxruntime of the backends it chose between)."""
+    lengths = sorted({c.frames for c in report.results})
+    compared = [c for c in report.results if c.backend != "ort"]
+    if not compared:
+        parity = "parity not measured (only onnxruntime ran)"
+    elif report.parity_failures:
+        where = ", ".join(f"{c.backend_name} T={c.frames}" for c in report.parity_failures)
+        parity = f"parity FAIL at {where}"
+    else:
+        parity = f"parity ok at every T ({', '.join(map(str, lengths))})"
+    policy = report.policy
+    if policy is None:
+        choice = "serving policy not determined"
+    else:
+        choice = f"policy on {policy.device} picks {policy.backend_name} ({policy.rule})"
+        if policy.backend == "ort":
+            others = {c.backend_name for c in compared}
+            if others:
+                spans = "; ".join(
+                    f"{name} measured {_ratio_span([c for c in compared if c.backend_name == name])}x "
+                    "onnxruntime's latency"
+                    for name in sorted(others)
+                )
+                faster = [c for c in compared if c.ratio_vs_ort is not None and c.ratio_vs_ort < 1.0]
+                note = f", faster than onnxruntime at T={','.join(str(c.frames) for c in faster)}" if faster else ""
+                choice += f": {spans} here{note}"
+        else:
+            mine = [c for c in compared if c.backend == policy.backend]
+            if mine:
+                slower = [c for c in mine if c.ratio_vs_ort is not None and c.ratio_vs_ort > 1.0]
+                note = f", slower than onnxruntime at T={','.join(str(c.frames) for c in slower)}" if slower else ""
+                choice += f": measured {_ratio_span(mine)}x onnxruntime's latency here{note}"
+    prefix = "verdict" if report.complete else "verdict (partial run)"
+    return f"{prefix}: {parity}; {choice}"
+
+
 def render_text(report: BenchReport) -> str:
     parts = [*header_lines(report), "", *table_lines(report), ""]
     rows = ratio_rows(report)
@@ -228,6 +302,7 @@ def render_text(report: BenchReport) -> str:
     if speed:
         parts += [*speed, ""]
     parts += footer_lines(report)
+    parts.append(verdict_line(report))
     return "\n".join(parts) + "\n"
 
 

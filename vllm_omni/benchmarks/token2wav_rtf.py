@@ -45,22 +45,25 @@ measured; `vllm_omni.benchmarks.token2wav_rtf_report` renders it (table, JSON, P
 
 from __future__ import annotations
 
-import contextlib
 import math
-import os
-import platform as py_platform
 import statistics
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
 import numpy as np
 import torch
 
-from vllm_omni.benchmarks.common import cpu_model, load_average, resolve_device, usable_cores
+from vllm_omni.benchmarks.common import (
+    resolve_device,
+    run_environment,
+    stamp_load_at_end,
+    synced_seconds,
+    token2wav_model_dir,
+    torch_threads,
+)
 from vllm_omni.logger import init_logger
 
 logger = init_logger(__name__)
@@ -294,10 +297,11 @@ class BenchReport:
 class _ComponentClock:
     """Attribute a request's wall time to the stage's components while it runs through the public API.
 
-    Wraps, on the instances only and only inside `with`, the calls the stage composes (see
-    `token2wav_synthesis.py`): the core's `prepare_prompt`, the flow's `setup_cache`, `inference`,
-    `inference_chunk`, and HiFT's forward (module hooks). Each wrapped call is bracketed by
-    `synchronize()`, so asynchronous device work is billed to the component that queued it.
+    Wraps, only inside `with`, the calls the stage composes (see `token2wav_synthesis.py`): on the
+    instances, the core's `prepare_prompt`, the flow's `setup_cache`, `inference`, `inference_chunk`,
+    and HiFT's forward (module hooks); and the streaming flow launch `flow_chunks` where
+    `token2wav_synthesis.stream_chunk` looks it up. Each wrapped call is bracketed by `synchronize()`,
+    so asynchronous device work is billed to the component that queued it.
     """
 
     _METHODS: Final = (
@@ -314,6 +318,7 @@ class _ComponentClock:
         self.seconds: dict[str, float] = dict.fromkeys(COMPONENTS, 0.0)
         self._hooks: list[Any] = []
         self._vocoder_start: float | None = None
+        self._flow_chunks: Callable[..., Any] | None = None
 
     def reset(self) -> None:
         self.seconds = dict.fromkeys(COMPONENTS, 0.0)
@@ -341,9 +346,13 @@ class _ComponentClock:
             self._vocoder_start = None
 
     def __enter__(self) -> _ComponentClock:
+        from vllm_omni.model_executor.models.step_audio2 import token2wav_synthesis
+
         for owner, attr, name in self._METHODS:
             obj = self._objects[owner]
             setattr(obj, attr, self._timed(name, getattr(obj, attr)))
+        self._flow_chunks = token2wav_synthesis.flow_chunks
+        token2wav_synthesis.flow_chunks = self._timed("flow", self._flow_chunks)
         self._hooks = [
             self._hift.register_forward_pre_hook(self._vocoder_pre),
             self._hift.register_forward_hook(self._vocoder_post),
@@ -351,6 +360,9 @@ class _ComponentClock:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        from vllm_omni.model_executor.models.step_audio2 import token2wav_synthesis
+
+        token2wav_synthesis.flow_chunks = self._flow_chunks
         for owner, attr, _ in self._METHODS:
             obj = self._objects[owner]
             if attr in vars(obj):
@@ -358,16 +370,6 @@ class _ComponentClock:
         for handle in self._hooks:
             handle.remove()
         self._hooks = []
-
-
-@contextlib.contextmanager
-def _torch_threads(threads: int) -> Iterator[None]:
-    previous = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)
 
 
 def prompt_audio(seconds: float) -> tuple[np.ndarray, int]:
@@ -388,55 +390,9 @@ def speech_tokens(count: int, seed: int) -> list[int]:
 
 def resolve_model_dir(config: BenchConfig, stage: Callable[[str], None]) -> tuple[Path, dict[str, Any]]:
     """(token2wav directory, description for the report); generates the stand-in on first use."""
-    if config.model_dir is not None:
-        path = Path(config.model_dir).expanduser()
-        if not path.is_dir():
-            raise BenchSetupError(f"--model-dir {path}: not a directory")
-        return path, {"kind": "model-dir", "path": str(path)}
-    from vllm_omni.model_executor.models.step_audio2.standin import ensure_standin_token2wav_dir
-
-    size = "reduced" if config.reduced else "full"
-    stage(f"stand-in token2wav directory ({size} size; the first full-size use writes ~1.2 GB, minutes)")
-    start = time.perf_counter()
-    path = ensure_standin_token2wav_dir(reduced=config.reduced, seed=config.seed)
-    return path, {
-        "kind": f"stand-in ({size} size)",
-        "path": str(path),
-        "seed": config.seed,
-        "ensure_s": time.perf_counter() - start,
-        "note": "seeded random weights: costs are real, the audio is noise",
-    }
-
-
-def _environment(device: torch.device, threads: int) -> dict[str, Any]:
-    from vllm_omni import platforms
-    from vllm_omni.version import __version__
-
-    try:
-        import onnxruntime
-
-        ort_version: str | None = onnxruntime.__version__
-    except ImportError:
-        ort_version = None
-    platform = platforms.current_omni_platform
-    cpu = cpu_model()
-    return {
-        "python": py_platform.python_version(),
-        "os": f"{py_platform.system()} {py_platform.release()}",
-        "cpu": cpu,
-        "cpu_count": os.cpu_count(),
-        "usable_cores": usable_cores(),
-        "torch": torch.__version__,
-        "onnxruntime": ort_version,
-        "platform": platform.device_type,
-        "device": str(device),
-        "device_name": platform.get_device_name(device.index) if device.type != "cpu" else cpu,
-        "threads": threads,
-        "loadavg_start": load_average(),
-        "loadavg_end": None,
-        "timestamp_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "vllm_omni": __version__,
-    }
+    return token2wav_model_dir(
+        config.model_dir, reduced=config.reduced, seed=config.seed, stage=stage, error=BenchSetupError
+    )
 
 
 def _config_dict(config: BenchConfig) -> dict[str, Any]:
@@ -457,12 +413,8 @@ class Token2WavBenchmark:
         self._stage = stage if stage is not None else (lambda text: logger.info("%s", text))
 
     def run(self) -> BenchReport:
-        with _torch_threads(self.config.threads):
-            try:
-                self._run()
-            finally:
-                if self.report.environment:
-                    self.report.environment["loadavg_end"] = load_average()
+        with torch_threads(self.config.threads), stamp_load_at_end(lambda: self.report.environment):
+            self._run()
         self.report.complete = True
         return self.report
 
@@ -480,7 +432,7 @@ class Token2WavBenchmark:
         def sync() -> None:
             platform.synchronize(device)
 
-        self.report.environment = _environment(device, cfg.threads)
+        self.report.environment = run_environment(device, cfg.threads)
         model_dir, self.report.weights = resolve_model_dir(cfg, self._stage)
         core = StepAudio2Token2WavCore(
             model_dir,
@@ -586,7 +538,7 @@ class Token2WavBenchmark:
                 for _ in range(per_round):
                     if name != "cached":
                         core.clear_prompt_cache()
-                    _, seconds = _synced_seconds(sync, core.prepare_prompt, prompt, with_tokens=True)
+                    _, seconds = synced_seconds(sync, core.prepare_prompt, prompt, with_tokens=True)
                     cases[name].calls_ms.append(seconds * 1e3)
         core.clear_prompt_cache()
 
@@ -607,7 +559,7 @@ class _Requests:
 
     def whole(self) -> SynthesisRun:
         self._new_voice()
-        audio, total = _synced_seconds(self.sync, self.core, self.tokens, self.prompt)
+        audio, total = synced_seconds(self.sync, self.core, self.tokens, self.prompt)
         _check_audio(audio, len(self.tokens), "whole utterance")
         return SynthesisRun(total_s=total, components_s=_split(self.clock.seconds, total), samples=int(audio.shape[-1]))
 
@@ -616,11 +568,11 @@ class _Requests:
 
         core, clock = self.core, self.clock
         self._new_voice()
-        state, setup = _synced_seconds(self.sync, core.set_stream_cache, self.prompt)
+        state, setup = synced_seconds(self.sync, core.set_stream_cache, self.prompt)
         chunks_s, pieces, chunk_parts = [], [], []
         for chunk, last in stream_chunks(self.tokens):
             before = dict(clock.seconds)
-            piece, seconds = _synced_seconds(
+            piece, seconds = synced_seconds(
                 self.sync, core.stream, chunk, last_chunk=last, return_waveform=True, state=state
             )
             pieces.append(piece)
@@ -637,16 +589,6 @@ class _Requests:
             chunks_s=chunks_s,
             chunk_components_s=chunk_parts,
         )
-
-
-def _synced_seconds(sync: Callable[[], None], fn: Callable[..., _T], *args: Any, **kwargs: Any) -> tuple[_T, float]:
-    """`fn(*args, **kwargs)` and its wall seconds; the platform is synchronised before the clock starts and
-    before it stops, so work the call queued on an asynchronous device is billed to it."""
-    sync()
-    start = time.perf_counter()
-    out = fn(*args, **kwargs)
-    sync()
-    return out, time.perf_counter() - start
 
 
 def _split(seconds: dict[str, float], total: float) -> dict[str, float]:

@@ -10,9 +10,19 @@ from __future__ import annotations
 
 import enum
 import platform as _py_platform
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+
+if TYPE_CHECKING:
+    from vllm_omni.platforms.graph_api import DeviceGraphApi
+
+#: Device-module functions `memory_stats` reads (torch.cuda and torch.npu both have them).
+_MEMORY_FUNCTIONS = {
+    "allocated_bytes": "memory_allocated",
+    "reserved_bytes": "memory_reserved",
+    "peak_allocated_bytes": "max_memory_allocated",
+}
 
 
 class PlatformEnum(enum.Enum):
@@ -65,6 +75,21 @@ class OmniPlatform:
     def device_module(self) -> Any:
         """`torch.cuda` / `torch.npu` / `torch.cpu`."""
         return torch.cpu
+
+    def device_graph_api(self) -> DeviceGraphApi | None:
+        """The graph-capture runtime of this platform, or None where work runs eagerly (CPU).
+
+        Used by `platforms.device_graphs.DeviceGraphRunner`; see docs/design/device_graphs.md.
+        """
+        return None
+
+    def memory_stats(self, device: torch.device | None = None) -> dict[str, int] | None:
+        """Allocator bytes on `device` (allocated, reserved, peak allocated), or None where torch keeps none."""
+        module = self.device_module()
+        if not all(hasattr(module, fn) for fn in _MEMORY_FUNCTIONS.values()):
+            return None
+        target = device if device is not None else self.torch_device()
+        return {key: int(getattr(module, fn)(target)) for key, fn in _MEMORY_FUNCTIONS.items()}
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(device_type={self.device_type!r})"

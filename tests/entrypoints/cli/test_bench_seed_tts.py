@@ -9,8 +9,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
+import soundfile as sf
 
+from tests.helpers.asr import KeyedASR
 from vllm_omni.benchmarks.asr.faster_whisper_backend import bundled_tiny_en_path
 from vllm_omni.entrypoints.cli.main import main
 
@@ -77,3 +80,88 @@ def test_demo_scores_espeak_speech_offline_and_gates(tmp_path: Path, capsys: pyt
     assert main([*argv, "--resume", "--fail-above", "-1"]) == 1
     assert "FAIL strict WER" in capsys.readouterr().err
     assert len((out / "scores.jsonl").read_text().splitlines()) == 2
+
+
+@pytest.fixture
+def scored_set(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """meta.lst + gen/<utt>.wav for three items, and an ASR stub behind `--asr auto`."""
+    from vllm_omni.benchmarks import asr
+
+    texts = {"u1": "one small step", "u2": "the quick brown fox", "u3": "hello there"}
+    (tmp_path / "gen").mkdir()
+    by_len = {}
+    for i, (utt, text) in enumerate(texts.items()):
+        n = 16000 + 1600 * i
+        sf.write(tmp_path / "gen" / f"{utt}.wav", np.full(n, 0.1, dtype=np.float32), 16000, subtype="PCM_16")
+        by_len[n] = text
+    (tmp_path / "meta.lst").write_text("".join(f"{u}|p|p.wav|{t}\n" for u, t in texts.items()), encoding="utf-8")
+    # Transcribes every file as the text it was written for (keyed by its sample count).
+    monkeypatch.setattr(asr, "select_asr_backend", lambda *a, **k: KeyedASR("echo-stub", by_len, key=len))
+    return tmp_path
+
+
+def _score_argv(root: Path, *extra: str) -> list[str]:
+    return ["bench", "seed-tts", "score", "--meta", str(root / "meta.lst"), "--gen-dir", str(root / "gen"), *extra]
+
+
+def test_results_default_to_the_ignored_out_folder_and_the_run_says_where(
+    scored_set: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    work = scored_set / "cwd"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    assert main(_score_argv(scored_set, "--no-histogram")) == 0
+    assert sorted(p.name for p in work.iterdir()) == ["out"]
+    assert sorted(p.name for p in (work / "out" / "seed_tts").iterdir()) == ["scores.jsonl", "summary.json"]
+    assert f"results: {Path('out') / 'seed_tts'}" in capsys.readouterr().out
+
+
+def test_progress_in_a_log_is_plain_lines(scored_set: Path, capsys: pytest.CaptureFixture) -> None:
+    """stderr is not a terminal under capsys: the ASR step reports in whole lines, never a redrawn bar."""
+    assert main(_score_argv(scored_set, "--output-dir", str(scored_set / "o"), "--no-histogram")) == 0
+    err = capsys.readouterr().err
+    assert "\r" not in err
+    assert "ASR echo-stub: 3/3 utt (100 %" in err
+
+
+def test_a_corrupted_middle_row_of_the_log_is_a_one_line_error(scored_set: Path, capsys: pytest.CaptureFixture) -> None:
+    out = scored_set / "o"
+    assert main(_score_argv(scored_set, "--output-dir", str(out), "--no-histogram")) == 0
+    lines = (out / "scores.jsonl").read_text().splitlines()
+    lines[1] = lines[1][: len(lines[1]) // 2]  # an edited / damaged row that is not the last one
+    (out / "scores.jsonl").write_text("\n".join(lines) + "\n")
+    capsys.readouterr()
+    assert main(_score_argv(scored_set, "--output-dir", str(out), "--resume")) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("vllm-omni: error: ") and "scores.jsonl:2" in err and "without --resume" in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_an_output_dir_that_is_a_file_is_a_usage_error(scored_set: Path, capsys: pytest.CaptureFixture) -> None:
+    (scored_set / "taken").write_text("x")
+    assert main(_score_argv(scored_set, "--output-dir", str(scored_set / "taken"))) == 2
+    assert "--output-dir" in capsys.readouterr().err
+
+
+def test_scoring_where_nothing_could_be_scored_exits_1(scored_set: Path, capsys: pytest.CaptureFixture) -> None:
+    for wav in (scored_set / "gen").iterdir():
+        wav.unlink()
+    assert main(_score_argv(scored_set, "--output-dir", str(scored_set / "o"), "--no-histogram")) == 1
+    assert "FAIL no utterance could be scored" in capsys.readouterr().err
+
+
+def test_serve_without_scoring_where_every_request_failed_exits_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # nothing listens there once the block ends
+    sf.write(tmp_path / "ref.wav", np.zeros(1600, dtype=np.float32), 16000, subtype="PCM_16")
+    (tmp_path / "meta.lst").write_text("a|p|ref.wav|some text\n", encoding="utf-8")
+    argv = ["bench", "seed-tts", "serve", "--meta", str(tmp_path / "meta.lst"), "--model", "m", "--no-score"]
+    code = main([*argv, "--base-url", f"http://127.0.0.1:{port}", "--output-dir", str(tmp_path / "o")])
+    assert code == 1
+    assert "FAIL no request returned audio (connection_error=1)" in capsys.readouterr().err
+    assert json.loads((tmp_path / "o" / "summary.json").read_text())["requests"]["counts"]["ok"] == 0

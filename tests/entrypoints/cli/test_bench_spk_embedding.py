@@ -414,3 +414,121 @@ def test_best_of_takes_each_backends_fastest_budget_and_the_verdict_the_fastest_
     assert "torch-cpu 20.00 ms @2t = 0.80 x ORT" in best_of_lines(report)[1]
     verdicts = report.to_dict()["speed_verdicts"]
     assert [(v["frames"], v["faster"]) for v in verdicts] == [(97, "ort"), (200, "torch")]
+
+
+# ---- what a user reads: output folder, progress in logs, the verdict, a busy host ---------------
+
+
+@pytest.fixture(scope="module")
+def small_report(reduced_onnx: Path) -> Any:
+    """A complete library run on the reduced stand-in: one length, two timed calls."""
+    from vllm_omni.benchmarks.spk_embedding import BenchConfig, SpkEmbeddingBenchmark
+
+    config = BenchConfig(onnx=reduced_onnx, lengths=(40,), warmup=0, iters=2, threads=(1,), prompt_cache_iters=1)
+    return SpkEmbeddingBenchmark(config).run()
+
+
+def test_the_report_ends_with_a_verdict_on_parity_and_the_policy_choice(small_report: Any) -> None:
+    from vllm_omni.benchmarks.spk_embedding_report import render_text, verdict_line
+    from vllm_omni.model_executor.models.cosyvoice3.speaker_embedding import CPU_DEVICE_PATH_BACKEND
+
+    torch_cell = small_report.cell("torch", 40)
+    assert torch_cell.parity_ok is True
+    line = verdict_line(small_report)
+    assert render_text(small_report).rstrip("\n").splitlines()[-1] == line
+    assert line.startswith("verdict: parity ok at every T (40); policy on cpu picks ")
+    picked = {"onnxruntime": "onnxruntime-cpu", "torch": "torch-cpu"}[CPU_DEVICE_PATH_BACKEND]
+    assert f"picks {picked} (CPU_DEVICE_PATH_BACKEND = '{CPU_DEVICE_PATH_BACKEND}')" in line
+    # The reason is the measured ratio of this run.
+    ratio = f"{torch_cell.ratio_vs_ort:.2f}x onnxruntime's latency"
+    assert ratio in line
+
+
+def test_the_verdict_names_parity_failures(small_report: Any) -> None:
+    import dataclasses
+
+    from vllm_omni.benchmarks.spk_embedding_report import verdict_line
+
+    failed = dataclasses.replace(small_report.cell("torch", 40), parity_ok=False)
+    report = dataclasses.replace(small_report, results=[small_report.cell("ort", 40), failed])
+    assert verdict_line(report).startswith("verdict: parity FAIL at torch-cpu T=40;")
+
+
+@pytest.mark.parametrize(
+    ("start", "end", "expected"),
+    [
+        ((1.2, 1, 1), (1.3, 1, 1), None),
+        ((1.6, 1, 1), (0.2, 1, 1), "1.60 at start"),
+        ((0.1, 0, 0), (3.0, 2, 1), "3.00 at end"),
+    ],
+)
+def test_a_busy_host_is_flagged_in_the_header(
+    small_report: Any, start: tuple, end: tuple, expected: str | None
+) -> None:
+    import dataclasses
+
+    from vllm_omni.benchmarks.spk_embedding_report import header_lines, load_warning
+
+    env = dataclasses.replace(small_report.environment, usable_cores=2, load_average_start=start, load_average_end=end)
+    report = dataclasses.replace(small_report, environment=env)
+    warning = load_warning(report)
+    if expected is None:
+        assert warning is None
+    else:
+        assert warning is not None and expected in warning and "2 usable cores" in warning
+        assert "timings are unreliable" in warning and warning in header_lines(report)
+
+
+def test_default_reports_go_to_out_progress_is_plain_lines_and_the_verdict_is_last(
+    capsys: pytest.CaptureFixture[str], reduced_onnx: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    args = ["--onnx", str(reduced_onnx), "--lengths", "40", "--warmup", "0", "--iters", "2", "--threads", "1"]
+    code, out, err = _cli(capsys, *args)
+    assert code == 0, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
+        "spk_embedding_report.json",
+        "spk_embedding_report.png",
+    ]
+    assert "wrote out/spk_embedding_report.json and out/spk_embedding_report.png" in out
+    # stderr is not a terminal here: the timing loop reports in whole lines, no carriage returns.
+    assert "\r" not in err and "[spk-embedding] timing: 4/4 call" in err
+    table = out.split("wrote ")[0].rstrip("\n").splitlines()
+    assert table[-1].startswith("verdict: parity ok at every T (40)")
+
+
+def test_an_onnx_that_is_not_cam_plus_plus_is_refused_before_any_work(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from vllm_omni.benchmarks import spk_embedding
+
+    def must_not_run(*args: Any) -> Any:
+        raise AssertionError("features were prepared for a file that is not a CAM++ export")
+
+    monkeypatch.setattr(spk_embedding, "load_clip", must_not_run)
+    bad = tmp_path / "campplus.onnx"
+    bad.write_bytes(b"<html>not a model</html>")
+    code, _, err = _cli(capsys, "--onnx", str(bad), "--fast", "--json", str(tmp_path / "r.json"))
+    assert code == 2 and "Traceback" not in err
+    assert err.count(str(bad)) == 1 and "not a readable ONNX file" in err
+    assert not (tmp_path / "r.json").exists()
+
+
+def test_the_prompt_cache_step_uses_the_reported_onnxruntime_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The prompt-cache step's onnxruntime session gets the largest measured thread budget."""
+    import torch
+
+    from tests.helpers.token2wav import SessionCounter
+    from vllm_omni.benchmarks.spk_embedding import BenchConfig, SpkEmbeddingBenchmark, load_clip
+    from vllm_omni.model_executor.models.campplus.standin import ensure_standin_campplus_onnx
+    from vllm_omni.model_executor.models.cosyvoice3 import speaker_embedding
+
+    monkeypatch.setattr(speaker_embedding, "CPU_DEVICE_PATH_BACKEND", "onnxruntime")
+    counter = SessionCounter(monkeypatch)
+    full = Path(ensure_standin_campplus_onnx(seed=0, reduced=False))
+    clip, _ = load_clip(None)
+    bench = SpkEmbeddingBenchmark(BenchConfig(onnx=full, threads=(3,), prompt_cache_iters=2))
+    bench._measure_prompt_cache(full, clip, torch.device("cpu"))
+    assert bench.report.prompt_cache is not None and bench.report.prompt_cache.unavailable is None
+    assert [c["sess_options"].intra_op_num_threads for c in counter.calls] == [3]

@@ -28,12 +28,18 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 @pytest.fixture(scope="module")
 def e2e(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """One real CLI run (subprocess) on the reduced stand-in with the --fast sizes."""
+    """One real CLI run (subprocess) on the reduced stand-in with the --fast sizes, reports at their default place."""
     out = tmp_path_factory.mktemp("t2w_bench")
     proc = run_bench_subprocess(
-        out, "token2wav", "--reduced", "--fast", "--device", "cpu", "--threads", "1", timeout=600
+        out, "token2wav", "--reduced", "--fast", "--device", "cpu", "--threads", "1", timeout=600, report_files=False
     )
-    return {"proc": proc, "json": out / "report.json", "png": out / "report.png"}
+    reports = out / "out"  # ./out/ of the working directory (git-ignored), not the working directory itself
+    return {
+        "proc": proc,
+        "cwd": out,
+        "json": reports / "token2wav_rtf_report.json",
+        "png": reports / "token2wav_rtf_report.png",
+    }
 
 
 def _parse(*argv: str) -> argparse.Namespace:
@@ -52,7 +58,8 @@ def test_fast_run_prints_the_table_and_writes_json_and_plot(e2e: dict[str, Any])
     assert "Traceback" not in proc.stderr
     for needle in ("whole", "stream", "RTF", "1st chunk", "prompt preparation", "STAND-IN", "--fast sizes"):
         assert needle in proc.stdout
-    assert f"wrote {e2e['json']} and {e2e['png']}" in proc.stdout
+    assert "wrote out/token2wav_rtf_report.json and out/token2wav_rtf_report.png" in proc.stdout
+    assert sorted(p.name for p in e2e["cwd"].iterdir()) == ["out"]
     assert e2e["png"].read_bytes().startswith(PNG_SIGNATURE)
 
 

@@ -46,3 +46,28 @@ def test_console_script_entry_point_is_declared() -> None:
 
     scripts = {ep.name: ep.value for ep in entry_points(group="console_scripts")}
     assert scripts.get("vllm-omni") == "vllm_omni.entrypoints.cli.main:main"
+
+
+def test_help_names_the_logging_level_variable() -> None:
+    proc = _cli("--help")
+    assert proc.returncode == 0 and "VLLM_OMNI_LOGGING_LEVEL" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    ("argv", "usage"),
+    [
+        (["bench", "seed-tts", "score", "--bogus"], "usage: vllm-omni bench seed-tts score"),
+        (["bench", "spk-embedding", "--bogus"], "usage: vllm-omni bench spk-embedding"),
+        (["token2wav", "--tokens", "1", "--out", "a.wav", "--bogus"], "usage: vllm-omni token2wav"),
+    ],
+)
+def test_an_unknown_option_shows_the_usage_of_the_subcommand_it_was_given_to(
+    argv: list[str], usage: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from vllm_omni.entrypoints.cli.main import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exc.value.code == 2
+    assert err.startswith(usage) and "unrecognized arguments: --bogus" in err and "Traceback" not in err

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -59,3 +60,24 @@ def test_writes_a_24k_wav_of_the_expected_length(
     printed = capsys.readouterr().out
     assert f"wrote {out}: 33 tokens -> 1.32 s" in printed
     assert ("chunk 1: 8 tokens" in printed) == stream
+    # The stand-in's audio is noise: stdout says so before anyone listens to it.
+    assert "RANDOM weights" in printed and "not speech" in printed
+
+
+@pytest.mark.parametrize("out", ["{tmp}", "{tmp}/readonly/a.wav"])
+def test_an_unusable_out_path_is_refused_before_any_work(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, out: str
+) -> None:
+    from vllm_omni.entrypoints.cli import token2wav
+
+    def must_not_run(*args: object) -> int:
+        raise AssertionError("synthesis started although --out cannot be written")
+
+    monkeypatch.setattr(token2wav, "_synthesise", must_not_run)
+    (tmp_path / "readonly").mkdir(mode=0o555)
+    if os.access(tmp_path / "readonly", os.W_OK):  # root ignores the mode bits
+        monkeypatch.setattr(token2wav.os, "access", lambda path, mode: Path(path).name != "readonly")
+    assert main(["token2wav", "--tokens", "1,2", "--standin", "reduced", "--out", out.format(tmp=tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("vllm-omni: error: --out")
+    assert ("is a folder" in err[0]) == (out == "{tmp}") and ("not writable" in err[0]) == (out != "{tmp}")

@@ -18,6 +18,7 @@ The WAV (24 kHz, 16-bit) is written atomically. Heavy imports happen inside `run
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import time
 from pathlib import Path
@@ -83,8 +84,7 @@ class Token2WavCommand:
             raise CLIUsageError("give --model-dir DIR (a token2wav directory) or --standin reduced|full")
         if args.model_dir is not None and not args.model_dir.is_dir():
             raise CLIUsageError(f"--model-dir {args.model_dir} is not a directory")
-        if not args.out.parent.is_dir():
-            raise CLIUsageError(f"--out: folder {args.out.parent} does not exist")
+        _check_out(args.out)
         return _synthesise(args, tokens)
 
     @staticmethod
@@ -96,6 +96,17 @@ class Token2WavCommand:
         return parse_tokens(args.tokens)
 
 
+def _check_out(out: Path) -> None:
+    """Refuse an unusable `--out` before any model is loaded (a folder, a missing or read-only folder)."""
+    if out.is_dir():
+        raise CLIUsageError(f"--out {out}: is a folder; give the WAV file name to write (e.g. {out / 'reply.wav'})")
+    folder = out.parent
+    if not folder.is_dir():
+        raise CLIUsageError(f"--out: folder {folder} does not exist")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise CLIUsageError(f"--out: folder {folder} is not writable")
+
+
 def _synthesise(args: argparse.Namespace, tokens: list[int]) -> int:
     import soundfile
     import torch
@@ -105,6 +116,11 @@ def _synthesise(args: argparse.Namespace, tokens: list[int]) -> int:
     from vllm_omni.model_executor.models.step_audio2.step_audio2_token2wav import StepAudio2Token2WavCore
     from vllm_omni.model_executor.models.step_audio2.token2wav_stream import OUTPUT_SAMPLE_RATE, stream_chunks
 
+    if args.standin is not None:
+        print(
+            f"note: --standin {args.standin} uses a stand-in token2wav directory with RANDOM weights: the audio is "
+            "quiet noise, not speech (timings are real); give --model-dir for real assets"
+        )
     model_dir = args.model_dir or ensure_standin_token2wav_dir(reduced=args.standin == "reduced")
     prompt: Any
     if args.prompt is not None:

@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from vllm_omni.platforms.graph_api import DeviceGraphApi, TorchGraphApi
 from vllm_omni.platforms.interface import OmniPlatform, PlatformEnum
 
 
@@ -16,6 +17,10 @@ class CudaOmniPlatform(OmniPlatform):
 
     def device_module(self) -> Any:
         return torch.cuda
+
+    def device_graph_api(self) -> DeviceGraphApi | None:
+        """CUDA graphs: `torch.cuda.CUDAGraph` captured with `torch.cuda.graph`."""
+        return TorchGraphApi(torch.cuda, "CUDAGraph", "cuda-graph")
 
     def get_device_name(self, index: int | None = None) -> str:
         return str(torch.cuda.get_device_name(index if index is not None else self.current_device_index()))

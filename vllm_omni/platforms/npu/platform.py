@@ -7,7 +7,11 @@ from typing import Any
 
 import torch
 
+from vllm_omni.logger import init_logger
+from vllm_omni.platforms.graph_api import DeviceGraphApi, TorchGraphApi, missing_graph_names
 from vllm_omni.platforms.interface import OmniPlatform, PlatformEnum
+
+logger = init_logger(__name__)
 
 
 class NpuOmniPlatform(OmniPlatform):
@@ -17,6 +21,18 @@ class NpuOmniPlatform(OmniPlatform):
     def device_module(self) -> Any:
         # `torch.npu` only exists after `import torch_npu`, which detection already did.
         return torch.npu  # type: ignore[attr-defined]
+
+    def device_graph_api(self) -> DeviceGraphApi | None:
+        """NPU graphs: `torch.npu.NPUGraph` captured with `torch.npu.graph` (torch_npu >= 2.1).
+
+        None, logged once, when the installed torch_npu has no graph API: the work then runs eagerly.
+        """
+        module = self.device_module()
+        missing = missing_graph_names(module, "NPUGraph")
+        if missing:
+            logger.info_once("torch.npu has no %s: NPU graphs unavailable, running eagerly", ", ".join(missing))
+            return None
+        return TorchGraphApi(module, "NPUGraph", "npu-graph")
 
     def get_device_name(self, index: int | None = None) -> str:
         idx = index if index is not None else self.current_device_index()

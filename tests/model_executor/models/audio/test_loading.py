@@ -130,6 +130,63 @@ def test_all_zero_audio_loads_but_is_not_a_usable_prompt() -> None:
         load_prompt_audio((silence, 16000))
 
 
+def _peak_dbfs(x: np.ndarray) -> float:
+    """The test's own level measure: max |x - mean| of the float waveform in dBFS."""
+    x = np.asarray(x, dtype=np.float64)
+    return 20 * np.log10(np.abs(x - x.mean()).max())
+
+
+def _speech_at(speech_int16: np.ndarray, peak_dbfs: float) -> np.ndarray:
+    x = speech_int16.astype(np.float64) / 32768.0
+    return (x * 10 ** (peak_dbfs / 20) / np.abs(x - x.mean()).max()).astype(np.float32)
+
+
+_RNG = np.random.default_rng(7)
+
+
+@pytest.mark.parametrize(
+    "wave",
+    [
+        pytest.param(1e-9 * _RNG.standard_normal(16000), id="noise-1e-9"),
+        pytest.param(1e-6 * _RNG.standard_normal(16000), id="noise-1e-6"),
+        pytest.param(0.5 + 1e-6 * _RNG.standard_normal(16000), id="dc-0.5-plus-1e-6-noise"),
+        pytest.param(1e-5 * np.sin(np.arange(16000) / 5.0), id="tone-at-minus-100dBFS"),
+    ],
+)
+def test_near_silent_prompts_are_rejected_with_their_measured_level(wave: np.ndarray) -> None:
+    with pytest.raises(ValueError, match="below the -60 dBFS floor") as exc:
+        load_prompt_audio((wave.astype(np.float32), 16000))
+    level = _peak_dbfs(wave.astype(np.float32))
+    assert f"peak {level:.1f} dBFS after removing its DC offset" in str(exc.value)
+    assert "<array>" in str(exc.value)
+
+
+def test_a_constant_dc_offset_is_rejected_as_a_constant_signal() -> None:
+    with pytest.raises(ValueError, match=r"constant signal \(DC offset \+0.1\b.*below the -60 dBFS floor"):
+        load_prompt_audio((np.full(16000, 0.1, dtype=np.float32), 16000))
+
+
+def test_speech_below_the_floor_is_rejected_and_quiet_real_speech_passes(
+    speech_int16: np.ndarray, caplog: pytest.LogCaptureFixture
+) -> None:
+    shipped = load_prompt_audio(str(speech_sample_path()))  # the shipped clip (-3.7 dBFS peak)
+    assert shipped.wav_16k.abs().max() > 0.5
+    with pytest.raises(ValueError, match=r"peak -65\.0 dBFS"):
+        load_prompt_audio((_speech_at(speech_int16, -65.0), 16000))
+    # The same speech 50 dB quieter, stored as int16 as a quiet recording would be: accepted, with a warning.
+    quiet = np.round(_speech_at(speech_int16, -54.0).astype(np.float64) * 32768).astype(np.int16)
+    assert _peak_dbfs(quiet / 32768.0) > -60
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="vllm_omni"):
+        audio = load_prompt_audio((quiet, 16000))
+    assert audio.num_samples == len(quiet)
+    assert any("very quiet" in r.getMessage() for r in caplog.records)
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="vllm_omni"):
+        load_prompt_audio((_speech_at(speech_int16, -30.0), 16000))
+    assert not any("very quiet" in r.getMessage() for r in caplog.records)
+
+
 def test_prompt_shorter_than_four_fbank_frames_is_rejected() -> None:
     with pytest.raises(ValueError, match=r"50.0 ms long; the speaker model needs at least 55 ms"):
         load_prompt_audio((_tone(300.0, 16000, seconds=0.05), 16000))

@@ -130,3 +130,9 @@ def max_abs_and_cosine(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
     a64, b64 = np.asarray(a, dtype=np.float64).ravel(), np.asarray(b, dtype=np.float64).ravel()
     cos = float(a64 @ b64 / (np.linalg.norm(a64) * np.linalg.norm(b64)))
     return float(np.abs(a64 - b64).max()), cos
+
+
+def rel_l2(a: np.ndarray, b: np.ndarray) -> float:
+    """||a - b|| / ||b|| in float64: the scale-free distance of `a` from the reference `b`."""
+    a64, b64 = np.asarray(a, dtype=np.float64).ravel(), np.asarray(b, dtype=np.float64).ravel()
+    return float(np.linalg.norm(a64 - b64) / np.linalg.norm(b64))

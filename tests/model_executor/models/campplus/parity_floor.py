@@ -9,7 +9,9 @@ seg-pool mode, on the full-size stand-in and the serving transform's features:
 - torch - ORT: what `test_campplus_torch_parity.py` asserts (ORT CPU EP, 2 threads, ORT_ENABLE_ALL);
 - ORT - fp64 and torch - fp64: each runtime's own rounding error;
 - ORT(ENABLE_ALL) - ORT(DISABLE_ALL) and ORT 2 threads - 1 thread: onnxruntime against itself;
-- the rms of the raw output (the scale the absolute numbers refer to).
+- the rms of the raw output (the scale the absolute numbers refer to);
+- the same three comparisons as relative L2 errors (||a - b|| / ||b||), and torch's fp64 error over
+  onnxruntime's: the scale-free quantities the parity test bounds (torch - ORT <= 1e-5, ratio <= 2).
 
     .venv/bin/python -m tests.model_executor.models.campplus.parity_floor [--onnx PATH]
 
@@ -30,6 +32,7 @@ from tests.model_executor.models.campplus.helpers import (
     legacy_reference_model,
     max_abs_and_cosine,
     ort_embed,
+    rel_l2,
     speaker_feats,
 )
 
@@ -63,7 +66,10 @@ def main(argv: list[str] | None = None) -> int:
     path = args.onnx or ensure_standin_campplus_onnx(seed=0)
     torch.set_num_threads(args.threads)
     print(f"{path}  onnxruntime {ort.__version__} ({ort_seg_pool_mode()} pooling)  torch {torch.__version__}")
-    print("mode   |     T | torch-ORT | cosine       | ORT-fp64 | torch-fp64 | ORT opt-noopt | ORT 2t-1t | rms out")
+    print(
+        "mode   |     T | torch-ORT | cosine       | ORT-fp64 | torch-fp64 | ORT opt-noopt | ORT 2t-1t | rms out"
+        " | rL2 torch-ORT | rL2 ORT-fp64 | rL2 torch-fp64 | ratio"
+    )
     for mode in ("exact", "legacy"):
         if mode == "exact" and ort_seg_pool_mode() != "exact":
             print("exact  | skipped: the installed onnxruntime pools the legacy way, no exact reference")
@@ -81,10 +87,12 @@ def main(argv: list[str] | None = None) -> int:
             with torch.no_grad():
                 truth = exact64(feats.double()[None]).numpy()
             diff, cos = max_abs_and_cosine(got, ref)
+            ort_err, torch_err = rel_l2(ref, truth), rel_l2(got, truth)
             print(
                 f"{mode:6s} | {frames:5d} | {diff:9.2e} | {cos:.10f} | {_max_abs(ref, truth):8.2e} | "
                 f"{_max_abs(got, truth):10.2e} | {_max_abs(ref, ort_embed(plain, feats)):13.2e} | "
-                f"{_max_abs(ref, ort_embed(single, feats)):9.2e} | {float(np.sqrt((truth**2).mean())):7.2f}",
+                f"{_max_abs(ref, ort_embed(single, feats)):9.2e} | {float(np.sqrt((truth**2).mean())):7.2f} | "
+                f"{rel_l2(got, ref):13.2e} | {ort_err:12.2e} | {torch_err:14.2e} | {torch_err / ort_err:5.2f}",
                 flush=True,
             )
     return 0

@@ -3,13 +3,15 @@
 
 CPU twin: the full-size stand-in, both seg-pool modes, each against an onnxruntime that computes
 that mode ("exact": ORT >= 1.29 as installed; "legacy": the graph rewritten to zero-pad to 100).
-Tolerance max abs <= 1e-4 and cosine >= 0.999999 (the issue asked for 1e-5): two correct fp32
-evaluations of this 60-layer network do not agree to 1e-5. On the stand-in, whose raw outputs are
-unit scale like a trained network's (rms 1.0-2.4), onnxruntime is 0.6-1.7e-5 from a float64
-evaluation of the same weights and differs from itself by up to 2.5e-5 between graph-optimisation
-levels; torch is 1.2-3.4e-5 from float64; torch - ORT measured 1.4e-5 .. 4.1e-5. Numbers and
-reasoning: docs/design/speaker_embedding.md ("Tolerances"), reproduced by
-`python -m tests.model_executor.models.campplus.parity_floor`.
+The bound is stated relative to the reference's own float32 error, not as an absolute figure that
+depends on the output's scale (`tests.model_executor.models.campplus.parity_floor` measures it):
+
+- relative L2 of torch vs onnxruntime <= 1e-5 at every T (measured 3.0e-6 .. 6.6e-6), cosine >= 0.999999;
+- torch's relative L2 error vs a float64 evaluation of the same weights (`CAMPPlus.forward` in
+  float64: the exact result for the file) is at most `FP64_ERROR_FACTOR` = 2 x onnxruntime's own
+  error vs that evaluation (measured ratio 0.79 .. 1.41; onnxruntime's own error 2.0e-6 .. 5.6e-6).
+
+Numbers and reasoning: docs/design/speaker_embedding.md ("Tolerances").
 Hardware twin: the real asset from CAMPPLUS_ONNX_PATH on the accelerator, max abs <= 1e-3.
 """
 
@@ -21,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from tests.helpers.mark import hardware_test
 from tests.model_executor.models.campplus.helpers import (
@@ -28,10 +31,16 @@ from tests.model_executor.models.campplus.helpers import (
     max_abs_and_cosine,
     ort_embed,
     ort_session,
+    rel_l2,
     speaker_feats,
 )
 
 FRAMES = (4, 97, 200, 345, 501, 1000, 3000)
+# T at which the float64 evaluation runs too (it costs ~10x the fp32 one on CPU, so not at every T):
+# the shortest input and two with a partial last segment, where the seg-pool modes differ.
+FP64_FRAMES = (4, 97, 345)
+MAX_REL_L2_VS_ORT = 1e-5
+FP64_ERROR_FACTOR = 2.0
 REAL_SHA256 = "a6ac6a63997761ae2997373e2ee1c47040854b4b759ea41ec48e4e42df0f4d73"
 
 
@@ -58,13 +67,22 @@ def test_torch_matches_onnxruntime_of_the_same_seg_pool_semantics(full_standin: 
         ort_session(full_standin) if mode == ort_seg_pool_mode() else ort_session(legacy_reference_model(full_standin))
     )
     backend = CampplusTorch(load_campplus_from_onnx(full_standin, seg_pool_mode=mode), "cpu")
+    exact64 = load_campplus_from_onnx(full_standin, seg_pool_mode=mode).double()
     for frames in FRAMES:
         feats = speaker_feats(frames)
         ref = ort_embed(session, feats)
         got = backend(feats).numpy()
         assert got.shape == ref.shape == (1, 192)
-        diff, cos = max_abs_and_cosine(got, ref)
-        assert diff <= 1e-4 and cos >= 0.999999, f"T={frames} {mode}: max abs {diff:.2e}, cosine {cos:.9f}"
+        _, cos = max_abs_and_cosine(got, ref)
+        vs_ort = rel_l2(got, ref)
+        assert vs_ort <= MAX_REL_L2_VS_ORT and cos >= 0.999999, f"T={frames} {mode}: rel L2 {vs_ort:.2e}, cos {cos}"
+        if frames in FP64_FRAMES:
+            with torch.inference_mode():
+                truth = exact64(feats.double()[None]).numpy()
+            ort_error, torch_error = rel_l2(ref, truth), rel_l2(got, truth)
+            assert torch_error <= FP64_ERROR_FACTOR * ort_error, (
+                f"T={frames} {mode}: torch is {torch_error:.2e} from the float64 result, onnxruntime {ort_error:.2e}"
+            )
 
 
 @pytest.mark.core_model

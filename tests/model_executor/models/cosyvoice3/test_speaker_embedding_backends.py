@@ -17,8 +17,15 @@ import pytest
 import torch
 
 from tests.helpers.mark import hardware_test
-from tests.helpers.token2wav import SessionCounter, export_tiny_speaker_onnx, tiny_speaker_reference
+from tests.helpers.token2wav import (
+    SessionCounter,
+    assert_embeddings_close,
+    campplus_reference,
+    copy_with_io_names,
+    export_other_speaker_net_onnx,
+)
 from vllm_omni import platforms
+from vllm_omni.model_executor.models.campplus.onnx_import import CampplusOnnxError
 from vllm_omni.model_executor.models.cosyvoice3 import (
     speaker_embedding,
     speaker_embedding_torch,
@@ -38,13 +45,25 @@ CPU = torch.device("cpu")
 
 
 @pytest.fixture(scope="module")
-def tiny_onnx(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return export_tiny_speaker_onnx(tmp_path_factory.mktemp("tiny") / "campplus.onnx")
+def campplus_onnx(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The full-size CAM++ stand-in (cached on disk), under the name a token2wav directory uses."""
+    from vllm_omni.model_executor.models.campplus.standin import ensure_standin_campplus_onnx
+
+    link = tmp_path_factory.mktemp("campplus") / "campplus.onnx"
+    os.symlink(ensure_standin_campplus_onnx(), link)
+    return link
+
+
+@pytest.fixture(scope="module")
+def other_net_onnx(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return export_other_speaker_net_onnx(tmp_path_factory.mktemp("other") / "campplus.onnx")
 
 
 def _feat(frames: int = 120, seed: int = 0) -> torch.Tensor:
+    """Mean-normalised fbank-like features (what the speaker model is fed), seeded."""
     gen = torch.Generator().manual_seed(seed)
-    return torch.randn((frames, 80), generator=gen, dtype=torch.float32)
+    x = torch.randn((frames, 80), generator=gen, dtype=torch.float32) * 3.0
+    return x - x.mean(dim=0, keepdim=True)
 
 
 class _FakeBackend:
@@ -66,9 +85,9 @@ class _FakeBackend:
 # ---- ORT fallback ------------------------------------------------------------------------------
 
 
-def test_ort_session_is_built_on_first_call_only(tiny_onnx: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_ort_session_is_built_on_first_call_only(campplus_onnx: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     counter = SessionCounter(monkeypatch)
-    backend = OrtSpeakerEmbedding(tiny_onnx, CPU)
+    backend = OrtSpeakerEmbedding(campplus_onnx, CPU)
     assert counter.count == 0
     assert not backend.session_built
     backend(_feat())
@@ -77,9 +96,11 @@ def test_ort_session_is_built_on_first_call_only(tiny_onnx: Path, monkeypatch: p
     assert backend.session_built
 
 
-def test_ort_sixteen_threads_on_first_use_build_one_session(tiny_onnx: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_ort_sixteen_threads_on_first_use_build_one_session(
+    campplus_onnx: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     counter = SessionCounter(monkeypatch, delay_s=0.05)
-    backend = OrtSpeakerEmbedding(tiny_onnx, CPU)
+    backend = OrtSpeakerEmbedding(campplus_onnx, CPU)
     barrier = threading.Barrier(16)
     results: dict[int, torch.Tensor] = {}
 
@@ -93,14 +114,15 @@ def test_ort_sixteen_threads_on_first_use_build_one_session(tiny_onnx: Path, mon
     for t in threads:
         t.join()
     assert counter.count == 1
+    reference = campplus_reference(torch.stack([_feat(seed=i) for i in range(16)]))
     for i in range(16):
-        torch.testing.assert_close(results[i], tiny_speaker_reference(_feat(seed=i)), atol=1e-5, rtol=1e-5)
+        assert_embeddings_close(results[i], reference[i], rel_l2=1e-4, min_cosine=0.999999)
 
 
-def test_ort_session_uses_upstream_options(tiny_onnx: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_ort_session_uses_upstream_options(campplus_onnx: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     counter = SessionCounter(monkeypatch)
-    OrtSpeakerEmbedding(tiny_onnx, CPU)(_feat())
-    OrtSpeakerEmbedding(tiny_onnx, CPU, intra_op_num_threads=3)(_feat())
+    OrtSpeakerEmbedding(campplus_onnx, CPU)(_feat())
+    OrtSpeakerEmbedding(campplus_onnx, CPU, intra_op_num_threads=3)(_feat())
     (default, three) = counter.calls
     assert default["providers"] == ["CPUExecutionProvider"]
     assert default["sess_options"].graph_optimization_level == onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
@@ -108,15 +130,15 @@ def test_ort_session_uses_upstream_options(tiny_onnx: Path, monkeypatch: pytest.
     assert three["sess_options"].intra_op_num_threads == 3
 
 
-def test_ort_reads_io_names_from_the_session(tmp_path: Path) -> None:
-    path = export_tiny_speaker_onnx(tmp_path / "renamed.onnx", input_name="feats", output_name="embedding")
+def test_ort_reads_io_names_from_the_session(campplus_onnx: Path, tmp_path: Path) -> None:
+    path = copy_with_io_names(campplus_onnx, tmp_path / "renamed.onnx", input_name="feats", output_name="embedding")
     out = OrtSpeakerEmbedding(path, CPU)(_feat())
-    torch.testing.assert_close(out, tiny_speaker_reference(_feat()), atol=1e-5, rtol=1e-5)
+    assert_embeddings_close(out, campplus_reference(_feat()), rel_l2=1e-4, min_cosine=0.999999)
 
 
-def test_ort_result_moves_to_the_facade_device(tiny_onnx: Path) -> None:
+def test_ort_result_moves_to_the_facade_device(campplus_onnx: Path) -> None:
     # "meta" stands in for an accelerator: the CPU result must be handed over on the facade's device.
-    out = OrtSpeakerEmbedding(tiny_onnx, torch.device("meta"))(_feat())
+    out = OrtSpeakerEmbedding(campplus_onnx, torch.device("meta"))(_feat())
     assert out.device.type == "meta"
     assert out.shape == (1, 192) and out.dtype == torch.float32
 
@@ -127,10 +149,16 @@ def test_ort_missing_file_fails_on_first_use_naming_it(tmp_path: Path) -> None:
         backend(_feat())
 
 
+def test_ort_directory_path_is_reported_as_a_directory(campplus_onnx: Path, tmp_path: Path) -> None:
+    os.symlink(campplus_onnx, tmp_path / "campplus.onnx")
+    with pytest.raises(IsADirectoryError, match=rf"{tmp_path} is a directory.*did you mean {tmp_path}/campplus\.onnx"):
+        OrtSpeakerEmbedding(tmp_path, CPU)(_feat())
+
+
 def test_ort_corrupt_file_names_the_file(tmp_path: Path) -> None:
     bad = tmp_path / "campplus.onnx"
     bad.write_bytes(b"not an onnx model")
-    with pytest.raises(RuntimeError, match=r"campplus\.onnx: onnxruntime cannot load"):
+    with pytest.raises(CampplusOnnxError, match=r"campplus\.onnx: not a readable ONNX file"):
         OrtSpeakerEmbedding(bad, CPU)(_feat())
 
 
@@ -138,20 +166,38 @@ def test_ort_rejects_a_model_with_the_wrong_embedding_size() -> None:
     from vllm_omni.model_executor.models.campplus.standin import ensure_standin_campplus_onnx
 
     reduced = ensure_standin_campplus_onnx(reduced=True)  # embedding_size 64
-    with pytest.raises(ValueError, match=r"expected \(1, 192\)"):
+    with pytest.raises(CampplusOnnxError, match=r"CAM\+\+ export with embedding_size=64, but 192 is needed"):
         OrtSpeakerEmbedding(reduced, CPU)(_feat())
 
 
+def test_another_network_with_the_same_shapes_is_refused_by_every_backend(
+    other_net_onnx: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """onnxruntime would run it ([B, T, 80] -> [B, 192]); the shared CAM++ check stops it before any session."""
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(other_net_onnx), providers=["CPUExecutionProvider"])
+    assert session.run(None, {"input": _feat().numpy()[None]})[0].shape == (1, 192)  # it really does fit
+
+    counter = SessionCounter(monkeypatch)
+    with pytest.raises(CampplusOnnxError, match="not a CAM\\+\\+ export") as ort_error:
+        OrtSpeakerEmbedding(other_net_onnx, CPU)(_feat())
+    assert counter.count == 0
+    with pytest.raises(CampplusOnnxError) as torch_error:
+        speaker_embedding_torch.load_campplus_from_onnx(other_net_onnx)
+    assert str(ort_error.value) == str(torch_error.value)  # one check, one diagnosis
+
+
 @pytest.mark.parametrize("shape", [(120, 40), (1, 120, 80), (0, 80)])
-def test_ort_rejects_bad_features(tiny_onnx: Path, shape: tuple[int, ...]) -> None:
+def test_ort_rejects_bad_features(campplus_onnx: Path, shape: tuple[int, ...]) -> None:
     with pytest.raises(ValueError):
-        OrtSpeakerEmbedding(tiny_onnx, CPU)(torch.zeros(shape, dtype=torch.float32))
+        OrtSpeakerEmbedding(campplus_onnx, CPU)(torch.zeros(shape, dtype=torch.float32))
 
 
 @pytest.mark.parametrize("threads", [-1, 1.5, True])
-def test_ort_thread_count_is_validated(tiny_onnx: Path, threads: object) -> None:
+def test_ort_thread_count_is_validated(campplus_onnx: Path, threads: object) -> None:
     with pytest.raises(ValueError, match="intra_op_num_threads"):
-        OrtSpeakerEmbedding(tiny_onnx, CPU, intra_op_num_threads=threads)  # type: ignore[arg-type]
+        OrtSpeakerEmbedding(campplus_onnx, CPU, intra_op_num_threads=threads)  # type: ignore[arg-type]
 
 
 # ---- selection table ---------------------------------------------------------------------------
@@ -185,54 +231,58 @@ def fake_trt(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Path, torch.device]]
 
 
 def test_fallback_request_gives_a_lazy_ort_backend_on_any_device(
-    tiny_onnx: Path, monkeypatch: pytest.MonkeyPatch, torch_loader: list[object]
+    campplus_onnx: Path, monkeypatch: pytest.MonkeyPatch, torch_loader: list[object]
 ) -> None:
     counter = SessionCounter(monkeypatch)
     for device in (CPU, torch.device("cuda", 0), torch.device("meta")):
-        backend = select_speaker_embedding_backend(tiny_onnx, device, request="fallback")
+        backend = select_speaker_embedding_backend(campplus_onnx, device, request="fallback")
         assert isinstance(backend, SpeakerEmbeddingBackend)
         assert backend.name == "onnxruntime-cpu" and backend.device == device
     assert counter.count == 0 and torch_loader == []
 
 
-def test_cuda_device_path_prefers_tensorrt(tiny_onnx: Path, fake_trt: list[object], torch_loader: list[object]) -> None:
-    backend = select_speaker_embedding_backend(tiny_onnx, torch.device("cuda", 1), request="device")
+def test_cuda_device_path_prefers_tensorrt(
+    campplus_onnx: Path, fake_trt: list[object], torch_loader: list[object]
+) -> None:
+    backend = select_speaker_embedding_backend(campplus_onnx, torch.device("cuda", 1), request="device")
     assert backend.name == "tensorrt-cuda:1"
-    assert fake_trt == [(tiny_onnx, torch.device("cuda", 1))] and torch_loader == []
+    assert fake_trt == [(campplus_onnx, torch.device("cuda", 1))] and torch_loader == []
 
 
 def test_cuda_device_path_without_tensorrt_uses_torch(
-    tiny_onnx: Path, monkeypatch: pytest.MonkeyPatch, torch_loader: list[object]
+    campplus_onnx: Path, monkeypatch: pytest.MonkeyPatch, torch_loader: list[object]
 ) -> None:
     monkeypatch.setattr(speaker_embedding_trt, "tensorrt_unavailable_reason", lambda: "not installed (test)")
-    backend = select_speaker_embedding_backend(tiny_onnx, torch.device("cuda", 0), request="device")
+    backend = select_speaker_embedding_backend(campplus_onnx, torch.device("cuda", 0), request="device")
     assert backend.name == "torch-cuda:0"
-    assert torch_loader == [(tiny_onnx, torch.device("cuda", 0))]
+    assert torch_loader == [(campplus_onnx, torch.device("cuda", 0))]
 
 
 def test_cpu_device_path_follows_the_recorded_policy(
-    tiny_onnx: Path, monkeypatch: pytest.MonkeyPatch, torch_loader: list[object]
+    campplus_onnx: Path, monkeypatch: pytest.MonkeyPatch, torch_loader: list[object]
 ) -> None:
     counter = SessionCounter(monkeypatch)
     expected = {"onnxruntime": "onnxruntime-cpu", "torch": "torch-cpu"}
     for policy, name in expected.items():
         monkeypatch.setattr(speaker_embedding, "CPU_DEVICE_PATH_BACKEND", policy)
-        assert select_speaker_embedding_backend(tiny_onnx, CPU, request="device").name == name
+        assert select_speaker_embedding_backend(campplus_onnx, CPU, request="device").name == name
     assert counter.count == 0  # even the ORT choice stays lazy
 
 
-def test_other_device_types_use_the_torch_network(tiny_onnx: Path, torch_loader: list[object]) -> None:
-    backend = select_speaker_embedding_backend(tiny_onnx, torch.device("meta"), request="device")
+def test_other_device_types_use_the_torch_network(campplus_onnx: Path, torch_loader: list[object]) -> None:
+    backend = select_speaker_embedding_backend(campplus_onnx, torch.device("meta"), request="device")
     assert backend.name == "torch-meta"
 
 
-def test_device_path_errors_propagate_instead_of_falling_back(tiny_onnx: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_device_path_errors_propagate_instead_of_falling_back(
+    campplus_onnx: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     def broken(onnx_path: Path, device: torch.device, **kwargs: object) -> None:
         raise RuntimeError("campplus.onnx: initializer 'x' has shape [1], expected [2]")
 
     monkeypatch.setattr(speaker_embedding_torch, "get_campplus_torch", broken)
     with pytest.raises(RuntimeError, match="expected \\[2\\]"):
-        select_speaker_embedding_backend(tiny_onnx, torch.device("meta"), request="device")
+        select_speaker_embedding_backend(campplus_onnx, torch.device("meta"), request="device")
 
 
 def test_device_path_with_missing_file_names_it(tmp_path: Path, torch_loader: list[object]) -> None:
@@ -241,17 +291,17 @@ def test_device_path_with_missing_file_names_it(tmp_path: Path, torch_loader: li
     assert torch_loader == []
 
 
-def test_explicit_tensorrt_request_raises_with_the_reason(tiny_onnx: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_explicit_tensorrt_request_raises_with_the_reason(campplus_onnx: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(RuntimeError, match="needs a CUDA device"):
-        select_speaker_embedding_backend(tiny_onnx, CPU, request="tensorrt")
+        select_speaker_embedding_backend(campplus_onnx, CPU, request="tensorrt")
     monkeypatch.setattr(speaker_embedding_trt, "tensorrt_unavailable_reason", lambda: "the tensorrt package is gone")
     with pytest.raises(RuntimeError, match="tensorrt package is gone"):
-        select_speaker_embedding_backend(tiny_onnx, torch.device("cuda", 0), request="tensorrt")
+        select_speaker_embedding_backend(campplus_onnx, torch.device("cuda", 0), request="tensorrt")
 
 
-def test_unknown_request_is_rejected(tiny_onnx: Path) -> None:
+def test_unknown_request_is_rejected(campplus_onnx: Path) -> None:
     with pytest.raises(ValueError, match="must be one of"):
-        select_speaker_embedding_backend(tiny_onnx, CPU, request="gpu")  # type: ignore[arg-type]
+        select_speaker_embedding_backend(campplus_onnx, CPU, request="gpu")  # type: ignore[arg-type]
 
 
 # ---- TensorRT: availability and engine cache (fakes only) --------------------------------------
@@ -491,22 +541,22 @@ def fake_cuda(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
 
 
 def test_tensorrt_backend_builds_once_and_reuses_the_cached_engine(
-    tiny_onnx: Path, monkeypatch: pytest.MonkeyPatch, fake_cuda: Path
+    campplus_onnx: Path, monkeypatch: pytest.MonkeyPatch, fake_cuda: Path
 ) -> None:
     trt = _fake_tensorrt()
     monkeypatch.setitem(sys.modules, "tensorrt", trt)
-    first = speaker_embedding_trt.TrtSpeakerEmbedding(tiny_onnx, torch.device("cuda", 0))
-    second = speaker_embedding_trt.TrtSpeakerEmbedding(tiny_onnx, torch.device("cuda", 0))
+    first = speaker_embedding_trt.TrtSpeakerEmbedding(campplus_onnx, torch.device("cuda", 0))
+    second = speaker_embedding_trt.TrtSpeakerEmbedding(campplus_onnx, torch.device("cuda", 0))
     assert trt.builds == [1]  # type: ignore[attr-defined]
     assert trt.profiles == [("input", (1, 4, 80), (1, 500, 80), (1, 3000, 80))]  # type: ignore[attr-defined]
     expected = EngineCacheKey.for_file(
-        tiny_onnx, gpu_name="NVIDIA H100 80GB HBM3 (fake)", tensorrt_version="10.3.0.fake"
+        campplus_onnx, gpu_name="NVIDIA H100 80GB HBM3 (fake)", tensorrt_version="10.3.0.fake"
     ).engine_path(fake_cuda / "tensorrt")
     assert first.engine_path == second.engine_path == expected
     assert expected.read_bytes() == b"fake-plan"
     assert first.name == "tensorrt-cuda:0" and first.device == torch.device("cuda", 0)
     # selection goes through the same constructor when tensorrt is importable
-    chosen = select_speaker_embedding_backend(tiny_onnx, torch.device("cuda", 0), request="device")
+    chosen = select_speaker_embedding_backend(campplus_onnx, torch.device("cuda", 0), request="device")
     assert chosen.name == "tensorrt-cuda:0" and trt.builds == [1]  # type: ignore[attr-defined]
 
 
@@ -515,21 +565,34 @@ def test_tensorrt_backend_builds_once_and_reuses_the_cached_engine(
     [(False, True, "cannot parse the speaker model: In node 3"), (True, False, "failed to build an engine")],
 )
 def test_tensorrt_build_failures_raise_and_cache_nothing(
-    tiny_onnx: Path, monkeypatch: pytest.MonkeyPatch, fake_cuda: Path, parse_ok: bool, build_ok: bool, match: str
+    campplus_onnx: Path, monkeypatch: pytest.MonkeyPatch, fake_cuda: Path, parse_ok: bool, build_ok: bool, match: str
 ) -> None:
     monkeypatch.setitem(sys.modules, "tensorrt", _fake_tensorrt(parse_ok=parse_ok, build_ok=build_ok))
     with pytest.raises(RuntimeError, match=match):
-        speaker_embedding_trt.TrtSpeakerEmbedding(tiny_onnx, torch.device("cuda", 0))
+        speaker_embedding_trt.TrtSpeakerEmbedding(campplus_onnx, torch.device("cuda", 0))
+    assert list((fake_cuda / "tensorrt").glob("*")) == []
+
+
+def test_tensorrt_refuses_to_build_an_engine_for_another_network(
+    other_net_onnx: Path, monkeypatch: pytest.MonkeyPatch, fake_cuda: Path
+) -> None:
+    trt = _fake_tensorrt()  # its parser would accept the file
+    monkeypatch.setitem(sys.modules, "tensorrt", trt)
+    with pytest.raises(CampplusOnnxError, match="not a CAM\\+\\+ export"):
+        speaker_embedding_trt.TrtSpeakerEmbedding(other_net_onnx, torch.device("cuda", 0))
+    assert trt.builds == []  # type: ignore[attr-defined]
     assert list((fake_cuda / "tensorrt").glob("*")) == []
 
 
 def test_corrupt_cached_engine_is_reported_with_its_path(
-    tiny_onnx: Path, monkeypatch: pytest.MonkeyPatch, fake_cuda: Path
+    campplus_onnx: Path, monkeypatch: pytest.MonkeyPatch, fake_cuda: Path
 ) -> None:
     monkeypatch.setitem(sys.modules, "tensorrt", _fake_tensorrt())
-    key = EngineCacheKey.for_file(tiny_onnx, gpu_name="NVIDIA H100 80GB HBM3 (fake)", tensorrt_version="10.3.0.fake")
+    key = EngineCacheKey.for_file(
+        campplus_onnx, gpu_name="NVIDIA H100 80GB HBM3 (fake)", tensorrt_version="10.3.0.fake"
+    )
     path = key.engine_path(fake_cuda / "tensorrt")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(b"truncated")
     with pytest.raises(RuntimeError, match="cannot deserialize the cached engine; delete the file"):
-        speaker_embedding_trt.TrtSpeakerEmbedding(tiny_onnx, torch.device("cuda", 0))
+        speaker_embedding_trt.TrtSpeakerEmbedding(campplus_onnx, torch.device("cuda", 0))

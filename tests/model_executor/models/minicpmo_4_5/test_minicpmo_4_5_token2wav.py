@@ -13,17 +13,13 @@ import torch
 from tests.helpers.fake_npu import install_fake_torch_npu
 from tests.helpers.token2wav import SessionCounter
 from vllm_omni import platforms
-from vllm_omni.model_executor.models import audio as frontend
 from vllm_omni.model_executor.models.cosyvoice3 import speaker_embedding
-from vllm_omni.model_executor.models.minicpmo_4_5.minicpmo_4_5_code2wav import (
-    MiniCPMO45Code2Wav,
-    MiniCPMO45Code2WavConfig,
-    normalize_reference_audio,
-)
+from vllm_omni.model_executor.models.minicpmo_4_5.minicpmo_4_5_code2wav import MiniCPMO45Code2Wav
 from vllm_omni.model_executor.models.minicpmo_4_5.minicpmo_4_5_token2wav import (
     MiniCPMO45Token2wav,
     resolve_token2wav_device,
 )
+from vllm_omni.model_executor.models.step_audio2.step_audio2_token2wav import StepAudio2Token2WavCore
 from vllm_omni.platforms.cuda.platform import CudaOmniPlatform
 from vllm_omni.platforms.npu.platform import NpuOmniPlatform
 
@@ -39,14 +35,14 @@ class _OneCudaPlatform(CudaOmniPlatform):
 
 @pytest.fixture
 def enable_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Record `enable_device_spk_embedding()` calls on the facade (without building anything)."""
+    """Record `enable_device_spk_embedding()` calls on the core (without building anything)."""
     calls: list[str] = []
 
-    def record(self: MiniCPMO45Token2wav) -> str:
+    def record(self: StepAudio2Token2WavCore) -> str:
         calls.append(str(self.device))
         return "recorded"
 
-    monkeypatch.setattr(MiniCPMO45Token2wav, "enable_device_spk_embedding", record)
+    monkeypatch.setattr(StepAudio2Token2WavCore, "enable_device_spk_embedding", record)
     return calls
 
 
@@ -109,7 +105,7 @@ def test_bf16_default_dtype_construction_builds_fp32_only(
     try:
         facade = MiniCPMO45Token2wav(token2wav_dir)
         facade.enable_device_spk_embedding()
-        stage = MiniCPMO45Code2Wav(MiniCPMO45Code2WavConfig(model_path=token2wav_dir, reference_audio=speech))
+        stage = MiniCPMO45Code2Wav(model=str(token2wav_dir), prompt_wav=speech)
         assert torch.get_default_dtype() == torch.bfloat16
         emb = facade.speaker_embedding(speech)
         assert torch.get_default_dtype() == torch.bfloat16
@@ -119,31 +115,18 @@ def test_bf16_default_dtype_construction_builds_fp32_only(
     assert stage.reference is not None and stage.reference[0].dtype == np.float32
 
 
-# ---- code2wav stage ----------------------------------------------------------------------------
-
-
-def test_reference_audio_is_24k_mono_of_fixed_length(speech: tuple[np.ndarray, int]) -> None:
-    wav, rate = speech  # 16 kHz mono, ~4 s
-    stereo = np.stack([wav, wav], axis=1)
-    out = normalize_reference_audio((stereo, rate), 6.0)
-    assert out.shape == (144_000,) and out.dtype == np.float32
-    expected = frontend.load_audio((wav, rate), 24000).numpy()  # the front end's own 24 kHz copy
-    np.testing.assert_allclose(out[: expected.shape[0]], expected, atol=1e-6)
-    assert not np.any(out[expected.shape[0] :])  # zero-padded to 6 s
-    short = normalize_reference_audio((wav, rate), 2.5)  # cut the original at 2.5 s, then resample
-    expected_short = frontend.load_audio((wav, rate), 24000, max_seconds=2.5, truncate=True).numpy()
-    assert short.shape == (60_000,) == expected_short.shape
-    np.testing.assert_allclose(short, expected_short, atol=1e-6)
+# ---- code2wav stage (its serving contract: tests/model_executor/models/token2wav_stage/) ---------
 
 
 def test_stage_on_cpu_keeps_the_lazy_fallback(
-    token2wav_dir: Path, monkeypatch: pytest.MonkeyPatch, enable_calls: list[str], speech: tuple[np.ndarray, int]
+    token2wav_dir: Path, monkeypatch: pytest.MonkeyPatch, enable_calls: list[str]
 ) -> None:
     counter = SessionCounter(monkeypatch)
-    stage = MiniCPMO45Code2Wav(MiniCPMO45Code2WavConfig(model_path=token2wav_dir, reference_audio=speech))
+    stage = MiniCPMO45Code2Wav(model=str(token2wav_dir))
     assert enable_calls == [] and stage.spk_backend == "onnxruntime-cpu" and counter.count == 0
+    assert stage.default_voice == token2wav_dir / "HT_ref_audio.wav"
     features = stage.prompt_features()
-    assert features.prompt_mel.shape == (1, 300, 80)  # 6 s of 24 kHz at 50 frames/s
+    assert features.prompt_mel.shape == (1, 300, 80)  # the default voice normalised to 6 s of 24 kHz, 50 frames/s
     assert counter.count == 1
 
 
@@ -153,7 +136,7 @@ def test_stage_on_npu_enables_the_device_path(
     install_fake_torch_npu(monkeypatch)
     platforms.reset_current_platform(NpuOmniPlatform())
     counter = SessionCounter(monkeypatch)
-    MiniCPMO45Code2Wav(MiniCPMO45Code2WavConfig(model_path=token2wav_dir, device="cpu"))
+    MiniCPMO45Code2Wav(model=str(token2wav_dir), device="cpu")
     assert enable_calls == ["cpu"]
     assert counter.count == 0
 
@@ -162,33 +145,20 @@ def test_stage_on_npu_fails_when_the_device_path_fails(token2wav_dir: Path, monk
     install_fake_torch_npu(monkeypatch)
     platforms.reset_current_platform(NpuOmniPlatform())
 
-    def broken(self: MiniCPMO45Token2wav) -> str:
+    def broken(self: StepAudio2Token2WavCore) -> str:
         raise RuntimeError("torch CAM++ cannot be placed on npu:0: device out of memory")
 
-    monkeypatch.setattr(MiniCPMO45Token2wav, "enable_device_spk_embedding", broken)
+    monkeypatch.setattr(StepAudio2Token2WavCore, "enable_device_spk_embedding", broken)
     with pytest.raises(RuntimeError, match="out of memory"):
-        MiniCPMO45Code2Wav(MiniCPMO45Code2WavConfig(model_path=token2wav_dir, device="cpu"))
+        MiniCPMO45Code2Wav(model=str(token2wav_dir), device="cpu")
 
 
-def test_stage_without_reference_needs_a_prompt(token2wav_dir: Path, short_speech: tuple[np.ndarray, int]) -> None:
-    stage = MiniCPMO45Code2Wav(MiniCPMO45Code2WavConfig(model_path=token2wav_dir))
-    with pytest.raises(ValueError, match="no reference_audio"):
-        stage.prompt_features()
-    assert stage.prompt_features(short_speech).speaker_embedding.shape == (1, 192)
-
-
-@pytest.mark.parametrize(
-    ("kwargs", "match"),
-    [
-        ({"reference_seconds": 0.0}, "reference_seconds"),
-        ({"chunk_tokens": 0}, "chunk_tokens"),
-        ({"chunk_tokens": 3}, "chunk_tokens must be >= 4"),
-        ({"left_context_frames": 2}, "left_context_frames must be 3"),
-    ],
-)
-def test_stage_config_is_validated(tmp_path: Path, kwargs: dict[str, float], match: str) -> None:
-    with pytest.raises(ValueError, match=match):
-        MiniCPMO45Code2WavConfig(model_path=tmp_path, **kwargs)  # type: ignore[arg-type]
+def test_stage_prompt_features_of_a_given_voice_are_normalised_like_the_default(
+    token2wav_dir: Path, short_speech: tuple[np.ndarray, int]
+) -> None:
+    stage = MiniCPMO45Code2Wav(model=str(token2wav_dir), reference_seconds=2.0)
+    features = stage.prompt_features(short_speech)  # 1.5 s of speech, zero-padded to 2 s at 24 kHz
+    assert features.speaker_embedding.shape == (1, 192) and features.prompt_mel.shape == (1, 100, 80)
 
 
 # ---- synthesis ----------------------------------------------------------------------------------
@@ -199,6 +169,11 @@ def test_facade_streams_with_minicpmo_lookahead_and_trim_by_default(token2wav_di
 
     core = MiniCPMO45Token2wav(token2wav_dir).core
     assert (core.stream_lookahead, core.conformer_trim) == (Lookahead.SILENCE, ConformerTrim.PROMPT_PLUS_TAIL)
+    stage = MiniCPMO45Code2Wav(model=str(token2wav_dir))
+    assert (stage.token2wav.stream_lookahead, stage.token2wav.conformer_trim) == (
+        Lookahead.SILENCE,
+        ConformerTrim.PROMPT_PLUS_TAIL,
+    )
 
 
 def test_code2wav_synthesizes_every_code_through_the_streaming_path(
@@ -206,24 +181,16 @@ def test_code2wav_synthesizes_every_code_through_the_streaming_path(
 ) -> None:
     from vllm_omni.model_executor.models.step_audio2.token2wav_stream import stream_chunks
 
-    stage = MiniCPMO45Code2Wav(
-        MiniCPMO45Code2WavConfig(model_path=token2wav_dir, reference_audio=speech, reference_seconds=2.0, n_timesteps=2)
-    )
+    stage = MiniCPMO45Code2Wav(model=str(token2wav_dir), prompt_wav=speech, reference_seconds=2.0, n_timesteps=2)
     codes = torch.randint(0, 6561, (61,), generator=torch.Generator().manual_seed(0)).tolist()
     audio = stage.synthesize(codes)
     assert audio.shape == (1, 61 * 960) and audio.dtype == torch.float32 and bool(torch.isfinite(audio).all())
-    # The same request driven by hand through the facade's stream API, with the stage's reference voice.
-    facade = stage.token2wav
-    state = facade.set_stream_cache(stage.reference)  # type: ignore[arg-type]
+    # The same request driven by hand through the core's stream API, with the stage's reference voice.
+    core = stage.token2wav
+    state = core.set_stream_cache(stage.reference)
     assert state.flow_cache.conformer_trim.value == "prompt_plus_tail"
-    by_hand = [facade.stream(c, None, last, True, state=state) for c, last in stream_chunks(codes)]
+    by_hand = [core.stream(c, None, last, True, state=state) for c, last in stream_chunks(codes)]
     assert torch.equal(torch.cat(by_hand, dim=1), audio)  # type: ignore[arg-type]
     request = stage.start_stream()
     first = stage.stream(request, codes[:28])
     assert torch.equal(first, by_hand[0])  # type: ignore[arg-type]
-
-
-def test_code2wav_synthesis_without_a_voice_is_a_clear_error(token2wav_dir: Path) -> None:
-    stage = MiniCPMO45Code2Wav(MiniCPMO45Code2WavConfig(model_path=token2wav_dir))
-    with pytest.raises(ValueError, match="no reference_audio"):
-        stage.synthesize([1, 2, 3])

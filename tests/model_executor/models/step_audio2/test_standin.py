@@ -14,7 +14,8 @@ from vllm_omni.model_executor.models.step_audio2 import standin
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 
 REPO_ROOT = Path(__file__).resolve().parents[4]
-FILES = {"campplus.onnx", "speech_tokenizer_v2_25hz.onnx", "flow.yaml", "flow.pt", "hift.pt"}
+VOICES = {"HT_ref_audio.wav", "default_female.wav"}  # the stage models' default-voice names
+FILES = {"campplus.onnx", "speech_tokenizer_v2_25hz.onnx", "flow.yaml", "flow.pt", "hift.pt"} | VOICES
 
 
 def test_reduced_standin_directory_loads_with_the_strict_loaders() -> None:
@@ -32,6 +33,22 @@ def test_reduced_standin_directory_loads_with_the_strict_loaders() -> None:
     assert flow.input_embedding.num_embeddings == 6561
     assert load_hift(directory / "hift.pt", device="cpu").config.in_channels == 80
     load_speech_tokenizer_from_onnx(directory / "speech_tokenizer_v2_25hz.onnx", device="cpu")
+
+
+def test_the_default_voices_are_the_shipped_speech_clip_at_24k() -> None:
+    import numpy as np
+    import soundfile
+
+    from vllm_omni.assets.audio import speech_sample
+    from vllm_omni.model_executor.models import audio as frontend
+
+    directory = standin.ensure_standin_token2wav_dir(reduced=True)
+    clip, rate = speech_sample()
+    expected = frontend.load_audio((clip, rate), 24000).numpy()
+    for name in VOICES:
+        wav, voice_rate = soundfile.read(str(directory / name), dtype="float32")
+        assert voice_rate == 24000 and wav.ndim == 1 and wav.shape == expected.shape
+        np.testing.assert_allclose(wav, expected, atol=1 / 32768 + 1e-6)  # 16-bit PCM of the 24 kHz copy
 
 
 def test_write_fills_a_directory_of_the_callers_choice(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ import io
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import threading
@@ -17,7 +18,13 @@ import pytest
 import soundfile
 import torch
 
-from tests.helpers.token2wav import SessionCounter, assert_embeddings_close
+from tests.helpers.token2wav import (
+    SessionCounter,
+    assert_embeddings_close,
+    export_other_speaker_net_onnx,
+    make_token2wav_dir,
+    rewrite_in_place_same_size,
+)
 from vllm_omni.model_executor.models import audio as frontend
 from vllm_omni.model_executor.models.cosyvoice3 import speaker_embedding, speaker_embedding_torch
 from vllm_omni.model_executor.models.step_audio2.step_audio2_token2wav import StepAudio2Token2WavCore
@@ -237,16 +244,15 @@ class Fake:
 
 speaker_embedding_torch.get_campplus_torch = lambda path, device, **kw: loads.append(str(device)) or Fake(device)
 onnxruntime.InferenceSession = lambda *a, **k: sessions.append(1)
-from vllm_omni.model_executor.models.minicpmo_4_5.minicpmo_4_5_code2wav import (
-    MiniCPMO45Code2Wav, MiniCPMO45Code2WavConfig)
+from vllm_omni.model_executor.models.minicpmo_4_5.minicpmo_4_5_code2wav import MiniCPMO45Code2Wav
 from vllm_omni.model_executor.models.step_audio2.step_audio2_token2wav import StepAudio2Token2WavCore
 from vllm_omni.model_executor.models.step_audio2.step_audio2_token2wav_stage import (
     StepAudio2Token2WavForConditionalGeneration)
 core = StepAudio2Token2WavCore(sys.argv[1])
 core_name = core.enable_device_spk_embedding()
-stage = MiniCPMO45Code2Wav(MiniCPMO45Code2WavConfig(model_path=sys.argv[1]))
-s2 = StepAudio2Token2WavForConditionalGeneration(model_path=sys.argv[1])
-lazy = all(c._flow is None and c._hift is None and c._tokenizer is None for c in (stage.token2wav.core, s2.token2wav))
+stage = MiniCPMO45Code2Wav(model=sys.argv[1])
+s2 = StepAudio2Token2WavForConditionalGeneration(model=sys.argv[1])
+lazy = all(c._flow is None and c._hift is None and c._tokenizer is None for c in (stage.token2wav, s2.token2wav))
 print(json.dumps({"core": core_name, "stage": stage.spk_backend, "stage_device": str(stage.token2wav.device),
                   "step_audio2_stage": s2.token2wav.spk_backend, "lazy": lazy,
                   "loads": loads, "sessions": len(sessions)}))
@@ -471,6 +477,11 @@ def test_missing_speaker_model_is_named_with_the_directory_listing(tmp_path: Pat
         pytest.param(lambda tmp: str(tmp / "missing.wav"), id="missing-file"),
         pytest.param(lambda tmp: b"definitely not audio", id="garbage-bytes"),
         pytest.param(lambda tmp: (np.zeros(16000, dtype=np.float32), 16000), id="digital-silence"),
+        pytest.param(
+            lambda tmp: ((1e-6 * np.random.default_rng(0).standard_normal(16000)).astype(np.float32), 16000),
+            id="near-silent-noise",
+        ),
+        pytest.param(lambda tmp: (np.full(16000, 0.25, dtype=np.float32), 16000), id="dc-offset-only"),
         pytest.param(lambda tmp: (np.full(16000, 3.0, dtype=np.float32), 16000), id="float-out-of-range"),
         pytest.param(lambda tmp: (np.ones(100, dtype=np.float32) * 0.1, 16000), id="too-short"),
         pytest.param(lambda tmp: (np.ones(16000, dtype=np.float32) * 0.1, 0), id="bad-rate"),
@@ -486,6 +497,113 @@ def test_prompt_audio_errors_surface_unchanged(token2wav_dir: Path, tmp_path: Pa
     # identical message (object addresses in decoder messages differ between two calls)
     assert re.sub(r"0x[0-9a-f]+", "0x", str(got.value)) == re.sub(r"0x[0-9a-f]+", "0x", str(expected.value))
     assert core.prompt_cache_stats.size == 0
+
+
+def test_an_overlong_prompt_gets_advice_that_works_here(
+    ort_core: StepAudio2Token2WavCore, speech: tuple[np.ndarray, int], tmp_path: Path
+) -> None:
+    wav, rate = speech
+    long = np.tile(wav, 8)  # 32 s
+    path = tmp_path / "long.wav"
+    soundfile.write(path, long, rate, subtype="PCM_16")
+    for source in ((long, rate), str(path), path.read_bytes()):
+        with pytest.raises(ValueError) as exc:
+            ort_core.prepare_prompt(source)
+        message = str(exc.value)
+        assert "32.00 s long, over the 30 s prompt limit" in message
+        assert "(waveform[: int(30 * rate)], rate)" in message
+        # prepare_prompt takes neither: advice naming them would not work here.
+        assert "truncate" not in message and "max_seconds" not in message
+    # Following the advice works.
+    assert ort_core.prepare_prompt((long[: int(30 * rate)], rate)).speaker_embedding.shape == (1, 192)
+
+
+def test_a_speaker_model_of_another_network_is_refused_by_both_backends(
+    tmp_path: Path, short_speech: tuple[np.ndarray, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """[B, T, 80] -> [B, 192] like CAM++, but another network: neither the ORT fallback nor the torch
+    path may serve it (the same structural check, the same message), and nothing is cached."""
+    from vllm_omni.model_executor.models.campplus.onnx_import import CampplusOnnxError
+
+    other = export_other_speaker_net_onnx(tmp_path / "other.onnx")
+    directory = make_token2wav_dir(tmp_path / "t2w", campplus=other)
+    counter = SessionCounter(monkeypatch)
+    fallback = StepAudio2Token2WavCore(directory)
+    with pytest.raises(CampplusOnnxError, match=r"not a CAM\+\+ export") as ort_error:
+        fallback.prepare_prompt(short_speech)
+    assert counter.count == 0 and fallback.prompt_cache_stats.size == 0
+    monkeypatch.setattr(speaker_embedding, "CPU_DEVICE_PATH_BACKEND", "torch")
+    with pytest.raises(CampplusOnnxError) as torch_error:
+        StepAudio2Token2WavCore(directory).enable_device_spk_embedding()
+    # Same diagnosis; the torch path names the resolved file, the fallback the path it was given.
+    assert str(torch_error.value).split(": ", 1)[1] == str(ort_error.value).split(": ", 1)[1]
+
+
+def test_a_directory_in_place_of_an_asset_is_named_as_such(tmp_path: Path) -> None:
+    (tmp_path / "campplus.onnx").mkdir()
+    with pytest.raises(IsADirectoryError, match=r"campplus\.onnx is a directory"):
+        StepAudio2Token2WavCore(tmp_path).enable_device_spk_embedding()
+
+
+@pytest.mark.parametrize("path", ["fallback", "device"])
+def test_a_changed_speaker_model_is_kept_until_reload_and_new_facades_see_it(
+    tmp_path: Path, short_speech: tuple[np.ndarray, int], monkeypatch: pytest.MonkeyPatch, path: str
+) -> None:
+    from tests.model_executor.models.campplus.helpers import ort_embed, ort_session
+    from vllm_omni.model_executor.models.campplus.standin import ensure_standin_campplus_onnx
+
+    own = tmp_path / "own-campplus.onnx"  # a private copy: the cached stand-in must not be edited
+    shutil.copyfile(ensure_standin_campplus_onnx(), own)
+    directory = make_token2wav_dir(tmp_path / "t2w", campplus=own)
+    monkeypatch.setattr(speaker_embedding, "CPU_DEVICE_PATH_BACKEND", "torch")
+
+    def facade() -> StepAudio2Token2WavCore:
+        core = StepAudio2Token2WavCore(directory, spk_seg_pool_mode="auto")  # agree with the installed ORT
+        if path == "device":
+            core.enable_device_spk_embedding()
+        return core
+
+    core = facade()
+    before = core.speaker_embedding(short_speech).clone()
+    feats = frontend.speaker_features(frontend.load_prompt_audio(short_speech).wav_16k)
+    rewrite_in_place_same_size(own)
+    expected = torch.from_numpy(ort_embed(ort_session(own), feats))  # what the file on disk computes now
+    assert not torch.allclose(before, expected, rtol=1e-3)
+
+    # A running facade keeps what it loaded, also when it computes the embedding again.
+    core.clear_prompt_cache()
+    assert_embeddings_close(core.speaker_embedding(short_speech), before, rel_l2=1e-5, min_cosine=0.999999)
+    # reload_spk_embedding() reads the file again, the way the backend was made, and drops cached features.
+    assert core.reload_spk_embedding() == ("torch-cpu" if path == "device" else "onnxruntime-cpu")
+    assert core.spk_backend == ("torch-cpu" if path == "device" else "onnxruntime-cpu")
+    assert_embeddings_close(core.speaker_embedding(short_speech), expected, rel_l2=1e-4, min_cosine=0.999999)
+    # A facade built after the change sees it without a reload (no stale process cache).
+    assert_embeddings_close(facade().speaker_embedding(short_speech), expected, rel_l2=1e-4, min_cosine=0.999999)
+
+
+def test_reload_refuses_to_guess_how_a_hand_installed_backend_was_made(tmp_path: Path) -> None:
+    core = StepAudio2Token2WavCore(tmp_path)
+    core.install_spk_backend(ConstantBackend())
+    with pytest.raises(RuntimeError, match="passed to install_spk_backend"):
+        core.reload_spk_embedding()
+    assert core.spk_backend == "constant-cpu"
+
+
+def test_installing_a_backend_is_logged_at_info_once_per_process(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from vllm_omni.logger import _reset_once_cache
+
+    _reset_once_cache()
+    caplog.set_level("DEBUG", logger="vllm_omni")
+    for _ in range(12):  # a benchmark installs the same backend into many facades
+        StepAudio2Token2WavCore(tmp_path).install_spk_backend(ConstantBackend(name="constant-once-test"))
+    StepAudio2Token2WavCore(tmp_path).install_spk_backend(ConstantBackend(name="constant-other-test"))
+    lines = [r.getMessage() for r in caplog.records if "speaker embedding via" in r.getMessage()]
+    assert lines == [
+        "StepAudio2Token2WavCore: speaker embedding via constant-once-test",
+        "StepAudio2Token2WavCore: speaker embedding via constant-other-test",
+    ]
 
 
 def test_bad_configuration_is_rejected(tmp_path: Path) -> None:

@@ -309,7 +309,7 @@ def test_stream_errors_are_clear_and_leave_the_request_resumable(
     tokens = _tokens(60, seed=12)
     expected = _run_stream(core, core.set_stream_cache(prompt), tokens)
     state, bystander = core.set_stream_cache(prompt), core.set_stream_cache(other_prompt)
-    bystander_before = (bystander.flow_cache, bystander.mel_cache, bystander.chunks_done)
+    bystander_caches, bystander_chunks = bystander.caches, bystander.chunks_done
     got = []
     for i, (chunk, last) in enumerate(stream_chunks(tokens)):
         if i == 1:
@@ -321,7 +321,7 @@ def test_stream_errors_are_clear_and_leave_the_request_resumable(
                 core.stream(chunk, other_prompt, last_chunk=last, state=state)
         got.append(core.stream(chunk, prompt, last_chunk=last, return_waveform=True, state=state))
     assert all(torch.equal(a, b) for a, b in zip(got, expected, strict=True))
-    assert (bystander.flow_cache, bystander.mel_cache, bystander.chunks_done) == bystander_before
+    assert bystander.caches is bystander_caches and bystander.chunks_done == bystander_chunks
     with pytest.raises(RuntimeError, match="already had its last chunk"):
         core.stream(tokens[:5], last_chunk=True, state=state)
 
@@ -380,3 +380,37 @@ def test_passing_the_setup_path_with_every_chunk_decodes_nothing(
     copy = shutil.copy(path, tmp_path / "same-voice.wav")  # same content elsewhere: compared by content
     core.stream(chunks[2][0], str(copy), chunks[2][1], True, state=state)
     assert decodes == [1] and state.finished
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        pytest.param(lambda ids: np.array(ids, dtype=np.uint64), id="numpy-uint64"),
+        pytest.param(lambda ids: np.array(ids, dtype=np.uint32), id="numpy-uint32"),
+        pytest.param(lambda ids: [np.uint64(i) for i in ids], id="list-of-uint64-scalars"),
+        pytest.param(lambda ids: torch.tensor(ids, dtype=torch.uint64), id="torch-uint64"),
+        pytest.param(lambda ids: np.array([ids], dtype=np.uint16), id="numpy-uint16-1xT"),
+    ],
+)
+def test_unsigned_token_ids_are_accepted_and_range_checked(make: object) -> None:
+    from vllm_omni.model_executor.models.step_audio2.token2wav_synthesis import speech_token_tensor
+
+    ids = [0, 17, 6560, 3]
+    got = speech_token_tensor(make(ids), 6561, torch.device("cpu"), what="t")  # type: ignore[operator]
+    assert got.dtype == torch.int32 and got.tolist() == [ids]
+    with pytest.raises(ValueError, match=r"t: speech token 6561 at position 2 is outside \[0, 6561\)"):
+        speech_token_tensor(make([1, 2, 6561, 9]), 6561, torch.device("cpu"), what="t")  # type: ignore[operator]
+
+
+def test_uint64_ids_beyond_int64_are_reported_not_wrapped(
+    core: StepAudio2Token2WavCore, prompt: tuple[np.ndarray, int]
+) -> None:
+    huge = np.array([5, 2**64 - 1], dtype=np.uint64)
+    with pytest.raises(ValueError, match=rf"speech token {2**64 - 1} at position 1 is outside"):
+        core(huge, prompt)
+
+
+def test_a_state_that_is_not_a_stream_is_a_clear_type_error(core: StepAudio2Token2WavCore) -> None:
+    for bad in ("request-7", {"flow_cache": None}):
+        with pytest.raises(TypeError, match=r"state must be the Token2WavStream that set_stream_cache\(\) returned"):
+            core.stream(_tokens(10, seed=1), last_chunk=True, state=bad)  # type: ignore[arg-type]

@@ -16,6 +16,10 @@ BENCH_SUBCOMMANDS: tuple[str, ...] = (
     "vllm_omni.entrypoints.cli.bench.spk_embedding",
     "vllm_omni.entrypoints.cli.bench.seed_tts",
     "vllm_omni.entrypoints.cli.bench.token2wav",
+    "vllm_omni.entrypoints.cli.bench.cosyvoice3_flow",
+    "vllm_omni.entrypoints.cli.bench.device_check",
+    "vllm_omni.entrypoints.cli.bench.causal_hift",
+    "vllm_omni.entrypoints.cli.bench.token2wav_serve",
 )
 
 

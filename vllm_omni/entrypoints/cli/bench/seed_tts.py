@@ -26,9 +26,13 @@ modes:
 
 Both print the official-compatible WER (mean of per-utterance WER over scored items, failures left out,
 as run_wer.py does) and the strict WER (every expected item; missing/failed ones count as WER 100).
-Results: <output-dir>/scores.jsonl (one row per item, appended as it completes), summary.json,
-wer_hist.png; serve adds requests.jsonl and audio/. --resume keeps finished items.
+Results: <output-dir> (default ./out/seed_tts): scores.jsonl (one row per item, appended as it
+completes), summary.json, wer_hist.png; serve adds requests.jsonl and audio/. --resume keeps finished
+items. Exit codes: 0 done; 1 the gate failed (--fail-above) or nothing succeeded (no request returned
+audio / no utterance was scored); 2 usage error; 130 interrupted (summary.json marked interrupted).
 """
+
+DEFAULT_OUTPUT_DIR = Path("out") / "seed_tts"
 
 
 def _add_common(p: argparse.ArgumentParser) -> None:
@@ -50,9 +54,13 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     asr.add_argument("--asr-model", default=None, help="checkpoint id or folder (hf: default openai/whisper-large-v3)")
     asr.add_argument("--asr-device", default=None, help="ASR device (else SEED_TTS_EVAL_DEVICE, else platform device)")
     out = p.add_argument_group("output")
-    out.add_argument("--output-dir", type=Path, default=Path("seed_tts_results"), help="default ./seed_tts_results")
+    out.add_argument(
+        "--output-dir", type=Path, default=DEFAULT_OUTPUT_DIR, help=f"results folder (default ./{DEFAULT_OUTPUT_DIR})"
+    )
     out.add_argument("--resume", action="store_true", help="keep items already scored ok in --output-dir")
-    out.add_argument("--no-progress", action="store_true", help="no progress bar")
+    out.add_argument(
+        "--no-progress", action="store_true", help="no progress (default: a bar on a terminal, plain lines otherwise)"
+    )
     out.add_argument("--no-histogram", action="store_true", help="do not write wer_hist.png")
     out.add_argument(
         "--fail-above",
@@ -102,17 +110,40 @@ class SeedTTSSubcommand:
     def run(self, args: argparse.Namespace) -> int:
         if args.subset is not None and args.subset < 1:
             raise CLIUsageError(f"--subset must be >= 1, got {args.subset}")
-        if args.seed_tts_mode == "score":
-            summary = _run_score(args)
-        else:
-            summary = _run_serve(args)
+        if args.output_dir.exists() and not args.output_dir.is_dir():
+            raise CLIUsageError(f"--output-dir {args.output_dir}: is a file; give a folder")
+        from vllm_omni.benchmarks.seed_tts_results import ResultLogError
+
+        try:
+            summary = _run_score(args) if args.seed_tts_mode == "score" else _run_serve(args)
+        except ResultLogError as exc:
+            raise CLIUsageError(f"{exc}; fix or delete that line, or run without --resume to start over") from None
+        except KeyboardInterrupt:
+            print(f"seed-tts: interrupted; partial results in {args.output_dir} (summary.json)", file=sys.stderr)
+            raise
         _print_summary(summary, args.output_dir)
+        failure = _nothing_succeeded(summary)
+        if failure:
+            print(f"seed-tts: FAIL {failure}", file=sys.stderr)
+            return 1
         if args.fail_above is not None and summary.get("strict"):
             strict = summary["strict"]["wer_mean"]
             if strict is None or strict > args.fail_above:
                 print(f"seed-tts: FAIL strict WER {strict} > {args.fail_above}", file=sys.stderr)
                 return 1
         return 0
+
+
+def _nothing_succeeded(summary: dict[str, Any]) -> str | None:
+    """Why the run produced nothing usable, or None: a run where every item failed must not exit 0."""
+    requests = summary.get("requests")
+    if requests is not None and requests["counts"].get("ok", 0) == 0:
+        counts = ", ".join(f"{k}={v}" for k, v in requests["counts"].items() if v)
+        return f"no request returned audio ({counts})"
+    counts = summary.get("counts")
+    if counts is not None and counts.get("ok", 0) == 0:
+        return f"no utterance could be scored (of {counts.get('expected')} expected; see failures in summary.json)"
+    return None
 
 
 def _load_dataset(args: argparse.Namespace, meta: Path, require_prompts: bool) -> Any:
@@ -153,7 +184,9 @@ def _run_score(args: argparse.Namespace) -> dict[str, Any]:
             raise CLIUsageError("the demo set is English (--locale en)")
         if not espeak_available():
             raise CLIUsageError("--demo needs espeak-ng on PATH (apt-get install -y espeak-ng)")
-        demo = materialize_demo(args.output_dir / "demo", subset=args.subset, with_prompts=False)
+        demo = materialize_demo(
+            args.output_dir / "demo", subset=args.subset, with_prompts=False, progress=not args.no_progress
+        )
         meta, gen_dir = demo.meta_path, demo.gen_dir
     else:
         if args.meta is None or args.gen_dir is None:
@@ -168,7 +201,7 @@ def _run_score(args: argparse.Namespace) -> dict[str, Any]:
         _asr(args),
         args.output_dir,
         resume=args.resume,
-        progress=not args.no_progress and sys.stderr.isatty(),
+        progress=not args.no_progress,
         histogram=not args.no_histogram,
         extra_summary={"demo": True} if args.demo else None,
     )
@@ -207,7 +240,7 @@ def _run_serve(args: argparse.Namespace) -> dict[str, Any]:
         args.output_dir,
         None if args.no_score else (lambda: _asr(args)),
         resume=args.resume,
-        progress=not args.no_progress and sys.stderr.isatty(),
+        progress=not args.no_progress,
         histogram=not args.no_histogram,
     )
 
@@ -219,7 +252,8 @@ def _print_summary(summary: dict[str, Any], out_dir: Path) -> None:
         print(format_summary_table(summary))
     else:
         print(json.dumps(summary.get("requests", {}), indent=2))
-    print(f"results: {out_dir}")
+        print(f"elapsed {summary['elapsed_s']:.1f} s (requests only: --no-score)")
+    print(f"results: {out_dir} ({out_dir.resolve()})")
 
 
 SUBCOMMAND = SeedTTSSubcommand()

@@ -4,15 +4,16 @@
 The README's first command. With no options it measures the embedded default: a deterministic
 full-size stand-in `campplus.onnx` (generated on first use and cached under
 `vllm_omni.envs.cache_dir("campplus")`) on the project's speech clip, on the serving device. It
-prints a table, and writes `spk_embedding_report.json` and `spk_embedding_report.png` to the current
-folder unless `--json` / `--plot` say elsewhere.
+prints a table ending in a one-line verdict, and writes `out/spk_embedding_report.json` and
+`out/spk_embedding_report.png` (`./out/` is git-ignored) unless `--json` / `--plot` say elsewhere.
+An `--onnx` file is checked to be a CAM++ export before any work starts.
 
 Exit codes: 0 done; 1 some backend is outside the parity tolerance against onnxruntime; 2 usage
 error (bad option, unusable file, unavailable backend); 130 interrupted (the partial report is
 printed and its JSON written).
 
-This module only parses options (argparse); torch, onnxruntime, tqdm and matplotlib are imported
-inside `run`, so `vllm-omni --help` stays fast.
+This module only parses options (argparse); torch, onnxruntime, onnx and matplotlib are imported
+inside `run` (and the `--onnx` check), so `vllm-omni --help` stays fast.
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ from vllm_omni.benchmarks import common
 from vllm_omni.entrypoints.cli.types import CLIUsageError
 
 BACKEND_CHOICES = ("ort", "torch", "trt")
-DEFAULT_JSON = "spk_embedding_report.json"
-DEFAULT_PLOT = "spk_embedding_report.png"
+DEFAULT_JSON = str(common.DEFAULT_REPORT_DIR / "spk_embedding_report.json")
+DEFAULT_PLOT = str(common.DEFAULT_REPORT_DIR / "spk_embedding_report.png")
 MIN_FRAMES = 4
 # (lengths, warmup, iters, prompt-cache hits) of the default run and of --fast; explicit options win.
 DEFAULT_PLAN = ((97, 200, 501, 1000, 3000), 5, 50, 200)
@@ -101,6 +102,20 @@ def _existing_file(option: str, value: str | None) -> Path | None:
     return path
 
 
+def _campplus_file(value: str | None) -> Path | None:
+    """`--onnx`, checked to exist and to be a CAM++ export before anything is measured (one line, one path)."""
+    path = _existing_file("--onnx", value)
+    if path is None:
+        return None
+    from vllm_omni.model_executor.models.campplus.onnx_import import CampplusOnnxError, check_campplus_export
+
+    try:
+        check_campplus_export(path)
+    except CampplusOnnxError as exc:
+        raise CLIUsageError(f"--onnx {exc}") from None
+    return path
+
+
 def build_config(args: argparse.Namespace) -> Any:
     """The validated `BenchConfig` for `args` (raises `CLIUsageError` for user mistakes)."""
     from vllm_omni.benchmarks.spk_embedding import BenchConfig
@@ -118,8 +133,9 @@ def build_config(args: argparse.Namespace) -> Any:
     if "trt" in backends and max(lengths) > 3000:
         raise CLIUsageError(f"--lengths: T={max(lengths)} exceeds the TensorRT profile (4..3000 frames)")
     common.check_output_files(args)
+    audio = _existing_file("--audio", args.audio)
     return BenchConfig(
-        onnx=_existing_file("--onnx", args.onnx),
+        onnx=_campplus_file(args.onnx),
         device=device,
         backends=backends,
         lengths=lengths,
@@ -127,14 +143,15 @@ def build_config(args: argparse.Namespace) -> Any:
         warmup=plan[1] if args.warmup is None else args.warmup,
         iters=plan[2] if args.iters is None else args.iters,
         threads=parse_threads(args.threads),
-        audio=_existing_file("--audio", args.audio),
+        audio=audio,
         prompt_cache_iters=plan[3],
         add_trt_when_available=args.backends is None,
     )
 
 
-class _BarProgress:
-    """`Progress` for a terminal: setup steps as lines on stderr, the timed loop as a tqdm bar."""
+class _CliProgress:
+    """`Progress` for the CLI: setup steps as lines on stderr, the timed loop through `benchmarks.progress`
+    (a bar on a terminal, removed before the table is printed; plain periodic lines in a log)."""
 
     def __init__(self) -> None:
         self._bar: Any = None
@@ -143,16 +160,12 @@ class _BarProgress:
         self._write(f"[spk-embedding] {text} ...")
 
     def start(self, total: int) -> None:
-        try:
-            from tqdm import tqdm
-        except ImportError:  # the bench extra is not installed: plain lines only
-            self._write(f"[spk-embedding] timing {total} calls ...")
-            return
-        self._bar = tqdm(total=total, desc="timing", unit="call", file=sys.stderr, dynamic_ncols=True, leave=False)
+        from vllm_omni.benchmarks.progress import progress
+
+        self._bar = progress(total, "[spk-embedding] timing", "call")
 
     def advance(self, calls: int, text: str) -> None:
         if self._bar is not None:
-            self._bar.set_postfix_str(text, refresh=False)
             self._bar.update(calls)
 
     def close(self) -> None:
@@ -162,7 +175,7 @@ class _BarProgress:
 
     def _write(self, text: str) -> None:
         if self._bar is not None:
-            self._bar.write(text, file=sys.stderr)
+            self._bar.write(text)
         else:
             print(text, file=sys.stderr, flush=True)
 
@@ -210,7 +223,7 @@ class SpkEmbeddingSubcommand:
         from vllm_omni.benchmarks import spk_embedding_report
         from vllm_omni.benchmarks.spk_embedding import BenchSetupError, SpkEmbeddingBenchmark
 
-        progress = _BarProgress()
+        progress = _CliProgress()
         bench = SpkEmbeddingBenchmark(config, progress)
         try:
             interrupted = common.run_benchmark(bench.run, BenchSetupError)

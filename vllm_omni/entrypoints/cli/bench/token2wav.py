@@ -4,8 +4,8 @@
 Runs `vllm_omni.benchmarks.token2wav_rtf` on a token2wav directory (default: the deterministic
 full-size stand-in, generated on first use and cached under the vllm_omni cache folder; `--reduced`
 for the small one tests use; `--model-dir` for a real `token2wav/`). Prints a table and writes
-`token2wav_rtf_report.json` and `token2wav_rtf_report.png` to the current folder unless `--json` /
-`--plot` say elsewhere.
+`out/token2wav_rtf_report.json` and `out/token2wav_rtf_report.png` (`./out/` is git-ignored) unless
+`--json` / `--plot` say elsewhere.
 
 Sizes follow the issue on an accelerator (10 s of speech tokens, 10 Euler steps, 5 runs); on a CPU
 the full-size flow runs several times slower than real time, so the CPU default is 2 s and 5 steps
@@ -21,15 +21,14 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 from pathlib import Path
 from typing import Any
 
 from vllm_omni.benchmarks import common
 from vllm_omni.entrypoints.cli.types import CLIUsageError
 
-DEFAULT_JSON = "token2wav_rtf_report.json"
-DEFAULT_PLOT = "token2wav_rtf_report.png"
+DEFAULT_JSON = str(common.DEFAULT_REPORT_DIR / "token2wav_rtf_report.json")
+DEFAULT_PLOT = str(common.DEFAULT_REPORT_DIR / "token2wav_rtf_report.png")
 MODEL_DIR_FILES = ("campplus.onnx", "speech_tokenizer_v2_25hz.onnx", "flow.yaml", "flow.pt", "hift.pt")
 
 
@@ -160,9 +159,8 @@ class Token2WavSubcommand:
         from vllm_omni.benchmarks import token2wav_rtf_report
         from vllm_omni.benchmarks.token2wav_rtf import BenchSetupError, Token2WavBenchmark
 
-        bench = Token2WavBenchmark(config, stage=lambda text: print(f"[token2wav] {text} ...", file=sys.stderr))
-        program = Path(sys.argv[0]).name
-        bench.report.command = " ".join(["python -m vllm_omni" if program == "__main__.py" else program, *sys.argv[1:]])
+        bench = Token2WavBenchmark(config, stage=common.stage_printer("token2wav"))
+        bench.report.command = common.invoked_command()
         interrupted = common.run_benchmark(bench.run, BenchSetupError)
         report = bench.report
         return common.publish_report(

@@ -13,12 +13,15 @@ Formulas, references and measured agreement: docs/design/audio_frontend.md.
 from vllm_omni.model_executor.models.audio.kaldi_fbank import FLT_EPSILON, FbankOptions, kaldi_fbank
 from vllm_omni.model_executor.models.audio.loading import (
     DEFAULT_MAX_PROMPT_SECONDS,
+    MIN_PROMPT_PEAK_DBFS,
     AudioSource,
+    AudioTooLongError,
     DecodedAudio,
     PromptAudio,
     decode_audio,
     load_audio,
     load_prompt_audio,
+    peak_dbfs_after_dc_removal,
 )
 from vllm_omni.model_executor.models.audio.mel import PROMPT_MEL_CONFIG, MelConfig, log_mel_spectrogram, prompt_mel_24k
 from vllm_omni.model_executor.models.audio.resample import MAX_SAMPLE_RATE, MIN_SAMPLE_RATE, resample
@@ -33,11 +36,13 @@ __all__ = [
     "DEFAULT_MAX_PROMPT_SECONDS",
     "FLT_EPSILON",
     "MAX_SAMPLE_RATE",
+    "MIN_PROMPT_PEAK_DBFS",
     "MIN_SAMPLE_RATE",
     "MIN_SPEAKER_FRAMES",
     "PROMPT_MEL_CONFIG",
     "SPEAKER_SAMPLE_RATE",
     "AudioSource",
+    "AudioTooLongError",
     "DecodedAudio",
     "FbankOptions",
     "MelConfig",
@@ -48,6 +53,7 @@ __all__ = [
     "load_prompt_audio",
     "log_mel_spectrogram",
     "min_speaker_samples",
+    "peak_dbfs_after_dc_removal",
     "prompt_mel_24k",
     "resample",
     "speaker_features",

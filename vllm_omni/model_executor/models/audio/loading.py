@@ -16,6 +16,20 @@ Normalisation rules (every other input is a ValueError that names the problem):
   asked for `truncate=True`, which keeps the first `max_seconds`;
 - resampling: `resample.resample` (libsoxr, band-limited), then clipped to [-1, 1] since the
   band-limiting can overshoot a full-scale input by a few percent.
+
+Prompts (`load_prompt_audio`, the one door every Token2Wav prompt passes) must also carry a signal:
+the peak of the decoded original after removing its DC offset (its mean) must reach
+`MIN_PROMPT_PEAK_DBFS` = -60 dBFS. Why that floor (measured on the shipped CMU ARCTIC clip, Kaldi
+fbank with its FLT_EPSILON log floor, docs/design/audio_frontend.md "Prompt level"):
+- at or below about -90 dBFS peak every fbank cell sits on the log floor, so the speaker features are
+  constant and every such prompt (1e-9 or 1e-6 noise, a pure DC offset) yields one identical "no
+  speaker" embedding: the degenerate result this check exists to stop; -60 dBFS keeps a 30 dB margin;
+- -60 dBFS is 33 LSB of 16-bit audio, the level of a silent room on a typical recording chain: below it
+  there is no speech to clone;
+- real speech passes with a wide margin: the ARCTIC clip peaks at -3.7 dBFS (rms -21.7 dBFS), and the
+  same speech recorded 50 dB quieter (-54 dBFS peak) still passes.
+Prompts between -60 and -40 dBFS pass with a warning: the fbank floor already flattens their quiet
+bands, so their embedding drifts from that of the same voice at a normal level.
 """
 
 from __future__ import annotations
@@ -42,6 +56,10 @@ PROMPT_MEL_RATE = 24000
 _MAX_CHANNELS = 16
 # Float input may exceed 1.0 by rounding (a float WAV written from int16 data); more is a scaling bug.
 _FLOAT_PEAK_TOLERANCE = 1e-4
+#: Prompts whose peak after DC removal is below this are rejected (reasons in the module docstring).
+MIN_PROMPT_PEAK_DBFS = -60.0
+#: Prompts below this (but above the floor) are accepted with a warning: the fbank floor clips them.
+QUIET_PROMPT_PEAK_DBFS = -40.0
 
 AudioSource = str | os.PathLike[str] | bytes | bytearray | memoryview | tuple[Any, int]
 
@@ -142,6 +160,18 @@ def _check_samples(samples: np.ndarray, origin: str) -> None:
         )
 
 
+class AudioTooLongError(ValueError):
+    """Audio over the duration limit. The message advises the loader's own options (`max_seconds`,
+    `truncate=True`); callers that do not expose them re-phrase it from `origin`, `seconds`, `max_seconds`."""
+
+    def __init__(self, origin: str, seconds: float, max_seconds: float) -> None:
+        super().__init__(
+            f"{origin}: audio is {seconds:.2f} s long, over the {max_seconds:g} s limit; "
+            f"trim it, raise max_seconds, or pass truncate=True to keep the first {max_seconds:g} s"
+        )
+        self.origin, self.seconds, self.max_seconds = origin, seconds, max_seconds
+
+
 def _limit(num_samples: int, rate: int, max_seconds: float | None, truncate: bool, origin: str) -> int:
     """How many samples to keep under the duration limit (raises unless truncation was asked for)."""
     if max_seconds is None:
@@ -150,10 +180,7 @@ def _limit(num_samples: int, rate: int, max_seconds: float | None, truncate: boo
     if num_samples <= limit:
         return num_samples
     if not truncate:
-        raise ValueError(
-            f"{origin}: audio is {num_samples / rate:.2f} s long, over the {max_seconds:g} s limit; "
-            f"trim it, raise max_seconds, or pass truncate=True to keep the first {max_seconds:g} s"
-        )
+        raise AudioTooLongError(origin, num_samples / rate, max_seconds)
     logger.info("%s: truncating %.2f s of audio to the first %.2f s", origin, num_samples / rate, max_seconds)
     return limit
 
@@ -212,6 +239,39 @@ def decode_audio(source: AudioSource, *, max_seconds: float | None = None, trunc
     return DecodedAudio(waveform=waveform, sample_rate=rate, origin=origin, truncated=truncated)
 
 
+def peak_dbfs_after_dc_removal(waveform: np.ndarray) -> float:
+    """max |x - mean(x)| in dB relative to full scale (1.0); -inf for a constant signal."""
+    x = np.asarray(waveform, dtype=np.float64)
+    peak = float(np.abs(x - x.mean()).max()) if x.size else 0.0
+    return 20.0 * float(np.log10(peak)) if peak > 0.0 else float("-inf")
+
+
+def _check_prompt_level(decoded: DecodedAudio) -> None:
+    """Reject a prompt without signal (module docstring: why -60 dBFS); warn about a very quiet one."""
+    level = peak_dbfs_after_dc_removal(decoded.waveform)
+    if level >= MIN_PROMPT_PEAK_DBFS:
+        if level < QUIET_PROMPT_PEAK_DBFS:
+            logger.warning(
+                "%s: prompt is very quiet (peak %.1f dBFS after DC removal); the fbank floor flattens its quiet "
+                "bands and its speaker embedding drifts: normalise it to a normal speech level",
+                decoded.origin,
+                level,
+            )
+        return
+    mean = float(np.mean(decoded.waveform, dtype=np.float64))
+    if not np.any(decoded.waveform):
+        what = "digital silence (all samples are zero)"
+    elif level == float("-inf"):
+        what = f"a constant signal (DC offset {mean:+.4g}, nothing else)"
+    else:
+        what = f"near-silent: peak {level:.1f} dBFS after removing its DC offset ({mean:+.3g})"
+    raise ValueError(
+        f"{decoded.origin}: prompt is {what}, below the {MIN_PROMPT_PEAK_DBFS:g} dBFS floor for prompts; its "
+        "speaker features would be the fbank's constant log floor and give the same 'no speaker' embedding as "
+        "any other silent prompt. Send a recording of the voice at a normal level"
+    )
+
+
 def _at_rate(decoded: DecodedAudio, target_rate: int) -> torch.Tensor:
     out = resample(decoded.waveform, decoded.sample_rate, target_rate)
     np.clip(out, -1.0, 1.0, out=out)
@@ -243,9 +303,10 @@ def load_prompt_audio(
 ) -> PromptAudio:
     """Decode a voice prompt once and resample the original to 16 kHz and 24 kHz.
 
-    On top of `load_audio`'s checks, rejects prompts the speaker model cannot use: digital silence
-    (an all-zero prompt has no speaker information; its fbank is the constant log floor) and prompts
-    shorter than the 4 fbank frames CAM++ needs (55 ms).
+    On top of `load_audio`'s checks, rejects prompts the speaker model cannot use: prompts without
+    signal (peak after DC removal below `MIN_PROMPT_PEAK_DBFS`: digital silence, a DC offset, noise
+    at the level of rounding; their fbank is the constant log floor) and prompts shorter than the
+    4 fbank frames CAM++ needs (55 ms).
     """
     decoded = decode_audio(source, max_seconds=max_seconds, truncate=truncate)
     need = min_speaker_samples() / SPEAKER_SAMPLE_RATE
@@ -254,8 +315,7 @@ def load_prompt_audio(
             f"{decoded.origin}: prompt is {1000.0 * decoded.seconds:.1f} ms long; the speaker model needs at least "
             f"{1000.0 * need:.0f} ms (4 fbank frames of 25 ms every 10 ms)"
         )
-    if not np.any(decoded.waveform):
-        raise ValueError(f"{decoded.origin}: prompt is digital silence (all samples are zero)")
+    _check_prompt_level(decoded)
     wav_16k = _at_rate(decoded, SPEAKER_SAMPLE_RATE)
     if wav_16k.shape[0] < min_speaker_samples():
         raise ValueError(

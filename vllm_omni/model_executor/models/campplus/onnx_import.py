@@ -391,16 +391,66 @@ def _fill(g: _Graph, model: CAMPPlus) -> None:
         )
 
 
-def load_campplus_onnx(path: str | os.PathLike[str], *, seg_pool_mode: str = "legacy") -> CAMPPlus:
-    """Build an eval-mode fp32 CPU CAMPPlus holding exactly the tensors of the exported file at `path`."""
-    check_seg_pool_mode(seg_pool_mode)
-    file = Path(path)
-    g = _parse(file)
+@dataclass(frozen=True)
+class CampplusExport:
+    """What `check_campplus_export` found: a CAM++ export and the hyper-parameters read off its shapes."""
+
+    path: Path
+    config: dict[str, object]
+
+    @property
+    def feat_dim(self) -> int:
+        return int(self.config["feat_dim"])  # type: ignore[call-overload]
+
+    @property
+    def embedding_size(self) -> int:
+        return int(self.config["embedding_size"])  # type: ignore[call-overload]
+
+
+def _map_export(path: Path, seg_pool_mode: str, device: str) -> tuple[CAMPPlus, dict[str, object]]:
+    """Map every tensor of the file at `path` onto a CAMPPlus built on `device` (raises `CampplusOnnxError`)."""
+    g = _parse(path)
     config = _infer_config(g)
     try:
-        model = CAMPPlus(seg_pool_mode=seg_pool_mode, dtype=torch.float32, device="cpu", **config)  # type: ignore[arg-type]
+        model = CAMPPlus(seg_pool_mode=seg_pool_mode, dtype=torch.float32, device=device, **config)  # type: ignore[arg-type]
     except ValueError as exc:
-        raise CampplusOnnxError(f"{file}: shapes describe no valid CAM++ ({config}): {exc}") from exc
+        raise CampplusOnnxError(f"{path}: shapes describe no valid CAM++ ({config}): {exc}") from exc
     _fill(g, model)
-    logger.debug("mapped %d convs and %d BNs of %s onto CAMPPlus %s", len(g.convs), len(g.bns), file, config)
+    logger.debug("mapped %d convs and %d BNs of %s onto CAMPPlus %s", len(g.convs), len(g.bns), path, config)
+    return model, config
+
+
+def check_campplus_export(
+    path: str | os.PathLike[str], *, feat_dim: int | None = None, embedding_size: int | None = None
+) -> CampplusExport:
+    """The one structural check that `path` is a CAM++ export; every backend runs it before serving the file.
+
+    It is the strict mapping of `load_campplus_onnx` (every CAM++ tensor filled exactly once with the
+    right shape, every float initializer used; module docstring) into a model on the `meta` device, so
+    nothing is allocated or copied: a file of another network with the same input/output shapes fails
+    here, naming what does not map. `feat_dim` / `embedding_size`, when given, must match what the file
+    computes (the Token2Wav facades need 80 -> 192). Costs one ONNX parse (~0.15 s for the full-size file).
+    """
+    file = Path(path)
+    _, config = _map_export(file, "exact", "meta")
+    export = CampplusExport(file, config)
+    for name, want, got in (
+        ("feat_dim", feat_dim, export.feat_dim),
+        ("embedding_size", embedding_size, export.embedding_size),
+    ):
+        if want is not None and got != want:
+            raise CampplusOnnxError(
+                f"{file}: a CAM++ export with {name}={got}, but {want} is needed here "
+                f"(the Token2Wav speaker path takes [T, 80] fbank and gives a [1, 192] embedding)"
+            )
+    return export
+
+
+def load_campplus_onnx(path: str | os.PathLike[str], *, seg_pool_mode: str = "legacy") -> CAMPPlus:
+    """Build an eval-mode fp32 CPU CAMPPlus holding exactly the tensors of the exported file at `path`.
+
+    The mapping is the same one `check_campplus_export` runs: loading a file is checking it.
+    """
+    check_seg_pool_mode(seg_pool_mode)
+    model, _ = _map_export(Path(path), seg_pool_mode, "cpu")
     return model.eval()

@@ -14,7 +14,7 @@ torch >= 2.9 default layout, needs onnxscript) and `zero_biases=True` (all biase
 zero, which makes the exporter merge identical initializers behind `Identity` nodes).
 
 Files are cached under `vllm_omni.envs.cache_dir("standins", "campplus")`; the name encodes every
-option plus the torch version. Writes are atomic (tmp + os.replace) and serialised per path by a
+option plus the torch version. Writes are atomic (`vllm_omni.atomic_io`) and serialised per path by a
 thread lock and a cross-process file lock, so concurrent callers build once and never see a
 partial file.
 
@@ -27,7 +27,6 @@ import argparse
 import contextlib
 import io
 import math
-import os
 import sys
 import threading
 import warnings
@@ -37,6 +36,7 @@ import torch
 from torch import nn
 
 from vllm_omni import envs
+from vllm_omni.atomic_io import atomic_output, write_bytes_atomic
 from vllm_omni.logger import init_logger
 from vllm_omni.model_executor.models.campplus.dtdnn import CAMPPlus
 
@@ -212,14 +212,13 @@ def ensure_standin_campplus_onnx(
             if path.is_file():
                 return path
             model = build_standin_campplus(seed=seed, reduced=reduced, zero_biases=zero_biases)
-            tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-            try:
-                _export(model, tmp, _check_options(opset, exporter), exporter)
-                os.replace(tmp, path)
-            finally:
-                tmp.unlink(missing_ok=True)
-                # the dynamo exporter may write external data next to the file for large models
-                tmp.with_name(tmp.name + ".data").unlink(missing_ok=True)
+            # atomic_output: umask-respecting mode, and a killed export's temporary is removed next time.
+            with atomic_output(path) as tmp:
+                try:
+                    _export(model, tmp, _check_options(opset, exporter), exporter)
+                finally:
+                    # the dynamo exporter may write external data next to the file for large models
+                    tmp.with_name(tmp.name + ".data").unlink(missing_ok=True)
             logger.info("exported stand-in %s", path)
     return path
 
@@ -244,9 +243,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if args.output is not None:
-        tmp = args.output.with_name(f".{args.output.name}.tmp")
-        tmp.write_bytes(path.read_bytes())
-        os.replace(tmp, args.output)
+        write_bytes_atomic(args.output, path.read_bytes())
         path = args.output
     print(path)
     return 0

@@ -7,8 +7,9 @@ the serving device (`speaker_embedding_torch`), or as a TensorRT engine on CUDA
 (`speaker_embedding_trt`). The Token2Wav facades never pick a backend themselves: they call
 `select_speaker_embedding_backend` and hold whatever it returns behind `SpeakerEmbeddingBackend`.
 
-The three backend modules live next to this one so that "where does the speaker embedding happen"
-is answered by reading this folder.
+The backend modules (`_ort`, `_torch`, `_graphed` = the torch one replayed from device graphs, `_trt`)
+live next to this one so that "where does the speaker embedding happen" is answered by reading this
+folder.
 """
 
 from __future__ import annotations
@@ -109,11 +110,22 @@ def select_speaker_embedding_backend(
         reason = speaker_embedding_trt.tensorrt_unavailable_reason()
         if reason is None:
             return speaker_embedding_trt.TrtSpeakerEmbedding(onnx_path, device)
-        logger.info("speaker embedding: %s; using the torch CAM++ on %s", reason, device)
+        logger.info_once("speaker embedding: %s; using the torch CAM++ on %s", reason, device)
         return _torch_backend(onnx_path, device, seg_pool_mode)
     if device.type == "cpu" and CPU_DEVICE_PATH_BACKEND == "onnxruntime":
         return _ort_backend(onnx_path, device, ort_intra_op_threads)
     return _torch_backend(onnx_path, device, seg_pool_mode)
+
+
+def check_speaker_model_path(onnx_path: Path) -> None:
+    """Raise the error a user can act on when `onnx_path` is not a file: missing, or a directory."""
+    if onnx_path.is_file():
+        return
+    if onnx_path.is_dir():
+        inside = onnx_path / "campplus.onnx"
+        hint = f"; did you mean {inside}?" if inside.is_file() else ""
+        raise IsADirectoryError(f"speaker model {onnx_path} is a directory, not the campplus.onnx file{hint}")
+    raise FileNotFoundError(f"speaker model {onnx_path} does not exist; the token2wav directory needs campplus.onnx")
 
 
 def _ort_backend(onnx_path: Path, device: torch.device, threads: int) -> SpeakerEmbeddingBackend:
@@ -126,8 +138,5 @@ def _torch_backend(onnx_path: Path, device: torch.device, seg_pool_mode: str) ->
     # Looked up through the module at call time so tests can observe (patch) the loader.
     from vllm_omni.model_executor.models.cosyvoice3 import speaker_embedding_torch
 
-    if not onnx_path.is_file():
-        raise FileNotFoundError(
-            f"speaker model {onnx_path} does not exist; the token2wav directory needs campplus.onnx"
-        )
+    check_speaker_model_path(onnx_path)
     return speaker_embedding_torch.get_campplus_torch(onnx_path, device, seg_pool_mode=seg_pool_mode)

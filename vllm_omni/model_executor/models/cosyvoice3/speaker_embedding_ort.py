@@ -6,6 +6,10 @@ CPUExecutionProvider, graph optimisation ORT_ENABLE_ALL and one intra-op thread.
 those settings but builds the session only on the first call, exactly once even when many request
 threads arrive together, so that a facade whose device path is installed never pays for it.
 
+onnxruntime runs any graph whose input and output shapes fit, so before the session is built the
+file goes through the same structural check as the torch loader (`check_campplus_export`: every
+tensor maps onto CAM++ 80 -> 192); another network cannot be served as the speaker model.
+
 Numerics: onnxruntime >= 1.29 averages the last partial 100-frame segment of CAM++'s segment
 pooling over the real frame count (as PyTorch does); older runtimes divided by 100 (see
 docs/design/speaker_embedding.md). The result is whatever the installed runtime computes.
@@ -72,10 +76,11 @@ class OrtSpeakerEmbedding:
         return session
 
     def _build_session(self) -> Any:
-        if not self.onnx_path.is_file():
-            raise FileNotFoundError(
-                f"speaker model {self.onnx_path} does not exist; the token2wav directory needs campplus.onnx"
-            )
+        from vllm_omni.model_executor.models.campplus.onnx_import import check_campplus_export
+        from vllm_omni.model_executor.models.cosyvoice3.speaker_embedding import check_speaker_model_path
+
+        check_speaker_model_path(self.onnx_path)
+        check_campplus_export(self.onnx_path, feat_dim=80, embedding_size=EMBEDDING_DIM)
         import onnxruntime
 
         options = onnxruntime.SessionOptions()

@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from vllm_omni.file_identity import FileIdentity
 from vllm_omni.logger import init_logger
 from vllm_omni.model_executor.buckets import batch_buckets, campplus_frame_buckets
 from vllm_omni.model_executor.models.campplus.batching import Launch, plan_launches
@@ -213,12 +214,13 @@ class CampplusTorch:
 
 @dataclass(frozen=True)
 class _CacheKey:
-    path: str
-    size: int
-    mtime_ns: int
-    inode: int
+    file: FileIdentity
     device: str
     seg_pool_mode: str
+
+    @property
+    def path(self) -> str:
+        return self.file.path
 
 
 # Process-wide: every stage and request of a process shares one built model per (file, device,
@@ -230,14 +232,13 @@ _build_locks: dict[_CacheKey, threading.Lock] = {}
 
 
 def _cache_key(onnx_path: str | os.PathLike[str], device: DeviceSpec, seg_pool_mode: str) -> _CacheKey:
-    path = Path(onnx_path).expanduser().resolve()
     try:
-        st = path.stat()
+        file = FileIdentity.of(onnx_path)
     except FileNotFoundError:
-        raise CampplusOnnxError(f"campplus.onnx not found: {path}") from None
-    return _CacheKey(
-        str(path), st.st_size, st.st_mtime_ns, st.st_ino, device_key(device), resolve_seg_pool_mode(seg_pool_mode)
-    )
+        raise CampplusOnnxError(f"campplus.onnx not found: {Path(onnx_path).expanduser().resolve()}") from None
+    except IsADirectoryError:
+        raise CampplusOnnxError(f"campplus.onnx path is not a file: {Path(onnx_path).expanduser()}") from None
+    return _CacheKey(file, device_key(device), resolve_seg_pool_mode(seg_pool_mode))
 
 
 def get_campplus_torch(
@@ -245,9 +246,12 @@ def get_campplus_torch(
 ) -> CampplusTorch:
     """The process's `CampplusTorch` for this file on `device` (None = the serving device), built once.
 
-    Keyed on the resolved path, the file's identity (size, mtime_ns, inode: a file replaced on disk
-    is rebuilt), the device normalised to an explicit index ("npu", "npu:0", torch.device("npu", 0)
-    share an entry) and the resolved seg-pool mode. Thread-safe: concurrent callers share one build.
+    Keyed on the resolved path, the file's identity (size, mtime_ns, inode and the SHA-256 of its
+    content: a file changed on disk, even in place with the same size and its mtime put back, is
+    rebuilt; see `vllm_omni.file_identity` for the ~45 ms the hash costs per call), the device
+    normalised to an explicit index ("npu", "npu:0", torch.device("npu", 0) share an entry) and the
+    resolved seg-pool mode. A rebuild for a changed file drops the entry of its previous version
+    (holders of the old model keep it). Thread-safe: concurrent callers share one build.
     """
     check_seg_pool_mode(seg_pool_mode)
     key = _cache_key(onnx_path, device, seg_pool_mode)
@@ -265,6 +269,9 @@ def get_campplus_torch(
         model = load_campplus_from_onnx(key.path, seg_pool_mode=key.seg_pool_mode)
         backend = CampplusTorch(model, key.device)
         with _cache_lock:
+            same_slot = (key.path, key.device, key.seg_pool_mode)
+            for stale in [k for k in _cache if (k.path, k.device, k.seg_pool_mode) == same_slot and k != key]:
+                del _cache[stale]  # a previous version of the same file: nobody gets it from here again
             _cache[key] = backend
             _build_locks.pop(key, None)
         logger.info(

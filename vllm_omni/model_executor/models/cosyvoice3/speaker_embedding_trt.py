@@ -4,9 +4,10 @@
 On CUDA hosts with TensorRT, upstream swaps the CPU onnxruntime session (~50 ms per call) for an
 engine built from the same campplus.onnx (~3.6 ms). Building an engine takes tens of seconds, so
 engines are cached under `vllm_omni.envs.cache_dir("tensorrt")`, keyed by the ONNX file's identity
-(absolute path, size, mtime), the GPU name and the TensorRT version: a new file, a different GPU or
-a TensorRT upgrade each get a fresh engine. Engines are written atomically (tmp file +
-`os.replace`) and built under one lock per engine, so concurrent facades build each engine once.
+(absolute path, size, mtime and content SHA-256, `vllm_omni.file_identity`), the GPU name and the
+TensorRT version: a new or rewritten file, a different GPU or a TensorRT upgrade each get a fresh
+engine. Engines are written atomically (tmp file + `os.replace`) and built under one lock per engine,
+so concurrent facades build each engine once.
 
 `tensorrt` is imported lazily, only when this backend is built. The selection logic and the cache
 logic are exercised on CPU with fakes; the engine itself only runs on an NVIDIA GPU.
@@ -28,6 +29,7 @@ import torch
 
 from vllm_omni import envs
 from vllm_omni.atomic_io import write_bytes_atomic
+from vllm_omni.file_identity import FileIdentity
 from vllm_omni.logger import init_logger
 
 logger = init_logger(__name__)
@@ -63,17 +65,18 @@ class EngineCacheKey:
     gpu_name: str
     tensorrt_version: str
     profile_frames: tuple[int, int, int] = PROFILE_FRAMES
+    onnx_sha256: str = ""
 
     @classmethod
     def for_file(cls, onnx_path: str | Path, *, gpu_name: str, tensorrt_version: str) -> EngineCacheKey:
         path = Path(onnx_path)
         try:
-            stat = path.stat()
+            file = FileIdentity.of(path)
         except FileNotFoundError:
             raise FileNotFoundError(
                 f"speaker model {path} does not exist; the token2wav directory needs campplus.onnx"
             ) from None
-        return cls(str(path.resolve()), stat.st_size, stat.st_mtime_ns, gpu_name, tensorrt_version)
+        return cls(file.path, file.size, file.mtime_ns, gpu_name, tensorrt_version, onnx_sha256=file.sha256)
 
     @property
     def digest(self) -> str:
@@ -82,6 +85,7 @@ class EngineCacheKey:
                 self.onnx_path,
                 str(self.onnx_size),
                 str(self.onnx_mtime_ns),
+                self.onnx_sha256,
                 self.gpu_name,
                 self.tensorrt_version,
                 ",".join(map(str, self.profile_frames)),
@@ -139,6 +143,15 @@ def _build_serialized_engine(trt: Any, onnx_path: Path) -> bytes:
     return bytes(serialized)
 
 
+def _checked_engine(trt: Any, onnx_path: Path) -> bytes:
+    """An engine for `onnx_path` after the structural check every backend runs (TensorRT, like onnxruntime,
+    would build any network whose shapes fit)."""
+    from vllm_omni.model_executor.models.campplus.onnx_import import check_campplus_export
+
+    check_campplus_export(onnx_path, feat_dim=FEAT_DIM, embedding_size=EMBEDDING_DIM)
+    return _build_serialized_engine(trt, onnx_path)
+
+
 class TrtSpeakerEmbedding:
     """`SpeakerEmbeddingBackend` running a cached TensorRT engine of `campplus.onnx` on `device`.
 
@@ -151,7 +164,9 @@ class TrtSpeakerEmbedding:
         if device.type != "cuda":
             raise RuntimeError(f"TensorRT speaker embedding needs a CUDA device, got {device}")
         from vllm_omni import platforms
+        from vllm_omni.model_executor.models.cosyvoice3.speaker_embedding import check_speaker_model_path
 
+        check_speaker_model_path(Path(onnx_path))
         self.onnx_path = Path(onnx_path)
         self._device = device
         trt = importlib.import_module("tensorrt")
@@ -162,7 +177,7 @@ class TrtSpeakerEmbedding:
             tensorrt_version=str(getattr(trt, "__version__", "unknown")),
         )
         self.engine_path = key.engine_path()
-        data = load_or_build_engine(self.engine_path, lambda: _build_serialized_engine(trt, self.onnx_path))
+        data = load_or_build_engine(self.engine_path, lambda: _checked_engine(trt, self.onnx_path))
         runtime = trt.Runtime(trt.Logger(trt.Logger.WARNING))
         engine = runtime.deserialize_cuda_engine(data)
         if engine is None:

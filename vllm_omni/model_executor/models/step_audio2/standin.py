@@ -11,6 +11,8 @@ shipped file's layout (names, shapes, exporter) with seeded weights:
 | `speech_tokenizer_v2_25hz.onnx` | `speech_tokenizer.cached_standin_speech_tokenizer` | 128 wide, 2 blocks     |
 | `flow.yaml` + `flow.pt`         | `flow.ensure_standin_flow`                         | d 64, 2+1 conformer    |
 | `hift.pt`                       | `hift.cached_standin_hift`                         | 32 base channels       |
+| `HT_ref_audio.wav`,             | the shipped CMU ARCTIC clip, 24 kHz 16-bit PCM     | same                   |
+| `default_female.wav`            | (the families' default-voice names)                |                        |
 
 Full size is the shipped geometry (~1.2 GB, what benchmarks use); reduced size keeps every
 interface (80 mel bins, 192-d embedding, 6561 codes, 480 samples per frame) and runs the
@@ -25,6 +27,7 @@ CLI: `python -m vllm_omni.model_executor.models.step_audio2.standin [--reduced] 
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import shutil
@@ -36,8 +39,24 @@ from vllm_omni.logger import init_logger
 logger = init_logger(__name__)
 
 #: Bump when the recipe (component versions or file set) changes so cached directories are rebuilt.
-STANDIN_DIR_VERSION = 1
+STANDIN_DIR_VERSION = 2
 _MANIFEST = ".manifest.json"
+#: Default-voice file names the stage looks for (MiniCPM-o, Step-Audio2): both ship the ARCTIC clip.
+DEFAULT_VOICE_FILES = ("HT_ref_audio.wav", "default_female.wav")
+
+
+def default_voice_wav() -> bytes:
+    """The shipped real speech clip as a 24 kHz mono 16-bit WAV: the stand-in directory's default voice."""
+    import soundfile
+
+    from vllm_omni.assets.audio import speech_sample
+    from vllm_omni.model_executor.models import audio as frontend
+
+    wav, rate = speech_sample()
+    at_24k = frontend.load_audio((wav, rate), 24000).numpy()
+    buffer = io.BytesIO()
+    soundfile.write(buffer, at_24k, 24000, subtype="PCM_16", format="WAV")
+    return buffer.getvalue()
 
 
 def _component_files(*, reduced: bool, seed: int) -> dict[str, Path]:
@@ -83,6 +102,9 @@ def _fill(directory: Path, sources: dict[str, Path]) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     for name, source in sources.items():
         _place(source, directory / name)
+    voice = default_voice_wav()
+    for name in DEFAULT_VOICE_FILES:
+        write_bytes_atomic(directory / name, voice)
 
 
 def standin_token2wav_dir(*, reduced: bool, seed: int = 0) -> Path:
@@ -104,7 +126,9 @@ def ensure_standin_token2wav_dir(*, reduced: bool, seed: int = 0) -> Path:
 
     directory = standin_token2wav_dir(reduced=reduced, seed=seed)
     sources = _component_files(reduced=reduced, seed=seed)
-    manifest = json.dumps({name: str(path) for name, path in sources.items()}, sort_keys=True)
+    manifest = json.dumps(
+        {**{name: str(path) for name, path in sources.items()}, "voices": list(DEFAULT_VOICE_FILES)}, sort_keys=True
+    )
     marker = directory / _MANIFEST
     if marker.is_file() and marker.read_text() == manifest:
         return directory

@@ -18,6 +18,15 @@ glue install the speaker-embedding backend before anything is built:
 | `_ensure_models_loaded()`            | speaker fallback installed if none (never replaces one); speech    |
 |                                      | tokenizer, flow and HiFT loaded (fp32 by explicit dtype)           |
 | `speech_tokenizer` / `flow` / `hift` | `_ensure_models_loaded()` first                                    |
+| `reload_spk_embedding()`             | campplus.onnx read again: the backend rebuilt the way it was made, |
+|                                      | prompt-feature and stream set-up caches emptied                    |
+
+Files changed on disk: a running facade keeps what it loaded (the speaker backend with its torch
+model, onnxruntime session or TensorRT engine; speech tokenizer, flow, HiFT; cached prompt
+features). Replacing `campplus.onnx` takes effect after `reload_spk_embedding()` (streams already
+set up finish with the embedding they started with); for the synthesis files build a new facade.
+A new facade never gets stale CAM++ weights: the torch model and TensorRT engine caches key on the
+file's content digest (`vllm_omni.file_identity`).
 
 Request paths (computation in `token2wav_synthesis.py`, stream state in `token2wav_stream.py`):
 
@@ -26,13 +35,15 @@ Request paths (computation in `token2wav_synthesis.py`, stream state in `token2w
 - `__call__(tokens, prompt_wav)`: whole utterance -> waveform `[1, 480 * 2 * len(tokens)]`.
 - `set_stream_cache(prompt_wav) -> Token2WavStream`, then `stream(tokens, ..., state=stream)` per
   chunk (25 tokens + 3 lookahead; `stream_chunks()` does the reference's chunking). The flow's
-  post-prompt cache is computed once per prompt and shared (it is never modified).
+  post-prompt cache is computed once per prompt and shared (it is never modified). A chunk runs as
+  one row of the batched kernels the serving stage uses for many requests (`token2wav_stage/`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
@@ -41,7 +52,8 @@ import numpy as np
 import torch
 
 from vllm_omni.logger import init_logger
-from vllm_omni.model_executor.models.cosyvoice2.flow import ConformerTrim, FlowStreamCache, Lookahead
+from vllm_omni.model_executor.models.cosyvoice2.flow import ConformerTrim, Lookahead
+from vllm_omni.model_executor.models.cosyvoice2.flow.batched import FlowRowState, project_speaker
 from vllm_omni.model_executor.models.cosyvoice2.flow.streaming import CACHE_TAIL_FRAMES
 from vllm_omni.model_executor.models.cosyvoice3.speaker_embedding import (
     SpeakerEmbeddingBackend,
@@ -67,6 +79,7 @@ from vllm_omni.model_executor.models.step_audio2.token2wav_stream import (
 )
 from vllm_omni.model_executor.models.step_audio2.token2wav_synthesis import (
     SpeechTokens,
+    open_stream,
     setup_flow_stream,
     speech_token_tensor,
     stream_chunk,
@@ -126,6 +139,9 @@ class StepAudio2Token2WavCore:
         stream_setup_cache_size: prompts whose post-prompt flow cache is kept (0 disables storing).
         seed: seed of each request's NSF-noise generator, so a request's audio depends only on its
             inputs (upstream draws from the global RNG).
+        kv_cache_dtype: storage dtype of the streams' estimator attention caches (None: the flow's
+            dtype). `torch.bfloat16` halves the largest per-stream state at a measured audio
+            deviation (docs/design/token2wav_stage.md, "Memory"); computation stays in the flow's dtype.
     """
 
     #: Whether this family's synthesis models are in-tree (CosyVoice3's flow config is not).
@@ -148,7 +164,10 @@ class StepAudio2Token2WavCore:
         conformer_trim: ConformerTrim = ConformerTrim.NONE,
         stream_setup_cache_size: int = DEFAULT_STREAM_SETUP_CACHE_SIZE,
         seed: int = 0,
+        kv_cache_dtype: torch.dtype | None = None,
     ) -> None:
+        if kv_cache_dtype is not None and kv_cache_dtype not in (torch.float32, torch.float16, torch.bfloat16):
+            raise ValueError(f"kv_cache_dtype must be None, float32, float16 or bfloat16, got {kv_cache_dtype!r}")
         if speech_tokenizer_backend not in ("auto", "torch", "onnx"):
             raise ValueError(
                 f"speech_tokenizer_backend must be 'auto', 'torch' or 'onnx', got {speech_tokenizer_backend!r}"
@@ -171,18 +190,22 @@ class StepAudio2Token2WavCore:
         # One re-entrant lock for the facade's lazy state: device resolution, backend install, loading.
         self._lock = threading.RLock()
         self._spk: SpeakerEmbeddingBackend | None = None
+        # How `_spk` was made: "fallback" / "device" / "tensorrt" (rebuilt by reload_spk_embedding()),
+        # None for a backend the caller built and passed to install_spk_backend().
+        self._spk_request: str | None = None
         self._models_loaded = False
         self._prompt_cache: ContentLruCache[PromptFeatures] = ContentLruCache(prompt_cache_size, PromptFeatures.clone)
         self.speech_tokenizer_backend = speech_tokenizer_backend
         self.stream_lookahead = stream_lookahead
         self.conformer_trim = conformer_trim
         self.seed = int(seed)
+        self.kv_cache_dtype = kv_cache_dtype
         self._tokenizer: SpeechTokenizerBackend | None = None
         self._flow: CausalMaskedDiffWithXvec | None = None
         self._hift: HiFTGenerator | None = None
         self._window: torch.Tensor | None = None
-        # The flow cache after a prompt is immutable (chunks return new caches): shared, not copied.
-        self._setup_cache: ContentLruCache[FlowStreamCache] = ContentLruCache(stream_setup_cache_size, lambda c: c)
+        # The flow state after a prompt is immutable (chunks return new states): shared, not copied.
+        self._setup_cache: ContentLruCache[FlowRowState] = ContentLruCache(stream_setup_cache_size, lambda c: c)
         # The stream of the last `set_stream_cache` call, for callers of the upstream single-stream API.
         self._default_stream: Token2WavStream | None = None
 
@@ -209,6 +232,8 @@ class StepAudio2Token2WavCore:
                 f"expected it to hold {name}"
             )
         path = self.model_path / name
+        if path.is_dir():
+            raise IsADirectoryError(f"{path} is a directory; the token2wav directory must hold {name} as a file")
         if not path.is_file():
             present = sorted(p.name for p in self.model_path.iterdir())
             raise FileNotFoundError(
@@ -234,17 +259,48 @@ class StepAudio2Token2WavCore:
         if backend is None:
             with self._lock:
                 if self._spk is None:
-                    self._spk = self._build_backend("fallback")
+                    self._spk, self._spk_request = self._build_backend("fallback"), "fallback"
                 backend = self._spk
         return backend
 
     def install_spk_backend(self, backend: SpeakerEmbeddingBackend) -> None:
         """Install any `SpeakerEmbeddingBackend`, replacing the current one (the prompt cache keys on its name)."""
+        self._install(backend, None)
+
+    def _install(self, backend: SpeakerEmbeddingBackend, request: str | None) -> None:
         if not callable(backend) or not hasattr(backend, "name") or not hasattr(backend, "device"):
             raise TypeError(f"{backend!r} is not a SpeakerEmbeddingBackend (needs __call__, name and device)")
         with self._lock:
-            self._spk = backend
-        logger.info("%s: speaker embedding via %s", type(self).__name__, backend.name)
+            self._spk, self._spk_request = backend, request
+        # Once per process and (facade, backend): stages and benchmarks install backends many times.
+        logger.info_once("%s: speaker embedding via %s", type(self).__name__, backend.name)
+
+    def reload_spk_embedding(self) -> str:
+        """Read campplus.onnx again: rebuild the speaker backend the way it was made, empty the caches.
+
+        A running facade keeps the weights it loaded even when the file changes on disk (module
+        docstring). This rebuilds the installed backend with the same request (device path,
+        TensorRT, or the lazy onnxruntime fallback, whose new session is built on its first call)
+        and empties the prompt-feature and stream set-up caches, which hold embeddings of the old
+        weights. Streams set up before keep the embedding they started with. A backend passed to
+        `install_spk_backend()` cannot be rebuilt here: that raises RuntimeError (install a new one).
+        Returns the name of the backend now installed. A device path that cannot be built from the
+        new file raises and leaves everything as it was; the fallback checks the file at its first call.
+        """
+        with self._lock:
+            backend, request = self._spk, self._spk_request
+        if backend is not None and request is None:
+            raise RuntimeError(
+                f"reload_spk_embedding(): the speaker backend {backend.name} was passed to install_spk_backend(); "
+                "build a new one from the changed file and install it"
+            )
+        fresh = self._build_backend(request or "fallback")
+        with self._lock:
+            self._spk, self._spk_request = fresh, request or "fallback"
+            self._prompt_cache.clear()
+            self._setup_cache.clear()
+        logger.info("%s: reloaded the speaker model %s (%s)", type(self).__name__, fresh.name, request or "fallback")
+        return fresh.name
 
     def enable_device_spk_embedding(self) -> str:
         """Install the device speaker-embedding path for this facade's device; returns its name.
@@ -254,13 +310,13 @@ class StepAudio2Token2WavCore:
         Builds neither the synthesis modules nor the ORT session; raises if the path cannot be built.
         """
         backend = self._build_backend("device")
-        self.install_spk_backend(backend)
+        self._install(backend, "device")
         return backend.name
 
     def enable_trt_spk_embedding(self) -> str:
         """Install the TensorRT backend (CUDA with `tensorrt` only; raises otherwise); returns its name."""
         backend = self._build_backend("tensorrt")
-        self.install_spk_backend(backend)
+        self._install(backend, "tensorrt")
         return backend.name
 
     def _build_backend(self, request: str) -> SpeakerEmbeddingBackend:
@@ -298,7 +354,7 @@ class StepAudio2Token2WavCore:
                 return
             self.check_assets()
             if self._spk is None:
-                self._spk = self._build_backend("fallback")
+                self._spk, self._spk_request = self._build_backend("fallback"), "fallback"
             if self.supports_synthesis:
                 self._load_synthesis_models()
             self._models_loaded = True
@@ -472,22 +528,43 @@ class StepAudio2Token2WavCore:
         """
         self._require_synthesis("set_stream_cache")
         features = self.prepare_prompt(prompt_wav, with_tokens=True)
+        caches = open_stream(self.flow, self.stream_setup(features), features, self.seed if seed is None else seed)
+        state = Token2WavStream.start(features, caches, prompt_wav)
+        self._default_stream = state
+        return state
+
+    def stream_setup(self, features: PromptFeatures) -> FlowRowState:
+        """The flow state right after the prompt of `features` (computed once per prompt, shared, read-only)."""
         flow = self.flow
         self._check_stream_prompt_length(features, flow)
-        key = (features.digest, features.backend, self.n_timesteps, self.stream_lookahead, self.conformer_trim)
-        flow_cache = self._setup_cache.get_or_compute(
-            key,
-            lambda: setup_flow_stream(
+        key = (
+            features.digest,
+            features.backend,
+            self.n_timesteps,
+            self.stream_lookahead,
+            self.conformer_trim,
+            self.kv_cache_dtype,
+        )
+
+        def compute() -> FlowRowState:
+            cache = setup_flow_stream(
                 flow,
                 features,
                 n_timesteps=self.n_timesteps,
                 lookahead=self.stream_lookahead,
                 conformer_trim=self.conformer_trim,
-            ),
-        )
-        state = Token2WavStream.start(features, flow_cache, self._generator(seed), prompt_wav)
-        self._default_stream = state
-        return state
+            )
+            speaker = project_speaker(flow, features.speaker_embedding)
+            return FlowRowState.from_setup(cache, speaker, kv_dtype=self.kv_cache_dtype)
+
+        return self._setup_cache.get_or_compute(key, compute)
+
+    @property
+    def window(self) -> torch.Tensor:
+        """The cross-fade window (float64 Hamming), built with the models."""
+        self._require_synthesis("window")
+        assert self._window is not None
+        return self._window
 
     def stream(
         self,
@@ -510,6 +587,11 @@ class StepAudio2Token2WavCore:
             state = self._default_stream
             if state is None:
                 raise RuntimeError("stream(): no stream is set up; call set_stream_cache(prompt_wav) first")
+        elif not isinstance(state, Token2WavStream):
+            raise TypeError(
+                f"stream(): state must be the Token2WavStream that set_stream_cache() returned, "
+                f"got {type(state).__name__}"
+            )
         ids = self._tokens(tokens, "stream")
         emitted = ids.shape[1] if last_chunk else ids.shape[1] - PRE_LOOKAHEAD_TOKENS
         min_emitted = 1 if last_chunk else MEL_CACHE_FRAMES // 2
@@ -524,14 +606,9 @@ class StepAudio2Token2WavCore:
         with state.lock:
             if state.finished:
                 raise RuntimeError("stream(): this stream already had its last chunk; set up a new one")
-            flow, hift, window = self.flow, self.hift, self._window  # the window is built with the models
-            assert window is not None
-            result = stream_chunk(flow, hift, state, ids, last_chunk=last_chunk, window=window)
+            result = stream_chunk(self.flow, self.hift, state.caches, ids, last_chunk=last_chunk, window=self.window)
             # Commit only after the whole chunk succeeded: a failure leaves the request resumable.
-            state.flow_cache = result.flow_cache
-            state.mel_cache = result.mel_cache
-            state.source_cache = result.source_cache
-            state.speech_cache = result.speech_cache
+            state.caches = result.caches
             state.chunks_done += 1
             state.samples_emitted += result.speech.shape[-1]
             state.finished = last_chunk
@@ -583,12 +660,33 @@ def _prompt_source(prompt_wav: PromptWav) -> tuple[str, Callable[[], PromptAudio
     """
     from vllm_omni.model_executor.models import audio as frontend
 
+    def load() -> PromptAudio:
+        with _prompt_limit_advice():
+            return frontend.load_prompt_audio(prompt_wav)
+
     if isinstance(prompt_wav, tuple) and len(prompt_wav) == 2:
         waveform, rate = prompt_wav
         if isinstance(waveform, np.ndarray | torch.Tensor) and waveform.ndim == 1 and isinstance(rate, int):
-            return waveform_digest(waveform, rate), lambda: frontend.load_prompt_audio(prompt_wav)
-    decoded = frontend.decode_audio(prompt_wav, max_seconds=frontend.DEFAULT_MAX_PROMPT_SECONDS)
-    return decoded.digest(), lambda: frontend.load_prompt_audio(prompt_wav)
+            return waveform_digest(waveform, rate), load
+    with _prompt_limit_advice():
+        decoded = frontend.decode_audio(prompt_wav, max_seconds=frontend.DEFAULT_MAX_PROMPT_SECONDS)
+    return decoded.digest(), load
+
+
+@contextlib.contextmanager
+def _prompt_limit_advice() -> Iterator[None]:
+    """Re-phrase the front end's too-long error with advice that works here: the facades take no
+    `max_seconds` / `truncate` (a prompt is the voice to clone; silently cutting it is the caller's call)."""
+    from vllm_omni.model_executor.models.audio import AudioTooLongError
+
+    try:
+        yield
+    except AudioTooLongError as exc:
+        limit = f"{exc.max_seconds:g}"
+        raise ValueError(
+            f"{exc.origin}: prompt is {exc.seconds:.2f} s long, over the {limit} s prompt limit of the Token2Wav "
+            f"facades; pass a shorter prompt, e.g. its first {limit} s as (waveform[: int({limit} * rate)], rate)"
+        ) from None
 
 
 __all__ = [

@@ -3,9 +3,11 @@
 
 Upstream keeps one stream's caches (`stream_cache`, `hift_cache_dict`) on the model object, so
 two concurrent requests overwrite each other's state. Here every stream is a `Token2WavStream`
-object the caller holds; the facade's `stream()` reads it and replaces its fields only after a
-chunk has been computed completely, so a failing chunk leaves the request resumable and can never
-touch another request.
+object the caller holds; its caches are one immutable `StreamCaches` value
+(`token2wav_synthesis.py`) that the facade's `stream()` replaces only after a chunk has been computed
+completely, so a failing chunk leaves the request resumable and can never touch another request.
+The serving stage (`token2wav_stage/`) keeps the same `StreamCaches` per request id and runs the
+chunks of many requests through the same batched kernels.
 
 The streaming geometry is the reference's (Step-Audio2 `token2wav.py`, MiniCPM-o code2wav):
 
@@ -29,12 +31,16 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
-from vllm_omni.model_executor.models.cosyvoice2.flow import FlowStreamCache
 from vllm_omni.model_executor.models.step_audio2.prompt_features import PromptFeatures
+
+if TYPE_CHECKING:
+    from vllm_omni.model_executor.models.cosyvoice2.flow.batched import FlowRowState
+    from vllm_omni.model_executor.models.step_audio2.token2wav_synthesis import StreamCaches
 
 CHUNK_TOKENS = 25
 PRE_LOOKAHEAD_TOKENS = 3
@@ -55,11 +61,18 @@ def crossfade(head: torch.Tensor, tail: torch.Tensor, window: torch.Tensor) -> t
     Computed in the window's float64 and cast back, as the reference blends float32 audio with a
     float64 window.
     """
+    return crossfade_rows(head, tail, window)
+
+
+def crossfade_rows(head: torch.Tensor, tail: torch.Tensor, window: torch.Tensor) -> torch.Tensor:
+    """`crossfade` for a batch: row i of `head` [B, N] blended with row i of `tail` [B, >= overlap]."""
     overlap = window.shape[0] // 2
     if head.shape[-1] < overlap or tail.shape[-1] < overlap:
         raise ValueError(
             f"cross-fade needs {overlap} samples on both sides, got {head.shape[-1]} new and {tail.shape[-1]} cached"
         )
+    if head.shape[0] != tail.shape[0]:
+        raise ValueError(f"cross-fade: {head.shape[0]} rows of new audio but {tail.shape[0]} cached tails")
     out = head.clone()
     w = window.to(head.device)
     blended = head[..., :overlap].double() * w[:overlap] + tail[..., -overlap:].double() * w[overlap:]
@@ -69,21 +82,15 @@ def crossfade(head: torch.Tensor, tail: torch.Tensor, window: torch.Tensor) -> t
 
 @dataclass
 class Token2WavStream:
-    """The state of one streaming request; create it with the facade's `set_stream_cache(prompt_wav)`.
+    """One streaming request of the facade; create it with `set_stream_cache(prompt_wav)`.
 
-    Fields are replaced (never modified in place) after each successful chunk. `lock` serialises
-    the chunks of this request; different requests share nothing mutable.
+    `caches` is replaced (never modified) after each successful chunk. `lock` serialises the chunks
+    of this request; different requests share nothing mutable (the post-prompt flow cache they
+    start from is shared and read-only).
     """
 
     features: PromptFeatures
-    flow_cache: FlowStreamCache
-    generator: torch.Generator
-    #: Last `MEL_CACHE_FRAMES` mel frames [1, 80, <=8] of the previous chunk (empty before the first).
-    mel_cache: torch.Tensor
-    #: Last `SOURCE_CACHE_SAMPLES` NSF source samples [1, 1, <=3840].
-    source_cache: torch.Tensor
-    #: Last `SOURCE_CACHE_SAMPLES` speech samples [1, <=3840], held back for the cross-fade.
-    speech_cache: torch.Tensor
+    caches: StreamCaches
     #: The `prompt_wav` argument of `set_stream_cache` (upstream callers pass it again with every chunk).
     prompt_ref: object = None
     chunks_done: int = 0
@@ -92,19 +99,13 @@ class Token2WavStream:
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     @classmethod
-    def start(
-        cls, features: PromptFeatures, flow_cache: FlowStreamCache, generator: torch.Generator, prompt_ref: object
-    ) -> Token2WavStream:
-        device = features.device
-        return cls(
-            features=features,
-            flow_cache=flow_cache,
-            generator=generator,
-            prompt_ref=prompt_ref,
-            mel_cache=torch.zeros(1, features.prompt_mel.shape[2], 0, device=device),
-            source_cache=torch.zeros(1, 1, 0, device=device),
-            speech_cache=torch.zeros(1, 0, device=device),
-        )
+    def start(cls, features: PromptFeatures, caches: StreamCaches, prompt_ref: object) -> Token2WavStream:
+        return cls(features=features, caches=caches, prompt_ref=prompt_ref)
+
+    @property
+    def flow_cache(self) -> FlowRowState:
+        """The flow part of the caches (the shared post-prompt state until the first chunk)."""
+        return self.caches.flow
 
 
 def stream_chunks(
@@ -146,6 +147,7 @@ __all__ = [
     "SOURCE_CACHE_SAMPLES",
     "Token2WavStream",
     "crossfade",
+    "crossfade_rows",
     "crossfade_window",
     "stream_chunks",
     "waveform_to_pcm16",

@@ -7,12 +7,15 @@ reads top to bottom like the reference `token2wav.py`:
 
 - `synthesize_utterance`: flow `inference` over [prompt | tokens] (bidirectional), then HiFT over
   the generated mel. `480 * 2 * len(tokens)` samples.
-- `setup_flow_stream` + `stream_chunk`: the flow's chunked causal path; HiFT re-vocodes the last
-  8 mel frames of the previous chunk with its source samples, and the first 3840 output samples are
-  cross-faded with the samples the previous chunk held back (see `token2wav_stream.py`).
+- `setup_flow_stream` + `open_stream` + `stream_chunk`: the flow's chunked causal path; HiFT
+  re-vocodes the last 8 mel frames of the previous chunk with its source samples, and the first
+  3840 output samples are cross-faded with the samples the previous chunk held back (see
+  `token2wav_stream.py`). `stream_chunk` is one row of the batched kernels the serving stage runs
+  for many requests (`cosyvoice2.flow.batched.flow_chunks`, `token2wav_vocoder.vocode_chunks`), so
+  there is one streaming implementation.
 
-Both paths take the NSF noise from an explicit `torch.Generator`, so a request's audio depends only
-on its inputs and seed, never on what other requests drew from the global RNG.
+Both paths take the NSF noise from an explicit generator (or its state), so a request's audio
+depends only on its inputs and seed, never on what other requests drew from the global RNG.
 """
 
 from __future__ import annotations
@@ -29,13 +32,19 @@ from vllm_omni.model_executor.models.cosyvoice2.flow import (
     FlowStreamCache,
     Lookahead,
 )
+from vllm_omni.model_executor.models.cosyvoice2.flow.batched import (
+    FlowChunkRow,
+    FlowRowState,
+    flow_chunks,
+    project_speaker,
+)
 from vllm_omni.model_executor.models.cosyvoice2.hift import HiFTGenerator
-from vllm_omni.model_executor.models.step_audio2.prompt_features import PromptFeatures
-from vllm_omni.model_executor.models.step_audio2.token2wav_stream import (
-    MEL_CACHE_FRAMES,
-    SOURCE_CACHE_SAMPLES,
-    Token2WavStream,
-    crossfade,
+from vllm_omni.model_executor.models.step_audio2.prompt_features import MEL_BINS, PromptFeatures
+from vllm_omni.model_executor.models.step_audio2.token2wav_vocoder import (
+    NoiseState,
+    VocoderRow,
+    VocoderState,
+    vocode_chunks,
 )
 
 SpeechTokens = Sequence[int] | torch.Tensor | np.ndarray
@@ -49,13 +58,17 @@ def speech_token_tensor(tokens: SpeechTokens, vocab_size: int, device: torch.dev
     """
     if isinstance(tokens, torch.Tensor):
         values = tokens.detach()
-    elif isinstance(tokens, np.ndarray):
-        values = torch.from_numpy(np.ascontiguousarray(tokens))
+        if values.dtype in _WIDE_UNSIGNED:  # torch cannot compare these dtypes: check them in numpy
+            values = _unsigned_ids(values.cpu().numpy(), vocab_size, what)
     else:
         try:
-            values = torch.tensor(list(tokens))
-        except (TypeError, ValueError, RuntimeError) as exc:
+            array = tokens if isinstance(tokens, np.ndarray) else np.asarray(list(tokens))
+        except (TypeError, ValueError) as exc:
             raise ValueError(f"{what}: speech tokens must be a sequence of ints, got {tokens!r:.80}") from exc
+        if array.dtype.kind not in "biufc":
+            raise ValueError(f"{what}: speech tokens must be a sequence of ints, got {tokens!r:.80}")
+        # numpy's unsigned ids (uint64 from an LLM's argmax) have no torch comparison: range-check them here.
+        values = _unsigned_ids(array, vocab_size, what) if array.dtype.kind == "u" else torch.from_numpy(array.copy())
     if values.dim() == 2 and values.shape[0] == 1:
         values = values[0]
     if values.dim() != 1:
@@ -67,11 +80,28 @@ def speech_token_tensor(tokens: SpeechTokens, vocab_size: int, device: torch.dev
     bad = ((values < 0) | (values >= vocab_size)).nonzero()
     if bad.numel():
         index = int(bad[0, 0])
-        raise ValueError(
-            f"{what}: speech token {int(values[index])} at position {index} is outside [0, {vocab_size}) "
-            f"({bad.shape[0]} of {values.numel()} tokens out of range); only 25 Hz speech codes are accepted"
-        )
+        raise _out_of_range(what, int(values[index]), index, bad.shape[0], values.numel(), vocab_size)
     return values.to(device=device, dtype=torch.int32).reshape(1, -1)
+
+
+_WIDE_UNSIGNED = tuple(getattr(torch, name) for name in ("uint16", "uint32", "uint64") if hasattr(torch, name))
+
+
+def _out_of_range(what: str, value: int, index: int, count: int, total: int, vocab_size: int) -> ValueError:
+    return ValueError(
+        f"{what}: speech token {value} at position {index} is outside [0, {vocab_size}) "
+        f"({count} of {total} tokens out of range); only 25 Hz speech codes are accepted"
+    )
+
+
+def _unsigned_ids(array: np.ndarray, vocab_size: int, what: str) -> torch.Tensor:
+    """Unsigned integer ids as int64, after the range check (which a cast could otherwise wrap around)."""
+    flat = array.reshape(-1)
+    over = np.flatnonzero(flat >= vocab_size)
+    if over.size:
+        index = int(over[0])
+        raise _out_of_range(what, int(flat[index]), index, over.size, flat.size, vocab_size)
+    return torch.from_numpy(array.astype(np.int64))
 
 
 def _flow_prompt(features: PromptFeatures, what: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -129,48 +159,55 @@ def setup_flow_stream(
 
 
 @dataclass(frozen=True)
+class StreamCaches:
+    """Everything a stream carries from one chunk to the next (immutable; a chunk returns new caches)."""
+
+    flow: FlowRowState
+    vocoder: VocoderState
+
+    def tensors(self) -> list[torch.Tensor]:
+        return self.flow.tensors() + self.vocoder.tensors()
+
+
+@torch.inference_mode()
+def open_stream(
+    flow: CausalMaskedDiffWithXvec, setup: FlowRowState | FlowStreamCache, features: PromptFeatures, seed: int
+) -> StreamCaches:
+    """A new stream's caches: the (shared) post-prompt flow state and empty vocoder caches with its noise seed."""
+    if isinstance(setup, FlowStreamCache):
+        setup = FlowRowState.from_setup(setup, project_speaker(flow, features.speaker_embedding))
+    return StreamCaches(flow=setup, vocoder=VocoderState.start(MEL_BINS, features.device, NoiseState(int(seed))))
+
+
+@dataclass(frozen=True)
 class ChunkResult:
-    """One chunk's emitted speech and the vocoder/flow state the next chunk starts from."""
+    """One chunk's emitted speech and the caches the next chunk starts from."""
 
     speech: torch.Tensor
-    flow_cache: FlowStreamCache
-    mel_cache: torch.Tensor
-    source_cache: torch.Tensor
-    speech_cache: torch.Tensor
+    caches: StreamCaches
 
 
 @torch.inference_mode()
 def stream_chunk(
     flow: CausalMaskedDiffWithXvec,
     hift: HiFTGenerator,
-    state: Token2WavStream,
+    caches: StreamCaches,
     tokens: torch.Tensor,
     *,
     last_chunk: bool,
     window: torch.Tensor,
 ) -> ChunkResult:
-    """Compute one chunk from `state` without modifying it (the caller commits the result)."""
-    cache = state.flow_cache
-    chunk_mel, flow_cache = flow.inference_chunk(
-        tokens, state.features.speaker_embedding, cache, last_chunk=last_chunk, n_timesteps=cache.n_timesteps
-    )
-    mel = torch.cat([state.mel_cache, chunk_mel.float()], dim=2)
-    speech, source = hift(mel, state.source_cache, generator=state.generator)
-    if state.speech_cache.shape[-1] > 0:
-        speech = crossfade(speech, state.speech_cache, window)
-    result = ChunkResult(
-        speech=speech if last_chunk else speech[:, :-SOURCE_CACHE_SAMPLES],
-        flow_cache=flow_cache,
-        mel_cache=mel[..., -MEL_CACHE_FRAMES:].clone(),
-        source_cache=source[:, :, -SOURCE_CACHE_SAMPLES:].clone(),
-        speech_cache=speech[:, -SOURCE_CACHE_SAMPLES:].clone(),
-    )
-    return result
+    """Compute one chunk from `caches` without modifying them (the caller commits the result)."""
+    out = flow_chunks(flow, [FlowChunkRow(tokens.reshape(-1), caches.flow, last_chunk)])[0]
+    voc = vocode_chunks(hift, [VocoderRow(out.mel, caches.vocoder, last_chunk)], window)[0]
+    return ChunkResult(speech=voc.speech, caches=StreamCaches(flow=out.state, vocoder=voc.state))
 
 
 __all__ = [
     "ChunkResult",
     "SpeechTokens",
+    "StreamCaches",
+    "open_stream",
     "setup_flow_stream",
     "speech_token_tensor",
     "stream_chunk",

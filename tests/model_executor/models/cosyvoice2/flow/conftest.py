@@ -7,8 +7,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import torch
 
+from tests.helpers.torch_state import one_intra_op_thread
 from vllm_omni.model_executor.models.cosyvoice2.flow import CausalMaskedDiffWithXvec, load_flow, write_standin_flow
 
 STANDIN_SEED = 1234
@@ -32,11 +32,5 @@ def fresh_reduced_flow(reduced_flow_files: tuple[Path, Path]) -> CausalMaskedDif
 
 @pytest.fixture(autouse=True)
 def _single_intra_op_thread() -> Iterator[None]:
-    """The reduced models run tiny ops: with 2 OpenMP threads on a busy 2-core host each op can wait tens
-    of ms for a spinning peer (measured 30x slower). One thread per test, restored afterwards."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with one_intra_op_thread():
         yield
-    finally:
-        torch.set_num_threads(previous)

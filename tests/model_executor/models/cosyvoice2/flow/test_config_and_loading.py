@@ -3,14 +3,13 @@
 
 from __future__ import annotations
 
-import contextlib
 import gc
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
 
+from tests.helpers.torch_state import process_default_dtype
 from vllm_omni.model_executor.models.cosyvoice2.flow import (
     REAL_FLOW_CONFIG,
     REDUCED_FLOW_CONFIG,
@@ -97,19 +96,8 @@ def test_reduced_config_uses_the_same_code_with_smaller_dims() -> None:
     assert state["encoder.embed.out.0.weight"].shape == (64, 64)
 
 
-@contextlib.contextmanager
-def _process_default_dtype(dtype: torch.dtype) -> Iterator[None]:
-    """What vLLM's `set_default_torch_dtype` does while a stage builds its model (restored afterwards)."""
-    previous = torch.get_default_dtype()
-    torch.set_default_dtype(dtype)
-    try:
-        yield
-    finally:
-        torch.set_default_dtype(previous)
-
-
 def test_construction_under_bf16_default_dtype_builds_float32_modules() -> None:
-    with _process_default_dtype(torch.bfloat16):
+    with process_default_dtype(torch.bfloat16):
         model = build_flow(REDUCED_FLOW_CONFIG)
     dtypes = {t.dtype for t in model.state_dict().values()} | {b.dtype for b in model.buffers()}
     assert dtypes == {torch.float32}

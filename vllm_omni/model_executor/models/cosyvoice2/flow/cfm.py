@@ -1,11 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """Conditional flow-matching sampler of the flow model (reference `CausalConditionalCFM`, inference only).
 
-Integrates `dx/dt = v(x, t)` from Gaussian noise at t=0 to a mel at t=1 with a fixed Euler scheme on
-the cosine schedule `t_k = 1 - cos(k / n * pi / 2)`, k = 0..n, with classifier-free guidance:
-    v = (1 + r) v(x | mu, spk, cond) - r v(x | 0, 0, 0),  r = inference_cfg_rate (0.7)
-Both branches run as one batch `[cond, uncond]`. As in the reference, `t` is accumulated
-(`t += dt`) and the next step is `dt = t_{k+1} - t`, which differs from `t_{k+1} - t_k` only by rounding.
+Integrates `dx/dt = v(x, t)` from Gaussian noise at t=0 to a mel at t=1 with the Euler / cosine-schedule /
+classifier-free-guidance loop of `euler.py` (shared with CosyVoice3), r = inference_cfg_rate (0.7).
 
 The noise is a fixed buffer `rand_noise (1, 80, 30000)` (10 minutes at 50 Hz): whole utterances read
 `[:T]`, a streaming chunk reads `[off : off + T]` with `off` = the estimator cache length. The
@@ -25,17 +22,14 @@ import torch
 from torch import nn
 
 from vllm_omni.model_executor.models.cosyvoice2.flow.dit import DiT
+from vllm_omni.model_executor.models.cosyvoice2.flow.euler import cfg_pair, cosine_t_span, euler_cfg
+
+__all__ = ["MAX_CACHE_FRAMES", "NOISE_FRAMES", "CausalConditionalCFM", "cosine_t_span"]
 
 #: Frames of the reference noise buffer (600 s at 50 Hz).
 NOISE_FRAMES = 50 * 600
 #: The reference's scratch buffers hold cache + chunk up to this many frames.
 MAX_CACHE_FRAMES = 1000
-
-
-def cosine_t_span(n_timesteps: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
-    """`1 - cos(linspace(0, 1, n + 1) * pi / 2)` in `dtype` (computed in that dtype, as the reference)."""
-    t = torch.linspace(0, 1, n_timesteps + 1, device=device, dtype=dtype)
-    return 1 - torch.cos(t * 0.5 * torch.pi)
 
 
 class CausalConditionalCFM(nn.Module):
@@ -80,10 +74,6 @@ class CausalConditionalCFM(nn.Module):
             )
         return self.rand_noise[:, :, offset : offset + frames]
 
-    def _cfg(self, v: torch.Tensor) -> torch.Tensor:
-        v_cond, v_uncond = v.chunk(2, dim=0)
-        return (1.0 + self.inference_cfg_rate) * v_cond - self.inference_cfg_rate * v_uncond
-
     @torch.inference_mode()
     def forward(
         self,
@@ -96,19 +86,13 @@ class CausalConditionalCFM(nn.Module):
     ) -> torch.Tensor:
         """mu, cond `(1, C, T)`, mask `(1, 1, T)`, spks `(1, C)` -> mel `(1, C, T)`."""
         x = self.noise(0, mu.size(2)).to(mu.dtype) * temperature
-        t_span = cosine_t_span(n_timesteps, mu.device, mu.dtype)
         mask_in = torch.cat([mask, mask], dim=0)
-        mu_in = torch.cat([mu, torch.zeros_like(mu)], dim=0)
-        spks_in = torch.cat([spks, torch.zeros_like(spks)], dim=0)
-        cond_in = torch.cat([cond, torch.zeros_like(cond)], dim=0)
-        t, dt = t_span[0:1], t_span[1] - t_span[0]
-        for step in range(1, len(t_span)):
-            v = self.estimator(torch.cat([x, x], 0), mask_in, mu_in, torch.cat([t, t], 0), spks_in, cond_in)
-            x = x + dt * self._cfg(v)
-            t = t + dt
-            if step < len(t_span) - 1:
-                dt = t_span[step + 1] - t
-        return x
+        mu_in, spks_in, cond_in = cfg_pair(mu), cfg_pair(spks), cfg_pair(cond)
+
+        def velocity(step: int, x_in: torch.Tensor, t_in: torch.Tensor) -> torch.Tensor:
+            return self.estimator(x_in, mask_in, mu_in, t_in, spks_in, cond_in)
+
+        return euler_cfg(x, n_timesteps, self.inference_cfg_rate, velocity)
 
     @torch.inference_mode()
     def forward_chunk(
@@ -139,26 +123,23 @@ class CausalConditionalCFM(nn.Module):
                 f"about {(self.max_cache_frames - 156) / 50:.0f} s and trim the cache to prompt + 100 frames"
             )
         x = self.noise(offset, frames).to(mu.dtype) * temperature
-        t_span = cosine_t_span(n_timesteps, mu.device, mu.dtype)
-        mu_in = torch.cat([mu, torch.zeros_like(mu)], dim=0)
-        spks_in = torch.cat([spks, torch.zeros_like(spks)], dim=0)
-        cond_in = torch.cat([cond, torch.zeros_like(cond)], dim=0)
-        t, dt = t_span[0:1], t_span[1] - t_span[0]
-        new_cnn, new_att = [], []
-        for step in range(1, len(t_span)):
+        mu_in, spks_in, cond_in = cfg_pair(mu), cfg_pair(spks), cfg_pair(cond)
+        new_cnn: list[torch.Tensor] = []
+        new_att: list[torch.Tensor] = []
+
+        def velocity(step: int, x_in: torch.Tensor, t_in: torch.Tensor) -> torch.Tensor:
             v, cnn, att = self.estimator.forward_chunk(
-                torch.cat([x, x], 0),
+                x_in,
                 mu_in,
-                torch.cat([t, t], 0),
+                t_in,
                 spks_in,
                 cond_in,
-                None if cnn_cache is None else cnn_cache[step - 1],
-                None if att_cache is None else att_cache[step - 1],
+                None if cnn_cache is None else cnn_cache[step],
+                None if att_cache is None else att_cache[step],
             )
-            x = x + dt * self._cfg(v)
-            t = t + dt
-            if step < len(t_span) - 1:
-                dt = t_span[step + 1] - t
             new_cnn.append(cnn)
             new_att.append(att)
+            return v
+
+        x = euler_cfg(x, n_timesteps, self.inference_cfg_rate, velocity)
         return x, torch.stack(new_cnn, 0), torch.stack(new_att, 0)

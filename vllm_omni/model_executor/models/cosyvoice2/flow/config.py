@@ -10,9 +10,10 @@ The shipped `flow.yaml` is a hyperpyyaml file whose only top-level key `flow:` i
 | `!new:cosyvoice2.flow.flow_matching.CausalConditionalCFM`                  | `cfm.CausalConditionalCFM`    |
 | `!new:cosyvoice2.flow.decoder_dit.DiT`                                     | `dit.DiT`                     |
 
-Plain PyYAML (safe loader) parses it; each known tag builds its class with the mapping as keyword
-arguments plus an explicit `dtype` (never the process default, which vLLM sets to bf16 while loading).
-Any other tag is an error naming the tag and the file: this reader never imports a class named in YAML.
+`model_loader.tagged_yaml` parses it as data (safe loader, tags kept as records, `!ref` resolved); each
+known tag under `flow:` builds its class with the mapping as keyword arguments plus an explicit `dtype`
+(never the process default, which vLLM sets to bf16 while loading). Any other tag there is an error
+naming the tag and the file: this reader never imports a class named in YAML.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 import torch
 import yaml
 
+from vllm_omni.model_executor.model_loader.tagged_yaml import Tagged, read_tagged_yaml, resolve_refs
 from vllm_omni.model_executor.models.cosyvoice2.flow.cfm import CausalConditionalCFM
 from vllm_omni.model_executor.models.cosyvoice2.flow.dit import DiT
 from vllm_omni.model_executor.models.cosyvoice2.flow.encoder import UpsampleConformerEncoderV2
@@ -137,34 +139,31 @@ def render_flow_yaml(config: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _make_loader(source: str, dtype: torch.dtype, noise_seed: int) -> type[yaml.SafeLoader]:
-    class FlowYamlLoader(yaml.SafeLoader):
-        """Per-call loader class so constructors can close over dtype / seed without global state."""
-
-    def construct(loader: yaml.SafeLoader, tag_suffix: str, node: yaml.Node) -> Any:
-        tag = "!" + tag_suffix
-        cls = KNOWN_TAGS.get(tag)
-        if cls is None:
-            known = ", ".join(sorted(KNOWN_TAGS))
-            raise ValueError(
-                f"{source}: unknown tag {tag!r} at line {node.start_mark.line + 1}; the in-tree flow reader "
-                f"knows only {known} (it never imports classes named in YAML)"
-            )
-        if not isinstance(node, yaml.MappingNode):
-            raise ValueError(f"{source}: tag {tag!r} at line {node.start_mark.line + 1} must carry a mapping")
-        kwargs = loader.construct_mapping(node, deep=True)
-        extra: dict[str, Any] = {"dtype": dtype}
-        if cls is CausalConditionalCFM:
-            extra["noise_seed"] = noise_seed
-        try:
-            return cls(**kwargs, **extra)
-        except TypeError as exc:
-            raise ValueError(
-                f"{source}: {tag} at line {node.start_mark.line + 1} has arguments {sorted(kwargs)}: {exc}"
-            ) from exc
-
-    FlowYamlLoader.add_multi_constructor("!", construct)
-    return FlowYamlLoader
+def _build(node: Any, source: str, dtype: torch.dtype, noise_seed: int) -> Any:
+    """Construct the known classes of a `Tagged` tree bottom-up (keyword arguments + explicit dtype)."""
+    if isinstance(node, dict):
+        return {key: _build(value, source, dtype, noise_seed) for key, value in node.items()}
+    if isinstance(node, list):
+        return [_build(value, source, dtype, noise_seed) for value in node]
+    if not isinstance(node, Tagged):
+        return node
+    cls = KNOWN_TAGS.get(node.tag)
+    if cls is None:
+        known = ", ".join(sorted(KNOWN_TAGS))
+        raise ValueError(
+            f"{source}: unknown tag {node.tag!r} at line {node.line}; the in-tree flow reader "
+            f"knows only {known} (it never imports classes named in YAML)"
+        )
+    if not isinstance(node.value, dict):
+        raise ValueError(f"{source}: tag {node.tag!r} at line {node.line} must carry a mapping")
+    kwargs = _build(node.value, source, dtype, noise_seed)
+    extra: dict[str, Any] = {"dtype": dtype}
+    if cls is CausalConditionalCFM:
+        extra["noise_seed"] = noise_seed
+    try:
+        return cls(**kwargs, **extra)
+    except TypeError as exc:
+        raise ValueError(f"{source}: {node.tag} at line {node.line} has arguments {sorted(kwargs)}: {exc}") from exc
 
 
 def build_flow_from_yaml(
@@ -174,21 +173,10 @@ def build_flow_from_yaml(
     noise_seed: int = 0,
 ) -> CausalMaskedDiffWithXvec:
     """Build the (randomly initialised) flow model described by a flow.yaml path or its text."""
-    if isinstance(text_or_path, Path) or (isinstance(text_or_path, str) and "\n" not in text_or_path):
-        path = Path(text_or_path)
-        if not path.is_file():
-            raise FileNotFoundError(f"flow.yaml not found: {path}")
-        source, text = str(path), path.read_text()
-    else:
-        source, text = "<flow.yaml text>", text_or_path
-    loader = _make_loader(source, dtype, noise_seed)
-    try:
-        doc = yaml.load(text, Loader=loader)  # noqa: S506 - SafeLoader subclass with only the known tags
-    except yaml.YAMLError as exc:
-        raise ValueError(f"{source}: not valid YAML: {exc}") from exc
+    source, doc = read_tagged_yaml(text_or_path, "flow.yaml")
     if not isinstance(doc, dict) or "flow" not in doc:
         raise ValueError(f"{source}: expected a top-level 'flow:' key, got {type(doc).__name__}")
-    flow = doc["flow"]
+    flow = _build(resolve_refs(doc["flow"], doc, source), source, dtype, noise_seed)
     if not isinstance(flow, CausalMaskedDiffWithXvec):
         raise ValueError(f"{source}: 'flow:' must be tagged {TAG_FLOW}, got {type(flow).__name__}")
     return flow

@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from vllm_omni.logger import init_logger
+from vllm_omni.model_executor.models.cosyvoice2.flow.pre_lookahead import PreLookaheadLayer
 
 logger = init_logger(__name__)
 
@@ -247,39 +248,6 @@ class ConformerEncoderLayer(nn.Module):
         x = x + self.dropout(x_att)
         x = x + self.dropout(self.feed_forward(self.norm_ff(x)))
         return x, new_cache
-
-
-class PreLookaheadLayer(nn.Module):
-    """Residual `conv2(leaky_relu(conv1(x)))` where conv1 sees `pre_lookahead_len` future tokens.
-
-    Whole utterance: right-pad `L` zeros -> conv1 (kernel L + 1) -> leaky_relu(0.01) -> left-pad 2 -> conv2 (k3).
-    Streaming: the chunk carries its own L lookahead tokens (no right pad) and conv2's left context is
-    the cached last two conv1 outputs of the previous chunk; the output is L tokens shorter than the input.
-    """
-
-    def __init__(self, channels: int, pre_lookahead_len: int = 1, *, dtype: torch.dtype = torch.float32) -> None:
-        super().__init__()
-        self.channels = channels
-        self.pre_lookahead_len = pre_lookahead_len
-        self.conv1 = nn.Conv1d(channels, channels, kernel_size=pre_lookahead_len + 1, dtype=dtype)
-        self.conv2 = nn.Conv1d(channels, channels, kernel_size=3, dtype=dtype)
-
-    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
-        x = inputs.transpose(1, 2)
-        x = F.leaky_relu(self.conv1(F.pad(x, (0, self.pre_lookahead_len))))
-        x = self.conv2(F.pad(x, (2, 0)))
-        return x.transpose(1, 2) + inputs
-
-    def forward_chunk(
-        self, inputs: torch.Tensor, cache: torch.Tensor | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """inputs `(B, T, C)` ending in the lookahead, cache `(B, C, 2)` -> (`(B, T - L, C)`, new cache)."""
-        x = F.leaky_relu(self.conv1(inputs.transpose(1, 2)))
-        if cache is None:
-            cache = x.new_zeros(x.size(0), x.size(1), 2)
-        new_cache = x[..., -2:]
-        x = self.conv2(torch.cat([cache, x], dim=2))
-        return x.transpose(1, 2) + inputs[:, : inputs.size(1) - self.pre_lookahead_len], new_cache
 
 
 class Upsample1D(nn.Module):

@@ -24,6 +24,12 @@ from torch import nn
 
 from vllm_omni.logger import init_logger
 from vllm_omni.model_executor.models.cosyvoice2.flow.cfm import CausalConditionalCFM
+from vllm_omni.model_executor.models.cosyvoice2.flow.checks import (
+    check_length,
+    mel_frames,
+    speaker_embedding,
+    speech_tokens,
+)
 from vllm_omni.model_executor.models.cosyvoice2.flow.encoder import UpsampleConformerEncoderV2
 from vllm_omni.model_executor.models.cosyvoice2.flow.streaming import (
     CACHE_TAIL_FRAMES,
@@ -35,23 +41,6 @@ from vllm_omni.model_executor.models.cosyvoice2.flow.streaming import (
 )
 
 logger = init_logger(__name__)
-
-
-def _check_tensor(name: str, x: torch.Tensor, dims: int, where: str) -> None:
-    if not isinstance(x, torch.Tensor) or x.dim() != dims:
-        shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
-        raise ValueError(f"flow.{where}: {name} must be a {dims}-D tensor, got {shape}")
-    if x.size(0) != 1:
-        raise ValueError(f"flow.{where}: {name} has batch {x.size(0)}; the flow model runs batch 1 (as the reference)")
-
-
-def _check_len(name: str, length: torch.Tensor | int, want: int, where: str) -> None:
-    got = int(length.reshape(-1)[0]) if isinstance(length, torch.Tensor) else int(length)
-    if got != want:
-        raise ValueError(
-            f"flow.{where}: {name}={got} but the tensor holds {want} frames; batch-1 inputs carry no padding, "
-            "so the length must equal the tensor's time dimension"
-        )
 
 
 class CausalMaskedDiffWithXvec(nn.Module):
@@ -98,37 +87,16 @@ class CausalMaskedDiffWithXvec(nn.Module):
         return self.spk_embed_affine_layer.weight.device
 
     def _speaker(self, spk: torch.Tensor, where: str) -> torch.Tensor:
-        _check_tensor("spk_emb", spk, 2, where)
-        if spk.size(1) != self.spk_embed_dim:
-            raise ValueError(
-                f"flow.{where}: speaker embedding has {spk.size(1)} dims, expected {self.spk_embed_dim} (CAM++ output)"
-            )
-        spk = spk.to(device=self.device, dtype=self.dtype)
+        spk = speaker_embedding(spk, where, dims=self.spk_embed_dim, device=self.device, dtype=self.dtype)
         return self.spk_embed_affine_layer(F.normalize(spk, dim=1))
 
     def _tokens(self, tokens: torch.Tensor, name: str, where: str, *, clamp_negative: bool) -> torch.Tensor:
-        _check_tensor(name, tokens, 2, where)
-        if tokens.dtype.is_floating_point or tokens.dtype == torch.bool:
-            raise ValueError(f"flow.{where}: {name} must be an integer tensor, got {tokens.dtype}")
-        tokens = tokens.to(device=self.device, dtype=torch.long)
-        if tokens.numel():
-            lo, hi = (int(v) for v in torch.stack(torch.aminmax(tokens)).tolist())  # one host sync
-            if hi >= self.vocab_size or (lo < 0 and not clamp_negative):
-                allowed = f"[0, {self.vocab_size})" if not clamp_negative else f"(-inf, {self.vocab_size})"
-                raise ValueError(
-                    f"flow.{where}: {name} ids span [{lo}, {hi}], allowed {allowed}; speech tokens of the 25 Hz "
-                    f"tokenizer are 0..{self.vocab_size - 1}"
-                )
-        return tokens.clamp(min=0) if clamp_negative else tokens
+        return speech_tokens(
+            tokens, name, where, vocab_size=self.vocab_size, device=self.device, clamp_negative=clamp_negative
+        )
 
     def _mel(self, mel: torch.Tensor, name: str, where: str) -> torch.Tensor:
-        _check_tensor(name, mel, 3, where)
-        if mel.size(2) != self.output_size:
-            raise ValueError(
-                f"flow.{where}: {name} has shape {tuple(mel.shape)}, expected (1, T, {self.output_size}) "
-                "(frames first, 80 mel bins last)"
-            )
-        return mel.to(device=self.device, dtype=self.dtype)
+        return mel_frames(mel, name, where, bins=self.output_size, device=self.device, dtype=self.dtype)
 
     # ------------------------------------------------------------------ whole utterance
     @torch.inference_mode()
@@ -152,9 +120,9 @@ class CausalMaskedDiffWithXvec(nn.Module):
         token = self._tokens(token, "tokens", where, clamp_negative=True)
         prompt_token = self._tokens(prompt_token, "prompt_tokens", where, clamp_negative=True)
         prompt_feat = self._mel(prompt_feat, "prompt_mel", where)
-        _check_len("token_len", token_len, token.size(1), where)
-        _check_len("prompt_token_len", prompt_token_len, prompt_token.size(1), where)
-        _check_len("prompt_mel_len", prompt_feat_len, prompt_feat.size(1), where)
+        check_length("token_len", token_len, token.size(1), where)
+        check_length("prompt_token_len", prompt_token_len, prompt_token.size(1), where)
+        check_length("prompt_mel_len", prompt_feat_len, prompt_feat.size(1), where)
         if token.size(1) == 0:
             raise ValueError("flow.inference: no generated tokens")
         if prompt_feat.size(1) != self.up_rate * prompt_token.size(1):

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Load a shipped `hift.pt` into the in-tree `HiFTGenerator`, strictly.
+"""Load a shipped `hift.pt` into the in-tree `HiFTGenerator` (or the causal one), strictly.
 
 `hift.pt` is a plain state_dict whose 82 weight-normalised convolutions appear in one of two
 spellings, depending on the torch version that saved it:
@@ -16,13 +16,23 @@ size) and every shape must match; anything else is an error naming the keys, nev
 Weight norm (dim 0, w = g * v / ||v|| over all dims but 0) is folded into `weight` once at load
 with `torch._weight_norm`, the kernel torch's parametrisation itself calls on every forward, so the
 folded model's output is bit-identical to the unfolded one (`fold_weight_norm=False` keeps torch's
-parametrisation installed, for that comparison and for fine-tuning).
+parametrisation installed, for that comparison and for fine-tuning). Each module is folded in
+its own dtype: CosyVoice3's causal HiFT keeps its F0 predictor in float64, as the reference does
+after `f0_predictor.to(torch.float64)`, so g and v are widened first and the fold runs in float64.
+
+Both vocoders store the same 328 key names; they differ in shapes (conv_pre kernel 7 vs 5,
+ConvTranspose vs Conv1d ups, F0 kernel 3 vs 4). `read_hift_checkpoint` tells which one a file
+holds from conv_pre's kernel, so loading one into the other names the mix-up instead of listing
+shape mismatches.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import torch
 from torch import nn
@@ -30,6 +40,7 @@ from torch import nn
 from vllm_omni.logger import init_logger
 from vllm_omni.model_executor.models.cosyvoice2.hift.config import FULL_HIFT_CONFIG, HiFTConfig
 from vllm_omni.model_executor.models.cosyvoice2.hift.generator import HiFTGenerator
+from vllm_omni.model_executor.models.cosyvoice2.hift.layers import HiFTBase
 from vllm_omni.platforms import DeviceSpec, normalize_device
 
 logger = init_logger(__name__)
@@ -39,6 +50,15 @@ _NEW_G = ".parametrizations.weight.original0"
 _NEW_V = ".parametrizations.weight.original1"
 _OLD_G = ".weight_g"
 _OLD_V = ".weight_v"
+# conv_pre's kernel tells the two vocoders apart (both files have the same 328 key names).
+HIFT_CONV_PRE_KERNEL = 7
+CAUSAL_HIFT_CONV_PRE_KERNEL = 5
+_VOCODER_BY_KERNEL = {
+    HIFT_CONV_PRE_KERNEL: "the non-causal HiFT (CosyVoice2 / Step-Audio2 hift.pt, MiniCPM-o hift_original.pt)",
+    CAUSAL_HIFT_CONV_PRE_KERNEL: "CosyVoice3's causal HiFT (Fun-CosyVoice3 hift.pt, MiniCPM-o causal hift.pt)",
+}
+
+ModelT = TypeVar("ModelT", bound=HiFTBase)
 
 
 class HiFTLoadError(ValueError):
@@ -72,7 +92,7 @@ def normalize_hift_keys(state_dict: dict[str, torch.Tensor], source: str = "hift
     return out
 
 
-def expected_hift_shapes(model: HiFTGenerator) -> dict[str, tuple[int, ...]]:
+def expected_hift_shapes(model: HiFTBase) -> dict[str, tuple[int, ...]]:
     """Key -> shape of a hift.pt (new weight-norm scheme) for `model`'s config."""
     shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}
     for name, _ in model.weight_norm_modules():
@@ -82,8 +102,18 @@ def expected_hift_shapes(model: HiFTGenerator) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def infer_hift_config(state_dict: dict[str, torch.Tensor], source: str = "hift.pt") -> HiFTConfig:
-    """Channel widths from the tensors (everything else is fixed by the 24 kHz topology)."""
+def infer_hift_config(
+    state_dict: dict[str, torch.Tensor],
+    source: str = "hift.pt",
+    *,
+    base: HiFTConfig = FULL_HIFT_CONFIG,
+    conv_pre_kernel: int = HIFT_CONV_PRE_KERNEL,
+) -> HiFTConfig:
+    """`base` with the channel widths of the tensors (everything else is fixed by the 24 kHz topology).
+
+    `conv_pre_kernel` is the kernel the caller's vocoder has; a file with the other vocoder's
+    kernel is rejected with both names.
+    """
     probes = {"conv_pre" + _NEW_V: 3, "f0_predictor.condnet.0" + _NEW_V: 3}
     missing = [k for k in probes if k not in state_dict]
     if missing:
@@ -94,11 +124,19 @@ def infer_hift_config(state_dict: dict[str, torch.Tensor], source: str = "hift.p
     for key, rank in probes.items():
         if state_dict[key].dim() != rank:
             raise HiFTLoadError(f"{source}: {key!r} has shape {tuple(state_dict[key].shape)}, expected rank {rank}")
-    base = int(state_dict["conv_pre" + _NEW_V].shape[0])
+    kernel = int(state_dict["conv_pre" + _NEW_V].shape[2])
+    if kernel != conv_pre_kernel:
+        held = _VOCODER_BY_KERNEL.get(kernel, f"an unknown vocoder (conv_pre kernel {kernel})")
+        raise HiFTLoadError(
+            f"{source}: conv_pre kernel is {kernel}, expected {conv_pre_kernel}: the file holds {held}, "
+            f"but it is being loaded as {_VOCODER_BY_KERNEL.get(conv_pre_kernel, 'another vocoder')}; "
+            "use the other loader (load_hift / load_causal_hift) or the other file"
+        )
+    base_channels = int(state_dict["conv_pre" + _NEW_V].shape[0])
     f0_channels = int(state_dict["f0_predictor.condnet.0" + _NEW_V].shape[0])
-    if base % 8:
-        raise HiFTLoadError(f"{source}: conv_pre has {base} output channels; HiFT needs a multiple of 8")
-    return HiFTConfig(**{**FULL_HIFT_CONFIG.__dict__, "base_channels": base, "f0_channels": f0_channels})
+    if base_channels % 8:
+        raise HiFTLoadError(f"{source}: conv_pre has {base_channels} output channels; HiFT needs a multiple of 8")
+    return dataclasses.replace(base, base_channels=base_channels, f0_channels=f0_channels)
 
 
 def _read_state_dict(path: Path) -> dict[str, torch.Tensor]:
@@ -115,7 +153,7 @@ def _read_state_dict(path: Path) -> dict[str, torch.Tensor]:
 
 
 def load_hift_state_dict(
-    model: HiFTGenerator,
+    model: HiFTBase,
     state_dict: dict[str, torch.Tensor],
     *,
     fold_weight_norm: bool = True,
@@ -127,7 +165,7 @@ def load_hift_state_dict(
     unexpected = sorted(set(state_dict) - set(expected))
     if missing or unexpected:
         raise HiFTLoadError(
-            f"{source}: key set does not match HiFT(base_channels={model.config.base_channels}): "
+            f"{source}: key set does not match {type(model).__name__}(base_channels={model.config.base_channels}): "
             f"{len(missing)} missing [{_short_list(missing)}], "
             f"{len(unexpected)} unexpected [{_short_list(unexpected)}]; "
             f"expected {len(expected)} keys, file has {len(state_dict)}"
@@ -139,18 +177,58 @@ def load_hift_state_dict(
     ]
     if wrong:
         raise HiFTLoadError(f"{source}: {len(wrong)} tensors have the wrong shape: {_short_list(wrong, 6)}")
-    dtype = model.conv_pre.weight.dtype
-    tensors = {k: v.to(dtype) for k, v in state_dict.items()}
+    # Every tensor in the dtype of the parameter it fills (the causal F0 predictor is float64).
+    dtypes = {k: v.dtype for k, v in model.state_dict().items()}
+    tensors = dict(state_dict)
+    modules = model.weight_norm_modules()
     if fold_weight_norm:
-        for name, _ in model.weight_norm_modules():
-            g = tensors.pop(name + _NEW_G)
-            v = tensors.pop(name + _NEW_V)
+        for name, module in modules:
+            dtype = module.weight.dtype
+            g = tensors.pop(name + _NEW_G).to(dtype)
+            v = tensors.pop(name + _NEW_V).to(dtype)
             # The same kernel nn.utils.parametrizations.weight_norm runs per forward: bit-identical.
             tensors[f"{name}.weight"] = torch._weight_norm(v, g, 0)
     else:
-        for _, module in model.weight_norm_modules():
+        for _, module in modules:
             nn.utils.parametrizations.weight_norm(module, name="weight", dim=0)
-    model.load_state_dict(tensors, strict=True)
+        dtypes = {k: v.dtype for k, v in model.state_dict().items()}
+    model.load_state_dict({k: v.to(dtypes[k]) for k, v in tensors.items()}, strict=True)
+
+
+def read_hift_checkpoint(
+    path: str | os.PathLike[str], *, base: HiFTConfig, conv_pre_kernel: int
+) -> tuple[Path, dict[str, torch.Tensor], HiFTConfig]:
+    """Read `path` (either weight-norm scheme, optional `generator.` prefix): (path, normalised tensors, config)."""
+    path = Path(path)
+    state_dict = normalize_hift_keys(_read_state_dict(path), source=str(path))
+    config = infer_hift_config(state_dict, source=str(path), base=base, conv_pre_kernel=conv_pre_kernel)
+    return path, state_dict, config
+
+
+def build_loaded(
+    path: Path,
+    state_dict: dict[str, torch.Tensor],
+    build: Callable[[], ModelT],
+    *,
+    device: DeviceSpec,
+    fold_weight_norm: bool,
+) -> ModelT:
+    """`build()` a model, load `state_dict` into it strictly on the CPU, move it to `device`, eval mode."""
+    model = build()
+    load_hift_state_dict(model, state_dict, fold_weight_norm=fold_weight_norm, source=str(path))
+    target = normalize_device(device)
+    model = model.to(target).eval()
+    logger.info(
+        "loaded %s from %s (%d keys, %d params, base_channels=%d, weight norm %s) on %s",
+        type(model).__name__,
+        path,
+        len(state_dict),
+        sum(p.numel() for p in model.parameters()),
+        model.config.base_channels,
+        "folded" if fold_weight_norm else "parametrised",
+        target,
+    )
+    return model
 
 
 def load_hift(
@@ -165,20 +243,7 @@ def load_hift(
     Returns the model in eval mode on `device` (default: the serving platform's device), built in
     `dtype` regardless of the process default dtype.
     """
-    path = Path(path)
-    state_dict = normalize_hift_keys(_read_state_dict(path), source=str(path))
-    config = infer_hift_config(state_dict, source=str(path))
-    model = HiFTGenerator(config, dtype=dtype)
-    load_hift_state_dict(model, state_dict, fold_weight_norm=fold_weight_norm, source=str(path))
-    target = normalize_device(device)
-    model = model.to(target).eval()
-    logger.info(
-        "loaded HiFT from %s (%d keys, %d params, base_channels=%d, weight norm %s) on %s",
-        path,
-        len(state_dict),
-        sum(p.numel() for p in model.parameters()),
-        config.base_channels,
-        "folded" if fold_weight_norm else "parametrised",
-        target,
+    path, state_dict, config = read_hift_checkpoint(path, base=FULL_HIFT_CONFIG, conv_pre_kernel=HIFT_CONV_PRE_KERNEL)
+    return build_loaded(
+        path, state_dict, lambda: HiFTGenerator(config, dtype=dtype), device=device, fold_weight_norm=fold_weight_norm
     )
-    return model

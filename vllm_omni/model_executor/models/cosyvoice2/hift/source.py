@@ -20,15 +20,56 @@ random initial phase (added to sample 0 only) does not reach the output. It is s
 the RNG stream identical to the reference: per call `rand(B, H)` (initial phases), then
 `randn(B, L, H)` (additive noise of the harmonics), then `randn(B, L, 1)` (the source module's
 noise output, unused by HiFT).
+
+Per-row noise (`NoiseSource`): a serving stage vocodes the chunks of several requests in one batch,
+and each request's audio must not depend on what else shares the batch. Passing one generator per
+row makes row i draw `rand(1, H)`, `randn(1, L, H)`, `randn(1, L, 1)` from its own generator, in the
+same order as a batch-1 call with that generator, so a row's noise is bit-identical to its solo run.
+A `None` entry (a padding row) gets zeros and consumes nothing.
+
+The harmonic increments, the excitation formula and the learned merge (`HarmonicMerge`) are shared
+with CosyVoice3's causal source (`cosyvoice3/hift/source.py`), which differs only in how it makes
+the phase (nearest up-sampling, carried between chunks) and the noise (a fixed table).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+#: One generator for the whole batch (reference behaviour), one per row (batched serving), or None
+#: (torch's global RNG, as the reference).
+NoiseSource = torch.Generator | Sequence[torch.Generator | None] | None
+
+
+def draw(
+    fn: Callable[..., torch.Tensor],
+    shape: tuple[int, ...],
+    generator: NoiseSource,
+    *,
+    device: torch.device,
+    dtype: torch.dtype,
+) -> torch.Tensor:
+    """`fn(shape)` (`torch.rand` / `torch.randn`) from `generator`; a sequence draws row by row.
+
+    With a sequence, row i is `fn((1, *shape[1:]), generator=generator[i])`: exactly what a batch-1
+    call with that generator draws, whatever the other rows are. `None` rows are zeros.
+    """
+    if generator is None or isinstance(generator, torch.Generator):
+        return fn(shape, generator=generator, device=device, dtype=dtype)
+    if len(generator) != shape[0]:
+        raise ValueError(f"NSF noise: {len(generator)} per-row generators for a batch of {shape[0]} rows")
+    rows = [
+        torch.zeros((1, *shape[1:]), device=device, dtype=dtype)
+        if gen is None
+        else fn((1, *shape[1:]), generator=gen, device=device, dtype=dtype)
+        for gen in generator
+    ]
+    return torch.cat(rows, dim=0)
 
 
 def midpoint_downsample(x: torch.Tensor, scale: int) -> torch.Tensor:
@@ -45,6 +86,35 @@ def midpoint_downsample(x: torch.Tensor, scale: int) -> torch.Tensor:
         return x[..., (scale - 1) // 2 :: scale]
     half = scale // 2
     return x[..., half - 1 :: scale] * 0.5 + x[..., half::scale] * 0.5
+
+
+def harmonic_increments(f0: torch.Tensor, harmonic_num: int, sampling_rate: int) -> torch.Tensor:
+    """f0 [..., 1] (Hz) -> per-sample phase increments [..., H] in cycles of harmonics 1..H, mod 1.
+
+    H = harmonic_num + 1. Only the fractional part matters for the phase; the reference computes
+    it the same way, `(f0 * [1..H] / sampling_rate) % 1`, in f0's dtype.
+    """
+    harmonics = torch.arange(1, harmonic_num + 2, device=f0.device, dtype=f0.dtype)
+    return torch.remainder(f0 * harmonics / sampling_rate, 1.0)
+
+
+def voiced(f0: torch.Tensor, threshold: float) -> torch.Tensor:
+    """1.0 where f0 > threshold (voiced), else 0.0, in f0's dtype."""
+    return (f0 > threshold).to(f0.dtype)
+
+
+def excitation(
+    sines: torch.Tensor, uv: torch.Tensor, noise: torch.Tensor, sine_amp: float, noise_std: float
+) -> torch.Tensor:
+    """Harmonic excitation: sines * uv + noise * (uv * noise_std + (1 - uv) * sine_amp / 3).
+
+    `sines` are already scaled by `sine_amp`; `noise` is the raw draw (Gaussian in HiFT, uniform
+    table values in the causal HiFT). Voiced samples get the sines plus faint noise, unvoiced ones
+    noise of std ~ sine_amp / 3 only. The operation order is the reference's, so float32 results
+    are bit-identical to it.
+    """
+    noise_amp = uv * noise_std + (1 - uv) * sine_amp / 3
+    return sines * uv + noise_amp * noise
 
 
 class SineGen(nn.Module):
@@ -74,11 +144,9 @@ class SineGen(nn.Module):
         # False: closed-form midpoint (runs everywhere). True: the reference's F.interpolate.
         self.use_interpolate = use_interpolate
 
-    def _phase(self, f0_harmonics: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
-        batch, _, dim = f0_harmonics.shape
-        # Only the fractional part of the per-sample increment matters for the phase.
-        rad = torch.remainder(f0_harmonics / self.sampling_rate, 1.0)
-        rand_ini = torch.rand(batch, dim, generator=generator, device=rad.device, dtype=rad.dtype)
+    def _phase(self, rad: torch.Tensor, generator: NoiseSource) -> torch.Tensor:
+        batch, _, dim = rad.shape
+        rand_ini = draw(torch.rand, (batch, dim), generator, device=rad.device, dtype=rad.dtype)
         rand_ini[:, 0] = 0.0
         rad[:, 0, :] = rad[:, 0, :] + rand_ini
         rad = rad.transpose(1, 2)  # [B, H, L]
@@ -90,17 +158,32 @@ class SineGen(nn.Module):
         phase = F.interpolate(phase * self.upsample_scale, scale_factor=float(self.upsample_scale), mode="linear")
         return phase.transpose(1, 2)  # [B, L, H]
 
-    def forward(self, f0: torch.Tensor, generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        harmonics = torch.arange(1, self.harmonic_num + 2, device=f0.device, dtype=f0.dtype)
-        sines = torch.sin(self._phase(f0 * harmonics, generator)) * self.sine_amp
-        uv = (f0 > self.voiced_threshold).to(f0.dtype)
-        noise_amp = uv * self.noise_std + (1.0 - uv) * (self.sine_amp / 3.0)
-        noise = noise_amp * torch.randn(sines.shape, generator=generator, device=sines.device, dtype=sines.dtype)
-        return sines * uv + noise, uv
+    def forward(self, f0: torch.Tensor, generator: NoiseSource = None) -> tuple[torch.Tensor, torch.Tensor]:
+        rad = harmonic_increments(f0, self.harmonic_num, self.sampling_rate)
+        sines = torch.sin(self._phase(rad, generator)) * self.sine_amp
+        uv = voiced(f0, self.voiced_threshold)
+        noise = draw(torch.randn, tuple(sines.shape), generator, device=sines.device, dtype=sines.dtype)
+        return excitation(sines, uv, noise, self.sine_amp, self.noise_std), uv
 
 
-class SourceModuleHnNSF(nn.Module):
-    """Merge the harmonics into one excitation channel: tanh(Linear(H -> 1)). Key: `l_linear`."""
+class HarmonicMerge(nn.Module):
+    """Merge the harmonics into one excitation channel: tanh(Linear(H -> 1)). Key: `l_linear`.
+
+    The learned part of the NSF source, shared by HiFT's `SourceModuleHnNSF` and the causal HiFT's
+    source (which differ in how they make the sines and the noise).
+    """
+
+    def __init__(self, harmonic_num: int, *, dtype: torch.dtype = torch.float32) -> None:
+        super().__init__()
+        self.l_linear = nn.Linear(harmonic_num + 1, 1, dtype=dtype)
+
+    def merge(self, sines: torch.Tensor) -> torch.Tensor:
+        """[B, L, H] excitation of every harmonic -> [B, L, 1] source."""
+        return torch.tanh(self.l_linear(sines))
+
+
+class SourceModuleHnNSF(HarmonicMerge):
+    """HiFT's source: `SineGen` (random initial phase and Gaussian noise) merged by `l_linear`."""
 
     def __init__(
         self,
@@ -113,17 +196,16 @@ class SourceModuleHnNSF(nn.Module):
         *,
         dtype: torch.dtype = torch.float32,
     ) -> None:
-        super().__init__()
+        super().__init__(harmonic_num, dtype=dtype)
         self.sine_amp = sine_amp
         self.l_sin_gen = SineGen(sampling_rate, upsample_scale, harmonic_num, sine_amp, add_noise_std, voiced_threshold)
-        self.l_linear = nn.Linear(harmonic_num + 1, 1, dtype=dtype)
 
-    def forward(self, f0: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    def forward(self, f0: torch.Tensor, generator: NoiseSource = None) -> torch.Tensor:
         """f0 [B, L, 1] at the waveform rate -> source [B, L, 1]."""
         with torch.no_grad():
             sines, uv = self.l_sin_gen(f0, generator)
-        merged = torch.tanh(self.l_linear(sines))
+        merged = self.merge(sines)
         # The reference also returns this noise; HiFT ignores it, but drawing it keeps the RNG
         # stream (and so every later call) identical to the reference.
-        torch.randn(uv.shape, generator=generator, device=uv.device, dtype=uv.dtype)
+        draw(torch.randn, tuple(uv.shape), generator, device=uv.device, dtype=uv.dtype)
         return merged

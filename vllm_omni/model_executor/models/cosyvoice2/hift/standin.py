@@ -12,16 +12,19 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 
 from vllm_omni import envs
 from vllm_omni.atomic_io import atomic_output
 from vllm_omni.logger import init_logger
-from vllm_omni.model_executor.models.cosyvoice2.hift.config import FULL_HIFT_CONFIG, REDUCED_HIFT_CONFIG
+from vllm_omni.model_executor.models.cosyvoice2.hift.config import FULL_HIFT_CONFIG, REDUCED_HIFT_CONFIG, HiFTConfig
 from vllm_omni.model_executor.models.cosyvoice2.hift.generator import HiFTGenerator
+from vllm_omni.model_executor.models.cosyvoice2.hift.layers import HiFTBase
 from vllm_omni.model_executor.models.cosyvoice2.hift.loader import PREFIX, expected_hift_shapes
 
 logger = init_logger(__name__)
@@ -34,13 +37,15 @@ STANDIN_VERSION = 1
 _cache_lock = threading.Lock()
 
 
-def standin_hift_state_dict(*, reduced: bool, seed: int, key_scheme: KeyScheme = "new") -> dict[str, torch.Tensor]:
-    """The stand-in tensors, keyed like hift.pt in `key_scheme` (no prefix)."""
+def standin_state_dict(
+    shapes: dict[str, tuple[int, ...]], *, seed: int, key_scheme: KeyScheme = "new"
+) -> dict[str, torch.Tensor]:
+    """Stand-in tensors for a HiFT-layout key set `shapes` (new weight-norm spelling), in `key_scheme`.
+
+    The recipe only looks at key suffixes, so it serves both vocoders (HiFT and the causal HiFT).
+    """
     if key_scheme not in ("new", "old"):
         raise ValueError(f"key_scheme must be 'new' or 'old', got {key_scheme!r}")
-    config = REDUCED_HIFT_CONFIG if reduced else FULL_HIFT_CONFIG
-    with torch.device("meta"):
-        shapes = expected_hift_shapes(HiFTGenerator(config))
     gen = torch.Generator().manual_seed(seed)
     out: dict[str, torch.Tensor] = {}
     for key in sorted(shapes):
@@ -76,38 +81,70 @@ def standin_hift_state_dict(*, reduced: bool, seed: int, key_scheme: KeyScheme =
     return out
 
 
-def write_standin_hift(
-    path: str | os.PathLike[str],
-    *,
-    reduced: bool,
-    seed: int,
-    key_scheme: KeyScheme = "new",
-    prefix: bool = False,
-) -> Path:
-    """Write a deterministic stand-in hift.pt to `path` (atomically) and return the path."""
-    state_dict = standin_hift_state_dict(reduced=reduced, seed=seed, key_scheme=key_scheme)
-    if prefix:
-        state_dict = {PREFIX + k: v for k, v in state_dict.items()}
-    path = Path(path)
-    with atomic_output(path) as tmp:
-        torch.save(state_dict, tmp)
-    logger.info(
-        "wrote stand-in hift.pt (%s, seed %d, %s keys%s) to %s",
-        "reduced" if reduced else "full size",
-        seed,
-        key_scheme,
-        ", generator. prefix" if prefix else "",
-        path,
-    )
-    return path
+@dataclass(frozen=True)
+class StandinFamily:
+    """One kind of stand-in vocoder file: its key layout, its name in logs, where cached copies live.
+
+    The methods make the tensors for the full or reduced config, write them and keep cached
+    copies, the same way for every family (HiFT here, CosyVoice3's causal HiFT in
+    `cosyvoice3.hift.standin`).
+    """
+
+    name: str  # in log lines: "hift.pt"
+    stem: str  # cache file names: <stem>_v<version>_<size>_s<seed>_<scheme>[_prefix].pt
+    build: Callable[[Any], HiFTBase]  # config -> model (built on the meta device for the shapes)
+    full: HiFTConfig
+    reduced: HiFTConfig
+
+    def shapes(self, reduced: bool) -> dict[str, tuple[int, ...]]:
+        """Key -> shape of the file (new weight-norm spelling), from a model on the meta device."""
+        with torch.device("meta"):
+            return expected_hift_shapes(self.build(self.reduced if reduced else self.full))
+
+    def state_dict(self, *, reduced: bool, seed: int, key_scheme: KeyScheme = "new") -> dict[str, torch.Tensor]:
+        """The stand-in tensors, keyed like the shipped file in `key_scheme` (no prefix)."""
+        return standin_state_dict(self.shapes(reduced), seed=seed, key_scheme=key_scheme)
+
+    def write(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        reduced: bool,
+        seed: int,
+        key_scheme: KeyScheme = "new",
+        prefix: bool = False,
+    ) -> Path:
+        """Write a deterministic stand-in to `path` (atomically; keys under `generator.` with `prefix`)."""
+        state_dict = self.state_dict(reduced=reduced, seed=seed, key_scheme=key_scheme)
+        if prefix:
+            state_dict = {PREFIX + k: v for k, v in state_dict.items()}
+        path = Path(path)
+        with atomic_output(path) as tmp:
+            torch.save(state_dict, tmp)
+        logger.info(
+            "wrote stand-in %s (%s, seed %d, %s keys%s) to %s",
+            self.name,
+            "reduced" if reduced else "full size",
+            seed,
+            key_scheme,
+            ", generator. prefix" if prefix else "",
+            path,
+        )
+        return path
+
+    def cached(self, *, reduced: bool, seed: int = 0, key_scheme: KeyScheme = "new", prefix: bool = False) -> Path:
+        """A stand-in under `vllm_omni.envs.cache_dir("standins", stem)`, generated on first use."""
+        size = "reduced" if reduced else "full"
+        name = f"{self.stem}_v{STANDIN_VERSION}_{size}_s{seed}_{key_scheme}{'_prefix' if prefix else ''}.pt"
+        path = envs.cache_dir("standins", self.stem) / name
+        with _cache_lock:
+            if not path.is_file():
+                self.write(path, reduced=reduced, seed=seed, key_scheme=key_scheme, prefix=prefix)
+        return path
 
 
-def cached_standin_hift(*, reduced: bool, seed: int = 0, key_scheme: KeyScheme = "new", prefix: bool = False) -> Path:
-    """A stand-in hift.pt under `vllm_omni.envs.cache_dir("standins", "hift")`, generated on first use."""
-    size = "reduced" if reduced else "full"
-    name = f"hift_v{STANDIN_VERSION}_{size}_s{seed}_{key_scheme}{'_prefix' if prefix else ''}.pt"
-    path = envs.cache_dir("standins", "hift") / name
-    with _cache_lock:
-        if not path.is_file():
-            write_standin_hift(path, reduced=reduced, seed=seed, key_scheme=key_scheme, prefix=prefix)
-    return path
+HIFT_STANDINS = StandinFamily("hift.pt", "hift", HiFTGenerator, FULL_HIFT_CONFIG, REDUCED_HIFT_CONFIG)
+# The module's long-standing entry points.
+standin_hift_state_dict = HIFT_STANDINS.state_dict
+write_standin_hift = HIFT_STANDINS.write
+cached_standin_hift = HIFT_STANDINS.cached

@@ -1,0 +1,105 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The per-family kernel interface the Token2Wav stage engine drives: `Token2WavBackend`.
+
+The engine (`engine.py`) owns everything about requests: parsing, stream state, admission rules,
+planning launches, isolating failures, committing. A backend owns everything about the models:
+preparing a voice, a stream's caches, what a chunk's shapes are, and the batched launches. Nothing
+crosses the line in the other direction: a backend never sees request ids, and the engine treats
+voices and caches as opaque, immutable values it stores and hands back.
+
+Every Token2Wav family is flow (tokens -> mel) then vocoder (mel -> audio), so a chunk is two
+launches, planned separately because their batching constraints differ (the flow is ragged over
+rows of any length; a vocoder launch needs equal mel lengths). A backend for another family (the
+CosyVoice3 DiT flow with its causal HiFT) implements the same methods:
+
+| method                              | contract                                                       |
+|-------------------------------------|----------------------------------------------------------------|
+| `ensure_loaded()`                   | idempotent; builds the models (fp32 by explicit dtype)          |
+| `prepare_voice(key, wav_24k)`       | a prepared voice (prompt features, post-prompt state) for a    |
+|                                     | normalised 24 kHz reference; may be slow the first time         |
+| `open_stream(voice, seed)`          | a new stream's caches                                           |
+| `shape(caches, tokens, last)`       | the chunk's `ChunkShape` (host integers only); raises           |
+|                                     | ValueError, naming the limit, if the chunk cannot run           |
+| `run_flow(works, pad_frames)`       | one batched flow launch; one opaque product per row             |
+| `run_vocoder(works, products, pad_rows)` | one batched vocoder launch; `(audio [n] float32, new caches)` per row |
+| `flush(caches)`                     | the audio a 0-token last chunk releases (the held-back tail)    |
+| `whole(voice, tokens, seed)`        | a whole utterance's audio (no stream)                           |
+| `stream_bytes(caches, voice)`       | memory a stream holds on its own vs. shares with its voice      |
+
+Launch methods may raise; the engine then re-runs the launch's rows one by one so that only the
+culprit fails. They must not read tensor values on the host (no synchronisation in kernels).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+import torch
+
+
+@dataclass(frozen=True)
+class ChunkShape:
+    """What the planner needs about one chunk, from host integers, before anything runs.
+
+    - `flow_key`: rows with equal keys may share a flow launch;
+    - `flow_frames`: the row's frames on the flow launch's ragged time axis;
+    - `attention_key`: rows with equal keys can share attention calls, so a launch keeps them adjacent;
+    - `vocoder_key`: rows with equal keys may share a vocoder launch.
+    """
+
+    flow_key: Hashable
+    flow_frames: int
+    attention_key: Hashable
+    vocoder_key: Hashable
+
+
+@dataclass(frozen=True)
+class ChunkWork:
+    """One row of a launch: a stream's caches, its chunk's tokens, and whether it is the last chunk."""
+
+    caches: object
+    tokens: tuple[int, ...]
+    last: bool
+
+
+@dataclass(frozen=True)
+class StreamBytes:
+    """Bytes a stream holds alone (`own`) and bytes it shares with other streams of its voice (`shared`)."""
+
+    own: int
+    shared: int
+
+
+class Token2WavBackend(Protocol):
+    """Models of one Token2Wav family behind the engine (see the module table)."""
+
+    name: str
+
+    @property
+    def device(self) -> torch.device: ...
+
+    def ensure_loaded(self) -> None: ...
+
+    def prepare_voice(self, key: str, wav_24k: np.ndarray) -> object: ...
+
+    def open_stream(self, voice: object, seed: int) -> object: ...
+
+    def shape(self, caches: object, tokens: Sequence[int], last: bool) -> ChunkShape: ...
+
+    def run_flow(self, works: Sequence[ChunkWork], pad_frames: int) -> list[object]: ...
+
+    def run_vocoder(
+        self, works: Sequence[ChunkWork], products: Sequence[object], pad_rows: int
+    ) -> list[tuple[torch.Tensor, object]]: ...
+
+    def flush(self, caches: object) -> torch.Tensor: ...
+
+    def whole(self, voice: object, tokens: Sequence[int], seed: int) -> torch.Tensor: ...
+
+    def stream_bytes(self, caches: object, voice: object) -> StreamBytes: ...
+
+
+__all__ = ["ChunkShape", "ChunkWork", "StreamBytes", "Token2WavBackend"]
