@@ -104,12 +104,12 @@ class FrameInfo:
     ) -> FrameInfo:
         """A padded call: row b's valid input frames are [0, lengths[b]) of `frames`.
 
-        `lengths` is an integer tensor [B] on the call's device. On the CPU its values are checked
-        (MIN_FRAMES <= length <= frames); on an accelerator they are not read, because reading them
-        would synchronise the host with the device: callers validate lengths where they build them.
-        Masks get `dtype`, the pooling factors `acc_dtype` (default: `dtype`).
+        `lengths` is an integer tensor [B] on the call's device. Its values are never read here (on
+        an accelerator that would synchronise the host with the device, and inside a captured graph
+        it is not allowed): callers check them where they build them (`check_lengths`). Masks get
+        `dtype`, the pooling factors `acc_dtype` (default: `dtype`).
         """
-        check_lengths(lengths, frames)
+        check_lengths(lengths, frames, values=False)
         return cls._build(lengths.to(torch.int64), frames, mode, dtype, acc_dtype or dtype, masks=True)
 
     @classmethod
@@ -157,11 +157,12 @@ class FrameInfo:
         )
 
 
-def check_lengths(lengths: Tensor, frames: int, batch: int | None = None) -> None:
+def check_lengths(lengths: Tensor, frames: int, batch: int | None = None, *, values: bool = True) -> None:
     """Raise a ValueError unless `lengths` is an integer [B] tensor (B = `batch` if given) of valid frames.
 
-    The values (MIN_FRAMES <= length <= frames) are only checked for CPU tensors: reading a device
-    tensor would synchronise the host with the device.
+    With `values`, MIN_FRAMES <= length <= frames is checked too, but only for CPU tensors: reading a
+    device tensor would synchronise the host with the device. The padded forwards check shapes only
+    (`values=False`): they are the bodies graphs capture, where no value may be read on the host.
     """
     if lengths.dim() != 1 or lengths.dtype.is_floating_point or lengths.dtype == torch.bool:
         raise ValueError(
@@ -170,7 +171,7 @@ def check_lengths(lengths: Tensor, frames: int, batch: int | None = None) -> Non
         )
     if batch is not None and lengths.shape[0] != batch:
         raise ValueError(f"lengths has {lengths.shape[0]} entries but the features have {batch} rows")
-    if lengths.device.type == "cpu" and lengths.numel():
+    if values and lengths.device.type == "cpu" and lengths.numel():
         low, high = int(lengths.min()), int(lengths.max())
         if low < MIN_FRAMES or high > frames:
             raise ValueError(

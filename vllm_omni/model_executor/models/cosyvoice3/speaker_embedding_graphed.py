@@ -8,11 +8,12 @@ launch overhead. `GraphedCampplus` is `CampplusTorch` with its forward routed th
 first call of that shape (or at `warmup()`), replayed afterwards; eager where the platform has no
 graphs (CPU) or graphs are switched off (`VLLM_OMNI_DEVICE_GRAPHS=0`).
 
-Keys today are exact shapes, `(batch rows, frames)`: each distinct prompt length is its own graph,
-LRU-evicted beyond the runner's cap. This is the thin adapter the device check uses; when the
-exact-masked bucketed entry point of CAM++ lands (`forward(x, lengths)`, frames padded to
-`buckets.campplus_frame_buckets()`, rows to `buckets.batch_buckets()`), the inherited `__call__` /
-`embed_batch` hand the runner padded tensors plus lengths and a few dozen graphs cover every prompt.
+Keys are shapes. The inherited `embed_batch` hands the runner padded launches plus their lengths
+(`CampplusInference(x, lengths)`: frames padded to `buckets.campplus_frame_buckets()`, rows to
+`buckets.batch_buckets()` off the CPU, masked exactly), so batched calls are keyed by (batch bucket,
+frame bucket) and a few dozen graphs cover every prompt; the inherited `__call__` still runs one
+utterance at its exact length (one graph per distinct length, LRU-evicted beyond the runner's cap).
+This is the thin adapter the device check uses.
 
 Numerics are those of `CampplusTorch` (the graph replays the same kernels; the runner verifies the
 first replay of each graph against an eager run).
