@@ -182,20 +182,31 @@ class CampplusTorch:
                 prepared.append(self._prepare(feat))
             except ValueError as exc:
                 raise ValueError(f"embed_batch item {i}: {exc}") from None
-        plan = plan_launches(
-            [x.shape[0] for x in prepared],
-            campplus_frame_buckets(),
-            batch_buckets(),
-            pad_rows=self.device.type != "cpu",
-        )
+        return self._embed_prepared(prepared)
+
+    @property
+    def pads_rows(self) -> bool:
+        """Whether launches pad their row count to a batch bucket (off the CPU: the shapes graphs are keyed by)."""
+        return self.device.type != "cpu"
+
+    def plan(self, lengths: Sequence[int]) -> list[Launch]:
+        """The padded launches `embed_batch` makes for utterances of `lengths` frames (`campplus.batching`)."""
+        return plan_launches(lengths, campplus_frame_buckets(), batch_buckets(), pad_rows=self.pads_rows)
+
+    def _embed_prepared(self, prepared: list[torch.Tensor]) -> torch.Tensor:
+        """`embed_batch` on features already validated and on the device."""
+        plan = self.plan([x.shape[0] for x in prepared])
         out = torch.empty((len(prepared), self.embedding_size), dtype=torch.float32, device=self.device)
         with self._threads():  # once for all launches: back-to-back launches see their own spinning workers
             for launch in plan:
-                self._run_launch(launch, prepared, out)
+                x, lengths = self._launch_inputs(launch, prepared)
+                with torch.inference_mode():
+                    embeddings = self._impl(x, lengths)
+                out[torch.tensor(launch.indices, device=self.device)] = embeddings[: len(launch.indices)]
         return out
 
-    def _run_launch(self, launch: Launch, prepared: list[torch.Tensor], out: torch.Tensor) -> None:
-        """Pad the rows of one planned launch, embed them, and scatter the results into `out`."""
+    def _launch_inputs(self, launch: Launch, prepared: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """The padded features [rows, frames, 80] and lengths [rows] (both on the device) of one launch."""
         x = torch.zeros((launch.rows, launch.frames, FEAT_DIM), dtype=torch.float32, device=self.device)
         # Dummy rows (batch-bucket padding) are all-zero utterances of full length, then dropped.
         lengths = torch.full((launch.rows,), launch.frames, dtype=torch.int64)
@@ -203,10 +214,8 @@ class CampplusTorch:
             frames = prepared[index].shape[0]
             x[row, :frames] = prepared[index]
             lengths[row] = frames
-        check_lengths(lengths, launch.frames, launch.rows)
-        with torch.inference_mode():
-            embeddings = self._impl(x, lengths.to(self.device, non_blocking=True))
-        out[torch.tensor(launch.indices, device=self.device)] = embeddings[: len(launch.indices)]
+        check_lengths(lengths, launch.frames, launch.rows)  # values: on the host, before the launch
+        return x, lengths.to(self.device, non_blocking=True)
 
     def __repr__(self) -> str:
         return f"CampplusTorch(name={self.name!r}, seg_pool_mode={self.seg_pool_mode!r})"
