@@ -255,6 +255,11 @@ def _ratio_span(cells: list[CellResult]) -> str:
     return f"{lo:.2f}" if abs(hi - lo) < 5e-3 else f"{lo:.2f}-{hi:.2f}"
 
 
+def _where(cells: list[CellResult], with_threads: bool) -> str:
+    """`97,200`, or with thread budgets `97@2t,200@1t` (one entry per cell, in report order)."""
+    return ",".join(f"{c.frames}@{c.threads}t" if with_threads else str(c.frames) for c in cells)
+
+
 def verdict_line(report: BenchReport) -> str:
     """The report's last line: parity at every T, and which backend the serving policy picks here and why
     (the measured ratio vs onnxruntime of the backends it chose between)."""
@@ -267,6 +272,7 @@ def verdict_line(report: BenchReport) -> str:
         parity = f"parity FAIL at {where}"
     else:
         parity = f"parity ok at every T ({', '.join(map(str, lengths))})"
+    several = len({c.threads for c in report.results}) > 1  # cells then name their thread budget
     policy = report.policy
     if policy is None:
         choice = "serving policy not determined"
@@ -281,13 +287,13 @@ def verdict_line(report: BenchReport) -> str:
                     for name in sorted(others)
                 )
                 faster = [c for c in compared if c.ratio_vs_ort is not None and c.ratio_vs_ort < 1.0]
-                note = f", faster than onnxruntime at T={','.join(str(c.frames) for c in faster)}" if faster else ""
+                note = f", faster than onnxruntime at T={_where(faster, several)}" if faster else ""
                 choice += f": {spans} here{note}"
         else:
             mine = [c for c in compared if c.backend == policy.backend]
             if mine:
                 slower = [c for c in mine if c.ratio_vs_ort is not None and c.ratio_vs_ort > 1.0]
-                note = f", slower than onnxruntime at T={','.join(str(c.frames) for c in slower)}" if slower else ""
+                note = f", slower than onnxruntime at T={_where(slower, several)}" if slower else ""
                 choice += f": measured {_ratio_span(mine)}x onnxruntime's latency here{note}"
     prefix = "verdict" if report.complete else "verdict (partial run)"
     return f"{prefix}: {parity}; {choice}"

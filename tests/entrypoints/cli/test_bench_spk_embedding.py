@@ -384,15 +384,20 @@ def test_prompt_cache_row_times_a_miss_then_hits_on_the_full_size_standin() -> N
     assert times.backend is not None and times.backend != "None"
 
 
+def _cell(backend: str, threads: int, frames: int, median_ms: float) -> Any:
+    """A CellResult with every latency statistic at `median_ms` (report logic tests)."""
+    from vllm_omni.benchmarks.spk_embedding import CellResult, LatencyStats
+
+    stats = LatencyStats(10, median_ms, median_ms, median_ms, median_ms, median_ms, median_ms)
+    name = "onnxruntime-cpu" if backend == "ort" else "torch-cpu"
+    return CellResult(backend, name, frames, 1, threads, stats, stats, stats)
+
+
 def test_best_of_takes_each_backends_fastest_budget_and_the_verdict_the_fastest_backend() -> None:
-    from vllm_omni.benchmarks.spk_embedding import BenchReport, CellResult, LatencyStats, best_of
+    from vllm_omni.benchmarks.spk_embedding import BenchReport, best_of
     from vllm_omni.benchmarks.spk_embedding_report import best_of_lines, speed_verdict_lines
 
-    def cell(backend: str, threads: int, frames: int, median_ms: float) -> CellResult:
-        stats = LatencyStats(10, median_ms, median_ms, median_ms, median_ms, median_ms, median_ms)
-        name = "onnxruntime-cpu" if backend == "ort" else "torch-cpu"
-        return CellResult(backend, name, frames, 1, threads, stats, stats, stats)
-
+    cell = _cell
     report = BenchReport(config={})
     report.results = [
         cell("ort", 1, 97, 20.0),
@@ -532,3 +537,24 @@ def test_the_prompt_cache_step_uses_the_reported_onnxruntime_threads(monkeypatch
     bench._measure_prompt_cache(full, clip, torch.device("cpu"))
     assert bench.report.prompt_cache is not None and bench.report.prompt_cache.unavailable is None
     assert [c["sess_options"].intra_op_num_threads for c in counter.calls] == [3]
+
+
+def test_the_verdict_names_the_thread_budget_of_each_cell_when_several_ran() -> None:
+    from vllm_omni.benchmarks.spk_embedding import BenchReport, PolicyChoice
+    from vllm_omni.benchmarks.spk_embedding_report import verdict_line
+
+    report = BenchReport(config={}, complete=True)
+    medians = {(97, 1): (20.0, 22.0), (97, 2): (14.0, 16.0), (200, 1): (35.0, 30.0), (200, 2): (25.0, 20.0)}
+    for (frames, threads), (ort_ms, torch_ms) in medians.items():
+        ort, torch_cell = _cell("ort", threads, frames, ort_ms), _cell("torch", threads, frames, torch_ms)
+        ort.ratio_vs_ort, torch_cell.ratio_vs_ort = 1.0, torch_ms / ort_ms
+        torch_cell.parity_ok = True
+        report.results += [ort, torch_cell]
+    report.policy = PolicyChoice("cpu", "onnxruntime-cpu", "ort", "CPU_DEVICE_PATH_BACKEND = 'onnxruntime'")
+    line = verdict_line(report)
+    assert line.startswith("verdict: parity ok at every T (97, 200); policy on cpu picks onnxruntime-cpu")
+    assert line.endswith(
+        "torch-cpu measured 0.80-1.14x onnxruntime's latency here, faster than onnxruntime at T=200@1t,200@2t"
+    )
+    report.policy = PolicyChoice("cpu", "torch-cpu", "torch", "CPU_DEVICE_PATH_BACKEND = 'torch'")
+    assert verdict_line(report).endswith("slower than onnxruntime at T=97@1t,97@2t")

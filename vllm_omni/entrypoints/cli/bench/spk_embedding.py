@@ -50,23 +50,27 @@ def parse_backends(text: str) -> tuple[str, ...]:
     return tuple(["ort"] + [n for n in names if n != "ort"])
 
 
-def parse_lengths(text: str) -> tuple[int, ...]:
+def _int_list(option: str, text: str, what: str, example: str) -> list[int]:
+    """The comma-separated integers of `option` (blank parts skipped); a usage error names a bad part."""
     values = []
     for part in text.split(","):
         part = part.strip()
         if not part:
             continue
         try:
-            value = int(part)
+            values.append(int(part))
         except ValueError:
-            raise CLIUsageError(
-                f"--lengths: {part!r} is not an integer frame count (e.g. --lengths 97,200,501)"
-            ) from None
+            raise CLIUsageError(f"{option}: {part!r} is not an integer {what} (e.g. {option} {example})") from None
+    if not values:
+        raise CLIUsageError(f"{option} needs at least one {what}, e.g. {option} {example}")
+    return values
+
+
+def parse_lengths(text: str) -> tuple[int, ...]:
+    values = _int_list("--lengths", text, "frame count", "97,200,501,1000")
+    for value in values:
         if value < MIN_FRAMES:
             raise CLIUsageError(f"--lengths: T={value} is too short; CAM++ needs at least {MIN_FRAMES} frames")
-        values.append(value)
-    if not values:
-        raise CLIUsageError("--lengths needs at least one frame count, e.g. --lengths 97,200,501,1000")
     return tuple(sorted(set(values)))
 
 
@@ -74,20 +78,10 @@ def parse_threads(text: str | None) -> tuple[int, ...]:
     """`--threads 1,2` -> (1, 2); default: 1 and the usable cores (at most 8), e.g. (1, 2) on 2 cores."""
     if text is None:
         return tuple(sorted({1, common.default_threads()}))
-    values = []
-    for part in text.split(","):
-        part = part.strip()
-        if not part:
-            continue
-        try:
-            value = int(part)
-        except ValueError:
-            raise CLIUsageError(f"--threads: {part!r} is not an integer thread count (e.g. --threads 1,2)") from None
+    values = _int_list("--threads", text, "thread count", "1,2")
+    for value in values:
         if value < 1:
             raise CLIUsageError(f"--threads must be >= 1, got {value}")
-        values.append(value)
-    if not values:
-        raise CLIUsageError("--threads needs at least one thread count, e.g. --threads 1,2")
     return tuple(sorted(set(values)))
 
 
