@@ -263,7 +263,8 @@ class CampplusInference:
     def __call__(self, feats: Tensor, lengths: Tensor | None = None) -> Tensor:
         """`feats` [B, T, F] -> [B, E]; with `lengths` [B] (int), frames >= lengths[b] of row b are padding.
 
-        The values of `lengths` must lie in [MIN_FRAMES, T]; they are not checked here (see the code).
+        The values of `lengths` must lie in [MIN_FRAMES, T]; only their shape is checked here, the
+        values where the lengths are built (`masking.check_lengths`, as `CampplusTorch` does).
         """
         if feats.dim() != 3 or feats.shape[-1] != self.feat_dim:
             raise ValueError(f"CAM++ features must be [B, T, {self.feat_dim}], got {list(feats.shape)}")
