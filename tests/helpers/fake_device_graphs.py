@@ -19,6 +19,10 @@ views act on the captured tensors themselves. So, as with a real graph:
 - a host synchronisation during capture (`.item()`, `torch.equal`, `bool(tensor)`) fails the capture;
 - two captures in flight at once in one process fail (torch allows one).
 
+Every tensor an op reads or writes is recorded as an alias with the shape, strides and offset it
+had when the op ran, so ops that change a tensor's metadata in place (`transpose_` inside
+`torch.stft`, `squeeze_`) are not replayed: like a real graph, a replay repeats data movement only.
+
 Differences: ops do execute during a fake capture (their in-place effects on pre-existing tensors
 happen once more than on a device), and there is no real memory pool (pool tokens are only recorded).
 
@@ -49,6 +53,17 @@ _HOST_SYNC_OPS = {
     torch.ops.aten.is_nonzero.default,
 }
 _INT_POISON = -123456789
+# In-place ops that change only a tensor's metadata: no device work, nothing to replay.
+_METADATA_OPS = {
+    torch.ops.aten.transpose_.default,
+    torch.ops.aten.t_.default,
+    torch.ops.aten.squeeze_.default,
+    torch.ops.aten.squeeze_.dim,
+    torch.ops.aten.unsqueeze_.default,
+    torch.ops.aten.as_strided_.default,
+    torch.ops.aten.swapdims_.default,
+    torch.ops.aten.detach_.default,
+}
 
 
 class FakeCaptureError(RuntimeError):
@@ -68,6 +83,15 @@ def _flat(out: Any) -> list[Any]:
     return list(out) if isinstance(out, tuple | list) else [out]
 
 
+def _frozen(obj: Any) -> Any:
+    """Tensors (also inside lists / tuples) as aliases with their current shape, strides and offset."""
+    if isinstance(obj, torch.Tensor):
+        return obj.as_strided(obj.size(), obj.stride(), obj.storage_offset())
+    if isinstance(obj, list | tuple):
+        return type(obj)(_frozen(o) for o in obj)
+    return obj
+
+
 def _fresh_flags(func: Any, out: Any) -> list[bool]:
     returns = func._schema.returns
     flat = _flat(out)
@@ -85,11 +109,14 @@ class _Recorder(TorchDispatchMode):
         kwargs = kwargs or {}
         if func in _HOST_SYNC_OPS:
             raise FakeCaptureError(f"{func} synchronises with the host during graph capture")
+        frozen_args, frozen_kwargs = _frozen(args), {k: _frozen(v) for k, v in kwargs.items()}
         out = func(*args, **kwargs)
+        if func in _METADATA_OPS:
+            return out
         flat = _flat(out)
         fresh = _fresh_flags(func, out)
-        keep = [(t, f) for t, f in zip(flat, fresh, strict=False) if isinstance(t, torch.Tensor)]
-        self.ops.append(_Op(func, args, kwargs, [t for t, _ in keep], [f for _, f in keep]))
+        keep = [(_frozen(t), f) for t, f in zip(flat, fresh, strict=False) if isinstance(t, torch.Tensor)]
+        self.ops.append(_Op(func, frozen_args, frozen_kwargs, [t for t, _ in keep], [f for _, f in keep]))
         return out
 
 

@@ -47,3 +47,18 @@ def test_defaults_and_environment_overrides(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setenv("VLLM_OMNI_CAMPP_FRAME_BUCKETS", "nonsense")
     with pytest.raises(ValueError, match="VLLM_OMNI_CAMPP_FRAME_BUCKETS"):
         campplus_frame_buckets()
+
+
+def test_ranges_continue_above_the_entries_before_them() -> None:
+    grid = Buckets.parse("16:256,64:1024,128:2048")
+    assert grid.sizes[:3] == (16, 32, 48) and grid.sizes[15:18] == (256, 320, 384)
+    assert grid.sizes[-3:] == (1792, 1920, 2048) and len(grid) == 36
+    assert Buckets.parse("1,2,4,8:32") == Buckets((1, 2, 4, 8, 16, 24, 32))
+    assert grid.round_up(1601) == 1664 and grid.round_up(257) == 320
+
+
+def test_default_stage_grid_holds_a_full_launch_of_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("VLLM_OMNI_STAGE_FRAME_BUCKETS", raising=False)
+    # 32 rows (max_num_seqs) of the longest chunk (25 tokens + 3 lookahead -> 56 mel frames).
+    assert stage_frame_buckets().round_up(32 * 56) == 1792
+    assert stage_frame_buckets().round_up(50) == 64

@@ -114,6 +114,24 @@ def test_lru_cap_evicts_the_least_recently_used_graph() -> None:
 
 
 @cpu
+def test_capture_after_keeps_one_off_shapes_eager_and_captures_recurring_ones() -> None:
+    fn = _Counted()
+    runner, module = _runner(fn, capture_after=2, warmup_iters=1)
+    once, recurring = _x(3, 1), [_x(4, seed) for seed in range(4)]
+    assert _close(runner(once), once)  # seen once: eager, no capture
+    for x in recurring:  # 1st call eager, 2nd captures (warm-up + capture) and replays, then replays
+        assert _close(runner(x), x)
+    counters = runner.counters()
+    assert (counters.captures, counters.replays, counters.graphs) == (1, 3, 1)
+    assert counters.eager_reasons == {"below_capture_after": 2} and counters.failures == 0
+    assert [k[0][0] for k in runner.captured_keys()] == [(4, 8)]
+    assert fn.calls == 2 + 2 and len(module.captures) == 1  # 2 eager calls, 1 warm-up + 1 capture
+    assert runner.warmup(_x(5, 9)) and runner.counters().captures == 2  # explicit warm-up captures at once
+    with pytest.raises(ValueError, match="capture_after"):
+        _runner(capture_after=0)
+
+
+@cpu
 def test_max_graphs_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(envs.DEVICE_GRAPHS_MAX_ENV, "3")
     assert _runner()[0].max_graphs == 3

@@ -16,8 +16,9 @@ that is killed keeps what it measured.
 | `campplus_parity`  | CAM++ on the device (eager, graph-replayed, TensorRT) vs onnxruntime CPU, per T   |
 | `campplus_latency` | per-call p50/p99: onnxruntime CPU 1 thread, torch eager, graph replay, TensorRT   |
 | `fbank`            | Kaldi fbank on the device vs CPU: agreement and latency                          |
+| `stage_assets`     | the full-size token2wav stand-in (generated on first use), timed                 |
 | `prompt_path`      | `prepare_prompt` end to end (resample, fbank, CAM++, 24 kHz mel) per speaker path |
-| `token2wav`        | whole and streaming RTF / first audio at concurrency 1 through the facade        |
+| `token2wav`        | the batched stage at concurrency 1 / 32 / 8, streaming and whole, graphs on / off |
 | `graphs`           | every capture helper's counters and the device memory                           |
 
 Runner rules: a section gets `min(its budget, time left before the deadline - RESERVE_S)` and is
@@ -28,8 +29,7 @@ tail recorded) and later sections still run; a watchdog thread writes the report
 (code 3) when a call hangs `WATCHDOG_S` past the deadline (a hung device call never returns to Python).
 
 `--smoke` runs the same sections and code paths with tiny sizes (CI runs it on CPU, so the script never
-rots). Phase 2 adds sections (Token2Wav at concurrency 8 / 32 on the batched stage, graphs on vs off):
-write a `run(ctx)` in a `device_check_*` module and add a `Section` to `SECTIONS`.
+rots). A new section is a `run(ctx)` in a `device_check_*` module and a `Section` in `default_sections`.
 """
 
 from __future__ import annotations
@@ -215,32 +215,42 @@ def default_sections() -> list[Section]:
     from vllm_omni.benchmarks import device_check_campplus as campplus
     from vllm_omni.benchmarks import device_check_machine as machine
     from vllm_omni.benchmarks import device_check_stage as stage
+    from vllm_omni.benchmarks import device_check_token2wav as token2wav
 
+    # Accelerator budgets add up to 410 s of the 420 s deadline (each section also stops at the deadline).
     return [
-        Section("machine", "machine facts", 25.0, 15.0, machine.run_machine, machine.render_machine),
-        Section("assets", "CAM++ model file", 45.0, 60.0, campplus.run_assets, campplus.render_assets),
+        Section("machine", "machine facts", 20.0, 15.0, machine.run_machine, machine.render_machine),
+        Section("assets", "CAM++ model file", 40.0, 60.0, campplus.run_assets, campplus.render_assets),
         Section(
             "campplus_parity",
             "CAM++ parity vs onnxruntime CPU",
-            50.0,
+            40.0,
             40.0,
             campplus.run_parity,
             campplus.render_parity,
         ),
         Section(
-            "campplus_latency", "CAM++ per-call latency", 80.0, 30.0, campplus.run_latency, campplus.render_latency
+            "campplus_latency", "CAM++ per-call latency", 60.0, 30.0, campplus.run_latency, campplus.render_latency
         ),
-        Section("fbank", "Kaldi fbank on the device vs CPU", 20.0, 15.0, campplus.run_fbank, campplus.render_fbank),
+        Section("fbank", "Kaldi fbank on the device vs CPU", 15.0, 15.0, campplus.run_fbank, campplus.render_fbank),
         Section(
-            "prompt_path", "prepare_prompt end to end", 35.0, 30.0, stage.run_prompt_path, stage.render_prompt_path
+            "stage_assets",
+            "token2wav stand-in (flow, HiFT, tokenizer)",
+            50.0,
+            60.0,
+            token2wav.run_stage_assets,
+            token2wav.render_stage_assets,
+        ),
+        Section(
+            "prompt_path", "prepare_prompt end to end", 25.0, 30.0, stage.run_prompt_path, stage.render_prompt_path
         ),
         Section(
             "token2wav",
-            "Token2Wav whole + streaming, concurrency 1",
+            "Token2Wav stage: streaming + whole at 1 / 32 / 8, graphs on vs off",
             150.0,
             90.0,
-            stage.run_token2wav,
-            stage.render_token2wav,
+            token2wav.run_token2wav,
+            token2wav.render_token2wav,
         ),
         Section("graphs", "capture helpers and device memory", 10.0, 10.0, stage.run_graphs, stage.render_graphs),
     ]

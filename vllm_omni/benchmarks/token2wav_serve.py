@@ -31,6 +31,12 @@ second, p50/p90/p99 of the per-request figures, steps and rows per step, bytes p
 Both modes run in the same process on the same warmed stage (voices prepared once, before any
 timing), alternating which goes first per level, so the ratio compares like with like.
 
+Variants other tools drive through the same machinery (`build_stage`, `prepare`, `run_level`):
+`whole=True` makes each request send its whole reply as one chunk once its talker is done
+(MiniCPM-o's one-chunk stream: the reply's audio in one launch row); `device_graphs` is the
+stage's `token2wav_device_graphs` option (the device check compares graphs on and off on one stage
+with `set_device_graphs`); `run_level(..., should_stop=)` ends a level early (marked `stopped`).
+
 The report is filled as the run progresses (an interrupted run keeps what it measured); the
 rendering (table, JSON, PNG) is `token2wav_serve_report.py`.
 """
@@ -100,6 +106,8 @@ class ServeConfig:
     threads: int = 1
     seed: int = 0
     plan: str = "cpu"
+    whole: bool = False  # each request sends its whole reply as one chunk when its talker is done
+    device_graphs: bool | None = None  # the stage's token2wav_device_graphs (None: auto)
 
     def validate(self) -> None:
         if self.family not in FAMILIES:
@@ -208,12 +216,14 @@ class ModeRun:
     peak_streams: int = 0
     peak_stream_own_bytes: int = 0
     peak_shared_bytes: int = 0
+    stopped: bool = False  # ended early by `should_stop` (figures cover what was delivered)
 
     def summary(self) -> dict[str, Any]:
         audio = sum(r.audio_s for r in self.requests)
         plays = [r.playback() for r in self.requests]
         return {
             "mode": self.mode,
+            "stopped": self.stopped,
             "requests": len(self.requests),
             "audio_s": audio,
             "makespan_s": self.makespan_s,
@@ -340,25 +350,30 @@ def ready_offsets(chunks: Sequence[ChunkPayload], tokens: int, talker_rate: floa
 
 
 def make_requests(
-    config: ServeConfig, family_spec: Any, concurrency: int, prefix: str, pool: Sequence[Any]
+    config: ServeConfig,
+    family_spec: Any,
+    concurrency: int,
+    prefix: str,
+    pool: Sequence[Any],
+    count: int | None = None,
 ) -> list[_Request]:
-    """The level's requests (same seeds for both modes): lengths, voices and codes."""
+    """The level's requests (same seeds for both modes): lengths, voices and codes (`count`: default per config)."""
     rng = random.Random(config.seed * 1000 + concurrency)
     lo, hi = config.audio_seconds
     out = []
-    for i in range(config.requests_at(concurrency)):
+    for i in range(config.requests_at(concurrency) if count is None else count):
         tokens = max(1, round(rng.uniform(lo, hi) * TOKEN_RATE))
         codes = [rng.randrange(6561) for _ in range(tokens)]
         voice = i % (len(pool) + 1)  # 0: the stage's default voice
         stream = ProducerStream(f"{prefix}-{i}", codes, family_spec, voice=None if voice == 0 else pool[voice - 1])
-        chunks = all_chunks(stream)
-        out.append(
-            _Request(
-                RequestResult(f"{prefix}-{i}", voice, tokens, 0.0, 0.0),
-                chunks,
-                ready_offsets(chunks, tokens, config.talker_rate, config.family),
-            )
-        )
+        if config.whole:  # the talker is done before the stage sees anything: one chunk holding the reply
+            whole = stream.next_chunk(tokens, True)
+            assert whole is not None
+            chunks, ready = [whole], [tokens / config.talker_rate]
+        else:
+            chunks = all_chunks(stream)
+            ready = ready_offsets(chunks, tokens, config.talker_rate, config.family)
+        out.append(_Request(RequestResult(f"{prefix}-{i}", voice, tokens, 0.0, 0.0), chunks, ready))
     return out
 
 
@@ -404,7 +419,8 @@ class Token2WavServeBenchmark:
         self.report.complete = True
         return self.report
 
-    def _build_stage(self) -> Any:
+    def build_stage(self, graph_api: Any = None) -> Any:
+        """The stage model on the configured device and weights, loaded (`graph_api`: a fake runtime for tests)."""
         cfg = self.config
         try:
             device = resolve_device(cfg.device)
@@ -431,6 +447,8 @@ class Token2WavServeBenchmark:
                 max_streams=max(2 * max_rows, 16),
                 seed=cfg.seed,
                 kv_cache_dtype=cfg.kv_cache_dtype,
+                device_graphs=cfg.device_graphs,
+                **({} if graph_api is None else {"device_graph_api": graph_api}),
             )
         except (FileNotFoundError, ValueError) as exc:
             raise ServeSetupError(str(exc)) from exc
@@ -440,10 +458,9 @@ class Token2WavServeBenchmark:
         self.report.weights["family"] = type(stage).__name__
         return stage
 
-    def _run(self) -> None:
+    def prepare(self, stage: Any) -> list[tuple[np.ndarray, int]]:
+        """Prepare every voice of the pool and run one warm-up request; returns the pool (untimed setup)."""
         cfg = self.config
-        self._stage_msg("loading the stage")
-        stage = self._build_stage()
         pool = reference_pool(cfg.voices, max(cfg.reference_seconds, 1.0))
         self._stage_msg(f"preparing {len(pool) + 1} voices and warming up")
         start = time.perf_counter()
@@ -455,6 +472,13 @@ class Token2WavServeBenchmark:
                 _forward(stage, [chunk])
         stage.on_requests_finished([r.result.request_id for r in warm])
         self.report.setup_s["voices_and_warmup_s"] = time.perf_counter() - start
+        return pool
+
+    def _run(self) -> None:
+        cfg = self.config
+        self._stage_msg("loading the stage")
+        stage = self.build_stage()
+        pool = self.prepare(stage)
         for index, c in enumerate(cfg.concurrency):
             level = {"concurrency": c, "requests": cfg.requests_at(c), "max_num_seqs": cfg.max_num_seqs or c}
             order = MODES if index % 2 == 0 else MODES[::-1]
@@ -462,11 +486,26 @@ class Token2WavServeBenchmark:
             self.report.levels.append(level)
             for mode in order:
                 rows = (cfg.max_num_seqs or c) if mode == "batched" else 1
-                self.report.runs[(c, mode)] = self._level(stage, c, mode, rows, pool)
+                self.report.runs[(c, mode)] = self.run_level(stage, c, mode, rows, pool)
 
-    def _level(self, stage: Any, concurrency: int, mode: str, max_rows: int, pool: Sequence[Any]) -> ModeRun:
+    def run_level(
+        self,
+        stage: Any,
+        concurrency: int,
+        mode: str,
+        max_rows: int,
+        pool: Sequence[Any],
+        should_stop: Callable[[], bool] | None = None,
+        count: int | None = None,
+        label: str | None = None,
+    ) -> ModeRun:
+        """One level: `concurrency` slots, steps of at most `max_rows` chunks (`should_stop()` ends it early).
+
+        `count` overrides the config's number of requests; `label` (default `mode`) prefixes request ids.
+        """
         cfg = self.config
-        requests = make_requests(cfg, stage.family, concurrency, f"c{concurrency}-{mode}", pool)
+        prefix = f"c{concurrency}-{label or mode}"
+        requests = make_requests(cfg, stage.family, concurrency, prefix, pool, count)
         times = arrivals(cfg, len(requests), concurrency)
         run = ModeRun(mode)
         run.requests = [r.result for r in requests]
@@ -476,6 +515,9 @@ class Token2WavServeBenchmark:
         total_chunks = sum(len(r.chunks) for r in requests)
         with progress(total=total_chunks, desc=f"c={concurrency} {mode}", unit="chunk") as bar:
             while waiting or active:
+                if should_stop is not None and should_stop():
+                    run.stopped = True
+                    break
                 while waiting and len(active) < concurrency:
                     arrival = 0.0 if times is None else times[waiting[0]]
                     if times is not None and arrival > now:

@@ -19,7 +19,8 @@ their inputs to the buckets of `model_executor/buckets.py` so the number of keys
 most `max_graphs` graphs are kept (`VLLM_OMNI_DEVICE_GRAPHS_MAX`, default 64); capturing one more
 evicts the least recently used.
 
-Capture. Lazily on the first call of a key (or only at `warmup(*example)` with `lazy=False`): the
+Capture. Lazily on the first call of a key (with `capture_after=n`, on its n-th call, so a shape
+seen once stays eager; or only at `warmup(*example)` with `lazy=False`): the
 arguments are copied into static input buffers owned by the runner, `fn` runs `warmup_iters` times
 eagerly on a side stream (lazy initialisation and allocator warm-up must not happen inside a capture),
 then once inside the capture. All graphs of one runner share one memory pool and one side stream
@@ -229,6 +230,9 @@ class DeviceGraphRunner(Generic[T]):
         max_graphs: graphs kept before LRU eviction (None: `VLLM_OMNI_DEVICE_GRAPHS_MAX`).
         lazy: capture on the first call of a key; False captures only in `warmup()` and runs
             uncaptured keys eagerly (counted).
+        capture_after: with `lazy`, capture a key at its `capture_after`-th call; earlier calls run
+            eagerly (counted as `below_capture_after`). 1 (default) captures at once; 2 keeps shapes
+            that occur once (a stream's last chunk of an odd length) from costing a capture.
         clone_outputs: return clones (default) or the static outputs, overwritten by the next call.
         warmup_iters: eager runs before each capture (at least 1 when `verify`).
         verify: compare the first replay of each graph with the eager warm-up.
@@ -245,6 +249,7 @@ class DeviceGraphRunner(Generic[T]):
         enabled: bool | None = None,
         max_graphs: int | None = None,
         lazy: bool = True,
+        capture_after: int = 1,
         clone_outputs: bool = True,
         warmup_iters: int = 2,
         verify: bool = True,
@@ -254,6 +259,8 @@ class DeviceGraphRunner(Generic[T]):
             raise ValueError(f"DeviceGraphRunner({name}): max_graphs must be an int >= 1, got {max_graphs!r}")
         if max_graphs is not None and max_graphs < 1:
             raise ValueError(f"DeviceGraphRunner({name}): max_graphs must be >= 1, got {max_graphs}")
+        if isinstance(capture_after, bool) or not isinstance(capture_after, int) or capture_after < 1:
+            raise ValueError(f"DeviceGraphRunner({name}): capture_after must be an int >= 1, got {capture_after!r}")
         if warmup_iters < 0:
             raise ValueError(f"DeviceGraphRunner({name}): warmup_iters must be >= 0, got {warmup_iters}")
         self.fn = fn
@@ -261,6 +268,7 @@ class DeviceGraphRunner(Generic[T]):
         self.device = normalize_device(device)
         self.max_graphs = envs.device_graphs_max() if max_graphs is None else max_graphs
         self.lazy = lazy
+        self.capture_after = capture_after
         self.clone_outputs = clone_outputs
         self.verify = verify
         self.warmup_iters = max(warmup_iters, 1) if verify else warmup_iters
@@ -270,6 +278,7 @@ class DeviceGraphRunner(Generic[T]):
         self._replay_lock = threading.Lock()  # copy-in -> replay -> clone-out of this runner
         self._entries: OrderedDict[GraphKey, _Entry] = OrderedDict()
         self._failed: OrderedDict[GraphKey, str] = OrderedDict()
+        self._seen: OrderedDict[GraphKey, int] = OrderedDict()  # calls of keys not captured yet (capture_after)
         self._key_locks: dict[GraphKey, threading.Lock] = {}
         self._tally = _Tally()
         self._pool: Any = None
@@ -384,6 +393,9 @@ class DeviceGraphRunner(Generic[T]):
             if not (self.lazy or explicit):
                 self._count_eager("not_captured")
                 return None
+            if not explicit and self._below_capture_after(key):
+                self._count_eager("below_capture_after")
+                return None
             try:
                 entry, first = self._capture(key, args)
             except _CaptureError as exc:
@@ -396,6 +408,19 @@ class DeviceGraphRunner(Generic[T]):
                     self._key_locks.pop(key, None)
             self._publish(entry)
             return entry, first
+
+    def _below_capture_after(self, key: GraphKey) -> bool:
+        """Count this call of an uncaptured key; True while it has been called fewer than `capture_after` times."""
+        if self.capture_after <= 1:
+            return False
+        with self._lock:
+            calls = self._seen.pop(key, 0) + 1
+            if calls < self.capture_after:
+                self._seen[key] = calls  # most recent last; bounded like the failed keys
+                while len(self._seen) > _FAILED_KEYS_FACTOR * self.max_graphs:
+                    self._seen.popitem(last=False)
+                return True
+        return False
 
     def _capture(self, key: GraphKey, args: tuple[torch.Tensor, ...]) -> tuple[_Entry, T]:
         api = self._api
@@ -545,6 +570,7 @@ class DeviceGraphRunner(Generic[T]):
         with self._lock:
             self._entries.clear()
             self._failed.clear()
+            self._seen.clear()
             self._capture_stopped = None
 
     def __repr__(self) -> str:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import io
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -232,3 +233,20 @@ def test_unsupported_file_names_the_file(tmp_path: Path) -> None:
 def test_bad_target_rate_or_limit_raises_value_error(target: int, max_seconds: float) -> None:
     with pytest.raises(ValueError):
         load_audio((np.zeros(1000, dtype=np.int16), 16000), target, max_seconds=max_seconds)
+
+
+@pytest.mark.parametrize("subtype", ["PCM_U8", "PCM_16", "PCM_24", "PCM_32"])
+def test_pcm_wav_decodes_without_soundfile_to_the_same_samples(
+    subtype: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Accelerator images lack soundfile: PCM WAV (what voices and the stand-ins are) still decodes, identically."""
+    stereo = np.stack([_tone(440.0, 16000, 0.5), _tone(880.0, 16000, 0.5, 0.2)], axis=1)
+    data = _encode(stereo, 16000, subtype=subtype)
+    path = tmp_path / "voice.wav"
+    path.write_bytes(data)
+    with_soundfile = (load_audio(path, 16000), load_audio(data, 16000))
+    monkeypatch.setitem(sys.modules, "soundfile", None)  # `import soundfile` now raises ImportError
+    for got, want in zip((load_audio(path, 16000), load_audio(data, 16000)), with_soundfile, strict=True):
+        assert torch.equal(got, want)
+    with pytest.raises(ValueError, match="<bytes>: cannot decode audio without soundfile"):
+        load_audio(_encode(stereo[:, 0], 16000, fmt="FLAC"), 16000)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import io
 import subprocess
 import sys
 from pathlib import Path
@@ -49,6 +50,21 @@ def test_the_default_voices_are_the_shipped_speech_clip_at_24k() -> None:
         wav, voice_rate = soundfile.read(str(directory / name), dtype="float32")
         assert voice_rate == 24000 and wav.ndim == 1 and wav.shape == expected.shape
         np.testing.assert_allclose(wav, expected, atol=1 / 32768 + 1e-6)  # 16-bit PCM of the 24 kHz copy
+
+
+def test_default_voice_is_the_same_file_without_soundfile(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The standard-library writer (accelerator images lack soundfile) gives libsndfile's bytes exactly."""
+    import numpy as np
+
+    with_soundfile = standin.default_voice_wav()
+    monkeypatch.setitem(sys.modules, "soundfile", None)  # `import soundfile` now raises ImportError
+    assert standin.default_voice_wav() == with_soundfile
+    edges = np.array([1.0, -1.0, 0.5 / 32768, -0.5 / 32768, 2.5 / 32768, -0.99999], dtype=np.float32)
+    monkeypatch.undo()
+    import soundfile
+
+    pcm, _ = soundfile.read(io.BytesIO(standin.pcm16_wav(edges, 24000)), dtype="int16")
+    assert pcm.tolist() == [32767, -32768, 0, -1, 2, -32768]  # floor(x * 32768), clipped: libsndfile's rounding
 
 
 def test_write_fills_a_directory_of_the_callers_choice(tmp_path: Path) -> None:

@@ -29,7 +29,7 @@ def device_constant(
     with _CONSTANTS_LOCK:
         cached = _CONSTANTS.get(key)
         if cached is None:
-            cached = build().to(dtype=torch.float32).to(device)
+            cached = build().to(dtype=torch.float32).to(device, non_blocking=True)
             _CONSTANTS[key] = cached
         return cached
 

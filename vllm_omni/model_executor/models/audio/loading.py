@@ -8,7 +8,9 @@ other, so that the 24 kHz copy keeps the 8-12 kHz band a 16 kHz copy has already
 
 Normalisation rules (every other input is a ValueError that names the problem):
 - decoding: libsndfile via `soundfile` (WAV, FLAC, OGG/Vorbis, MP3 with libsndfile >= 1.1, ...);
-  integer PCM is scaled by 1 / 2^(bits-1) (uint8: (x - 128) / 128);
+  integer PCM is scaled by 1 / 2^(bits-1) (uint8: (x - 128) / 128). Without soundfile (accelerator
+  images ship only the core dependencies), PCM WAV files (8/16/24/32-bit) are decoded with the
+  standard library's `wave` module, with the same scaling; other formats then need soundfile;
 - arrays: int16 / 32768, int32 / 2^31, int8 / 128, uint8 as above, float32 / float64 kept and
   required to lie in [-1, 1] (a peak above 1 is almost always int16 values stored as floats);
 - channels are averaged (stereo mix-down); a 2-D array's channel axis is its shorter one;
@@ -37,6 +39,7 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import wave
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -185,11 +188,39 @@ def _limit(num_samples: int, rate: int, max_seconds: float | None, truncate: boo
     return limit
 
 
+def _decode_pcm_wav(
+    source: Any, origin: str, max_seconds: float | None, truncate: bool
+) -> tuple[np.ndarray, int, bool]:
+    """A PCM WAV with the standard library (no soundfile): [N, C] float64 scaled as libsndfile scales it."""
+    try:
+        with wave.open(source, "rb") as f:
+            rate = check_sample_rate(f.getframerate(), origin)
+            total, width, channels = f.getnframes(), f.getsampwidth(), f.getnchannels()
+            if f.getcomptype() != "NONE" or width not in (1, 2, 3, 4):
+                raise wave.Error(f"{8 * width}-bit {f.getcomptype()} samples")
+            keep = _limit(total, rate, max_seconds, truncate, origin)
+            raw = f.readframes(keep)
+    except (wave.Error, EOFError) as exc:
+        raise ValueError(
+            f"{origin}: cannot decode audio without soundfile ({exc}); only PCM WAV is read by the standard "
+            "library: install soundfile (pip install 'vllm-omni[bench]') for other formats"
+        ) from exc
+    data = np.frombuffer(raw, dtype=np.uint8).reshape(-1, width)
+    if width == 1:  # 8-bit WAV is unsigned with a 128 offset
+        samples = (data[:, 0].astype(np.float64) - 128.0) / 128.0
+    else:  # little-endian signed: sign-extend the top byte, scale by 2^(bits - 1)
+        value = data[:, -1].astype(np.int8).astype(np.int64)
+        for byte in range(width - 2, -1, -1):
+            value = (value << 8) | data[:, byte].astype(np.int64)
+        samples = value.astype(np.float64) / float(1 << (8 * width - 1))
+    return samples.reshape(-1, channels), rate, keep < total
+
+
 def _decode_file(source: Any, origin: str, max_seconds: float | None, truncate: bool) -> tuple[np.ndarray, int, bool]:
     try:
         import soundfile
-    except ImportError as exc:  # pragma: no cover - depends on the install
-        raise ImportError("decoding audio needs soundfile: pip install 'vllm-omni[bench]'") from exc
+    except ImportError:
+        return _decode_pcm_wav(source, origin, max_seconds, truncate)
     try:
         with soundfile.SoundFile(source) as f:
             rate = check_sample_rate(f.samplerate, origin)

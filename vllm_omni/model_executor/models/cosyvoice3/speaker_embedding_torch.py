@@ -66,7 +66,7 @@ def load_campplus_from_onnx(path: str | os.PathLike[str], *, seg_pool_mode: str 
 
 
 def validate_speaker_features(feat: object) -> None:
-    """Check one utterance's features: float [T, 80], T >= 4, all finite; else a ValueError saying what is wrong."""
+    """Check one utterance's features: float [T, 80], T >= 4, finite (host values only); else a ValueError."""
     if not isinstance(feat, torch.Tensor | np.ndarray):
         raise ValueError(f"speaker features must be a torch.Tensor or numpy array [T, {FEAT_DIM}], got {type(feat)}")
     shape = tuple(feat.shape)
@@ -87,7 +87,14 @@ def validate_speaker_features(feat: object) -> None:
     is_float = feat.dtype.is_floating_point if isinstance(feat, torch.Tensor) else feat.dtype.kind == "f"
     if not is_float:
         raise ValueError(f"speaker features must be a float tensor, got dtype {feat.dtype}")
-    finite = bool(torch.isfinite(feat).all()) if isinstance(feat, torch.Tensor) else bool(np.isfinite(feat).all())
+    # Values only where reading them costs no device round trip (numpy, CPU tensors). Features on an
+    # accelerator come from `audio.speaker_features` of a waveform the host front end checked
+    # (`audio.loading` rejects NaN / Inf), and Kaldi fbank of finite audio is finite (log of a floored
+    # energy); reading `isfinite(...).all()` back would stall every CAM++ call on the device.
+    if isinstance(feat, np.ndarray):
+        finite = bool(np.isfinite(feat).all())
+    else:
+        finite = feat.device.type != "cpu" or bool(torch.isfinite(feat).all())
     if not finite:
         raise ValueError("speaker features contain NaN or Inf; check the waveform (silence/clipping) and the fbank")
 

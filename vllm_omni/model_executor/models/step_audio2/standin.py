@@ -31,7 +31,10 @@ import io
 import json
 import os
 import shutil
+import wave
 from pathlib import Path
+
+import numpy as np
 
 from vllm_omni.atomic_io import write_bytes_atomic
 from vllm_omni.logger import init_logger
@@ -46,16 +49,36 @@ DEFAULT_VOICE_FILES = ("HT_ref_audio.wav", "default_female.wav")
 
 
 def default_voice_wav() -> bytes:
-    """The shipped real speech clip as a 24 kHz mono 16-bit WAV: the stand-in directory's default voice."""
-    import soundfile
+    """The shipped real speech clip as a 24 kHz mono 16-bit WAV: the stand-in directory's default voice.
 
+    Written with soundfile when installed, else with the standard library's `wave` module and the
+    same float -> int16 conversion (`pcm16_wav`), so hosts with only the core dependencies (the
+    accelerator images the device check runs on) build the same directory.
+    """
     from vllm_omni.assets.audio import speech_sample
     from vllm_omni.model_executor.models import audio as frontend
 
     wav, rate = speech_sample()
     at_24k = frontend.load_audio((wav, rate), 24000).numpy()
+    try:
+        import soundfile
+    except ImportError:
+        return pcm16_wav(at_24k, 24000)
     buffer = io.BytesIO()
     soundfile.write(buffer, at_24k, 24000, subtype="PCM_16", format="WAV")
+    return buffer.getvalue()
+
+
+def pcm16_wav(samples: np.ndarray, rate: int) -> bytes:
+    """Mono float samples in [-1, 1] as a 16-bit PCM WAV: floor(x * 32768), clipped, as libsndfile writes PCM_16
+    (checked sample for sample against python-soundfile in tests/model_executor/models/step_audio2/test_standin.py)."""
+    pcm = np.clip(np.floor(np.asarray(samples, dtype=np.float64) * 32768.0), -32768, 32767).astype("<i2")
+    buffer = io.BytesIO()
+    with wave.open(buffer, "wb") as f:
+        f.setnchannels(1)
+        f.setsampwidth(2)
+        f.setframerate(int(rate))
+        f.writeframes(pcm.tobytes())
     return buffer.getvalue()
 
 

@@ -471,9 +471,13 @@ class StepAudio2Token2WavCore:
     ) -> PromptFeatures:
         from vllm_omni.model_executor.models import audio as frontend
 
+        # The host work that needs the audio's values (decoding, resampling, the level and length checks)
+        # is done: from here on nothing reads a device value back until the features are used, so the
+        # launching thread never waits for the device. Host -> device copies are non-blocking (a
+        # pageable copy is staged at once; a blocking one would wait for the stream to drain).
         device = self.device
-        wav_16k = torch.as_tensor(audio.wav_16k, dtype=torch.float32).to(device)
-        wav_24k = torch.as_tensor(audio.wav_24k, dtype=torch.float32).to(device)
+        wav_16k = torch.as_tensor(audio.wav_16k, dtype=torch.float32).to(device, non_blocking=True)
+        wav_24k = torch.as_tensor(audio.wav_24k, dtype=torch.float32).to(device, non_blocking=True)
         feat = frontend.speaker_features(wav_16k)
         if not isinstance(feat, torch.Tensor):  # only batched calls with lengths return a tuple
             raise TypeError(f"speaker_features returned {type(feat).__name__} for a single waveform")
@@ -484,10 +488,10 @@ class StepAudio2Token2WavCore:
             codes, count = tokenizer.tokenize(wav_16k)
             if count < 1:
                 raise ValueError(f"prompt audio gives no speech tokens ({wav_16k.shape[0]} samples at 16 kHz)")
-            tokens = codes.reshape(1, -1)[:, :count].to(device=device, dtype=torch.int32)
-            token_len = torch.tensor([count], dtype=torch.int32, device=device)
+            tokens = codes.reshape(1, -1)[:, :count].to(device=device, dtype=torch.int32, non_blocking=True)
+            token_len = _host_int(count, device)
             mel = fit_mel_to_tokens(mel, count)
-        mel_len = torch.tensor([mel.shape[1]], dtype=torch.int32, device=device)
+        mel_len = _host_int(mel.shape[1], device)
         return PromptFeatures(
             speaker_embedding=emb,
             prompt_mel=mel,
@@ -648,6 +652,11 @@ class StepAudio2Token2WavCore:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({str(self.model_path)!r}, device={self._device_spec!r}, spk={self.spk_backend})"
+
+
+def _host_int(value: int, device: torch.device) -> torch.Tensor:
+    """`[value]` int32 on `device`, copied without waiting for the device's queue."""
+    return torch.tensor([value], dtype=torch.int32).to(device, non_blocking=True)
 
 
 def _prompt_source(prompt_wav: PromptWav) -> tuple[str, Callable[[], PromptAudio]]:

@@ -81,7 +81,7 @@ def speech_token_tensor(tokens: SpeechTokens, vocab_size: int, device: torch.dev
     if bad.numel():
         index = int(bad[0, 0])
         raise _out_of_range(what, int(values[index]), index, bad.shape[0], values.numel(), vocab_size)
-    return values.to(device=device, dtype=torch.int32).reshape(1, -1)
+    return values.to(device=device, dtype=torch.int32, non_blocking=True).reshape(1, -1)  # checked on the host
 
 
 _WIDE_UNSIGNED = tuple(getattr(torch, name) for name in ("uint16", "uint32", "uint64") if hasattr(torch, name))
@@ -121,15 +121,16 @@ def synthesize_utterance(
     generator: torch.Generator | None,
 ) -> torch.Tensor:
     """Waveform `[1, 480 * 2 * T]` float32 of `tokens` `[1, T]` in the prompt's voice (whole utterance)."""
-    prompt_tokens, prompt_token_len = _flow_prompt(features, "synthesize")
-    token_len = torch.tensor([tokens.shape[1]], dtype=torch.int32, device=tokens.device)
+    prompt_tokens, _ = _flow_prompt(features, "synthesize")
+    # Batch 1 carries no padding, so each length is its tensor's time dimension: host ints, not the
+    # features' device-side lengths (the flow's length checks would read those back, a device wait).
     mel = flow.inference(
         tokens,
-        token_len,
+        tokens.shape[1],
         prompt_tokens,
-        prompt_token_len,
+        prompt_tokens.shape[1],
         features.prompt_mel,
-        features.prompt_mel_len,
+        features.prompt_mel.shape[1],
         features.speaker_embedding,
         n_timesteps=n_timesteps,
     )

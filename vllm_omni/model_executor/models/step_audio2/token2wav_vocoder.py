@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import torch
 
 from vllm_omni.model_executor.models.cosyvoice2.hift import HiFTGenerator
+from vllm_omni.model_executor.models.cosyvoice2.hift.graphed import GraphedHiFT
 from vllm_omni.model_executor.models.step_audio2.token2wav_stream import (
     MEL_CACHE_FRAMES,
     SOURCE_CACHE_SAMPLES,
@@ -98,9 +99,11 @@ def vocode_chunks(
     window: torch.Tensor,
     *,
     pad_rows: int = 0,
+    graphed: GraphedHiFT | None = None,
 ) -> list[VocodedChunk]:
     """One HiFT launch over `rows` (all with the same `launch_key`); `pad_rows` zero rows are appended
-    (a bucketed batch size for graph capture) and dropped."""
+    (a bucketed batch size for graph capture) and dropped. `graphed` (over the same `hift`) replays
+    the HiFT network from device graphs, with the same noise and so the same audio."""
     if not rows:
         return []
     keys = {row.state.launch_key(row.mel.shape[2]) for row in rows}
@@ -114,7 +117,8 @@ def vocode_chunks(
         mel = torch.cat([mel, mel.new_zeros(pad_rows, *mel.shape[1:])], dim=0)
         sources = torch.cat([sources, sources.new_zeros(pad_rows, *sources.shape[1:])], dim=0)
         generators += [None] * pad_rows
-    speech, source = hift(mel, sources if sources.shape[2] else None, generator=generators)
+    cache = sources if sources.shape[2] else None
+    speech, source = hift(mel, cache, generator=generators) if graphed is None else graphed(mel, cache, generators)
     speech = speech[: len(rows)].float()
     held = torch.cat([row.state.speech for row in rows], dim=0)
     if held.shape[1]:

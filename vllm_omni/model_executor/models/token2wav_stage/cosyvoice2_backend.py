@@ -6,7 +6,9 @@ core's content-cached `PromptFeatures` of the normalised reference plus the core
 post-prompt flow state (`stream_setup`); a stream's caches are the facade's `StreamCaches`; the
 launches are the batched kernels `cosyvoice2.flow.batched.flow_chunks` and
 `token2wav_vocoder.vocode_chunks`, the same ones the core's own `stream()` runs with one row. So the
-stage, the facade and the CLI share one streaming implementation.
+stage, the facade and the CLI share one streaming implementation. With `graphs` (a
+`GraphSettings`), the launches replay the estimator segments and HiFT from device graphs
+(`graphs.StageGraphs`, built when the models are).
 
 Chunk limits checked before launch (`shape`): token ids in [0, 6561); a non-final chunk emits at
 least 4 tokens (the vocoder re-uses 8 mel frames) after its 3 lookahead tokens, a final one at least
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -39,7 +42,19 @@ from vllm_omni.model_executor.models.step_audio2.token2wav_synthesis import (
 )
 from vllm_omni.model_executor.models.step_audio2.token2wav_vocoder import VocoderRow, vocode_chunks
 from vllm_omni.model_executor.models.token2wav_stage.backend import ChunkShape, ChunkWork, StreamBytes
+from vllm_omni.model_executor.models.token2wav_stage.graphs import StageGraphs
 from vllm_omni.model_executor.models.token2wav_stage.voice import VOICE_SAMPLE_RATE
+from vllm_omni.platforms.device_graphs import FROM_PLATFORM
+
+
+@dataclass(frozen=True)
+class GraphSettings:
+    """How the backend captures its launches (`graphs.StageGraphs`): the stage's switch and row count."""
+
+    max_rows: int
+    enabled: bool | None = None  # None: follow VLLM_OMNI_DEVICE_GRAPHS and the platform
+    graph_api: Any = FROM_PLATFORM
+    max_graphs: int | None = None
 
 
 @dataclass(frozen=True)
@@ -56,8 +71,11 @@ class CosyVoice2Backend:
 
     name = "cosyvoice2-flow-hift"
 
-    def __init__(self, core: StepAudio2Token2WavCore) -> None:
+    def __init__(self, core: StepAudio2Token2WavCore, graphs: GraphSettings | None = None) -> None:
         self.core = core
+        self.graph_settings = graphs
+        self.graphs: StageGraphs | None = None
+        self.use_graphs = True  # a run-time switch over built graphs (benchmarks compare on / off)
 
     @property
     def device(self) -> torch.device:
@@ -65,6 +83,22 @@ class CosyVoice2Backend:
 
     def ensure_loaded(self) -> None:
         self.core._ensure_models_loaded()
+        settings = self.graph_settings
+        if settings is not None and self.graphs is None:
+            self.graphs = StageGraphs(
+                self.core.flow,
+                self.core.hift,
+                max_rows=settings.max_rows,
+                device=self.device,
+                enabled=settings.enabled,
+                graph_api=settings.graph_api,
+                max_graphs=settings.max_graphs,
+            )
+
+    @property
+    def graphs_active(self) -> bool:
+        """Whether launches replay device graphs (they then want bucketed shapes from the planner)."""
+        return self.use_graphs and self.graphs is not None and self.graphs.active
 
     # ---- voices and streams -------------------------------------------------------------------
 
@@ -104,7 +138,9 @@ class CosyVoice2Backend:
             assert isinstance(work.caches, StreamCaches)
             tokens = torch.tensor(work.tokens, dtype=torch.long).to(device, non_blocking=True)
             rows.append(FlowChunkRow(tokens, work.caches.flow, work.last))
-        return flow_chunks(self.core.flow, rows, pad_frames=pad_frames)
+        # Inactive graphs (CPU, switched off): the plain kernels, without the fixed-shape padding.
+        graphs = self.graphs.estimator if self.graphs_active and self.graphs is not None else None
+        return flow_chunks(self.core.flow, rows, pad_frames=pad_frames, graphs=graphs)
 
     def run_vocoder(
         self, works: Sequence[ChunkWork], products: Sequence[object], pad_rows: int
@@ -113,7 +149,8 @@ class CosyVoice2Backend:
         for work, product in zip(works, products, strict=True):
             assert isinstance(work.caches, StreamCaches) and isinstance(product, FlowChunkOut)
             rows.append(VocoderRow(product.mel, work.caches.vocoder, work.last))
-        outs = vocode_chunks(self.core.hift, rows, self.core.window, pad_rows=pad_rows)
+        graphed = self.graphs.hift if self.graphs_active and self.graphs is not None else None
+        outs = vocode_chunks(self.core.hift, rows, self.core.window, pad_rows=pad_rows, graphed=graphed)
         return [
             (out.speech.reshape(-1), StreamCaches(flow=product.state, vocoder=out.state))  # type: ignore[attr-defined]
             for out, product in zip(outs, products, strict=True)
@@ -155,4 +192,4 @@ class CosyVoice2Backend:
         return StreamBytes(own=own, shared=shared)
 
 
-__all__ = ["CosyVoice2Backend", "CosyVoice2Voice"]
+__all__ = ["CosyVoice2Backend", "CosyVoice2Voice", "GraphSettings"]

@@ -20,6 +20,8 @@ config on its model config; a plain vLLM config has none and the defaults apply)
 | `kv_cache_dtype`    | `extra["token2wav_kv_cache_dtype"]` ("bfloat16", "float16", "float32")  | the flow's dtype |
 | `pad_to_buckets`    | `extra["token2wav_pad_to_buckets"]` (graph-capture shapes)              | False            |
 | `setup_cache_size`  | `extra["token2wav_setup_cache_size"]` (post-prompt flow states kept)    | 4                |
+| `device_graphs`     | `extra["token2wav_device_graphs"]` (true / false / auto, `graphs.py`)   | auto (None)      |
+| `device_graph_api`  | keyword only: the graph runtime (tests pass a fake)                     | the platform's   |
 | (check only)        | `extra["codec_left_context_frames"]` must be 3 (the flow's lookahead)   | 3                |
 | (log only)          | `vllm_config.load_config.load_format` (dummy: built on first use)       |                  |
 
@@ -41,6 +43,7 @@ from vllm_omni.model_executor.models.step_audio2.token2wav_stream import PRE_LOO
 from vllm_omni.model_executor.models.token2wav_stage.store import DEFAULT_IDLE_TIMEOUT_S
 from vllm_omni.model_executor.models.token2wav_stage.voice import DEFAULT_REFERENCE_SECONDS, check_reference_seconds
 from vllm_omni.platforms import DeviceSpec
+from vllm_omni.platforms.device_graphs import FROM_PLATFORM
 
 _KV_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -62,6 +65,8 @@ class StageOptions:
     pad_to_buckets: bool = False
     setup_cache_size: int = 4
     load_format: str | None = None
+    device_graphs: bool | None = None
+    device_graph_api: Any = FROM_PLATFORM
 
     def __post_init__(self) -> None:
         check_reference_seconds(self.reference_seconds)
@@ -107,6 +112,20 @@ def kv_dtype(value: Any) -> torch.dtype | None:
     return _KV_DTYPES[name]
 
 
+def graphs_switch(value: Any) -> bool | None:
+    """`token2wav_device_graphs`: True / False, None or "auto" (follow the environment and the platform)."""
+    if value is None or isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("auto", ""):
+        return None
+    if text in ("1", "true", "on", "yes"):
+        return True
+    if text in ("0", "false", "off", "no"):
+        return False
+    raise ValueError(f"token2wav_device_graphs must be true, false or auto, got {value!r}")
+
+
 def stage_options(vllm_config: Any, overrides: Mapping[str, Any]) -> StageOptions:
     """`StageOptions` from a (real or duck-typed) `VllmConfig`, then `overrides` (see the module table)."""
     extra = _extra(vllm_config)
@@ -135,14 +154,16 @@ def stage_options(vllm_config: Any, overrides: Mapping[str, Any]) -> StageOption
         "pad_to_buckets": bool(extra.get("token2wav_pad_to_buckets", False)),
         "setup_cache_size": int(extra.get("token2wav_setup_cache_size", 4)),
         "load_format": _attr(vllm_config, "load_config", "load_format"),
+        "device_graphs": graphs_switch(extra.get("token2wav_device_graphs")),
     }
     known = {f.name for f in fields(StageOptions)}
     unknown = sorted(set(overrides) - known)
     if unknown:
         raise TypeError(f"unknown token2wav stage option(s) {unknown}; known: {sorted(known)}")
     options = StageOptions(**values)
-    given = {k: (kv_dtype(v) if k == "kv_cache_dtype" else v) for k, v in overrides.items()}
+    convert = {"kv_cache_dtype": kv_dtype, "device_graphs": graphs_switch}
+    given = {k: convert[k](v) if k in convert else v for k, v in overrides.items()}
     return replace(options, **given) if given else options
 
 
-__all__ = ["StageOptions", "kv_dtype", "stage_options"]
+__all__ = ["StageOptions", "graphs_switch", "kv_dtype", "stage_options"]

@@ -30,6 +30,7 @@ no logits.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -45,7 +46,7 @@ from vllm_omni.model_executor.models.token2wav_stage.contract import (
     build_output,
     parse_step,
 )
-from vllm_omni.model_executor.models.token2wav_stage.cosyvoice2_backend import CosyVoice2Backend
+from vllm_omni.model_executor.models.token2wav_stage.cosyvoice2_backend import CosyVoice2Backend, GraphSettings
 from vllm_omni.model_executor.models.token2wav_stage.engine import EngineConfig, Token2WavEngine
 from vllm_omni.model_executor.models.token2wav_stage.families import (
     FamilySpec,
@@ -105,7 +106,10 @@ class Token2WavStageModel(nn.Module):
         if platforms.current_omni_platform.is_npu():
             name = self.token2wav.enable_device_spk_embedding()
             logger.info("%s: NPU platform, speaker embedding on the device (%s)", type(self).__name__, name)
-        self.backend = CosyVoice2Backend(self.token2wav)
+        graphs = None
+        if opts.device_graphs is not False:
+            graphs = GraphSettings(max_rows=opts.max_rows, enabled=opts.device_graphs, graph_api=opts.device_graph_api)
+        self.backend = CosyVoice2Backend(self.token2wav, graphs)
         self.streams = StreamStore(max_streams=opts.stream_limit, idle_timeout_s=opts.idle_timeout_s)
         self.engine = Token2WavEngine(
             self.backend,
@@ -136,8 +140,30 @@ class Token2WavStageModel(nn.Module):
         """
         for _ in weights:
             pass
-        self.backend.ensure_loaded()
+        self._build()
         return set()
+
+    def _build(self) -> None:
+        """Build the models (and their graph runners); launches replaying graphs get bucketed shapes."""
+        self.backend.ensure_loaded()
+        self._plan_for_graphs()
+
+    def _plan_for_graphs(self) -> None:
+        pad = self.options.pad_to_buckets or self.backend.graphs_active
+        if pad != self.engine.config.pad_to_buckets:
+            self.engine.config = replace(self.engine.config, pad_to_buckets=pad)
+
+    def set_device_graphs(self, enabled: bool) -> bool:
+        """Switch graph replay of the launches at run time (benchmarks compare both on one stage).
+
+        Off: the plain eager kernels at exact launch shapes (unless `pad_to_buckets`), as a stage built
+        with `token2wav_device_graphs=False`. On: replay where this stage built graphs (the option is
+        not False) and the platform has a graph API. Returns whether launches now replay graphs.
+        """
+        self._ensure_loaded()
+        self.backend.use_graphs = bool(enabled)
+        self._plan_for_graphs()
+        return self.backend.graphs_active
 
     def _ensure_loaded(self) -> None:
         if not self.token2wav._models_loaded:
@@ -146,7 +172,7 @@ class Token2WavStageModel(nn.Module):
                 type(self).__name__,
                 self.options.load_format,
             )
-            self.backend.ensure_loaded()
+            self._build()
 
     @torch.inference_mode()
     def forward(

@@ -55,6 +55,29 @@ def test_ragged_conv_equals_each_rows_own_convolution(kernel: int, context: int,
     assert new_ctx is None if not keep else new_ctx.shape == (2, 8, len(lengths) * keep)
 
 
+@pytest.mark.parametrize("pad", [0, 3])
+def test_fixed_context_rows_keep_every_rows_result_and_shapes_depend_only_on_total(pad: int) -> None:
+    """`context_rows=R`: same selected outputs and contexts as the exact plan; index shapes fixed by (total, R)."""
+    gen = torch.Generator().manual_seed(pad)
+    conv = nn.Conv1d(8, 6, 3)
+    shapes = set()
+    for lengths in [(9, 12, 5), (26,), (4, 4, 4, 4, 10)]:
+        layout = RaggedLayout(lengths, pad=pad)
+        rows, capacity = len(lengths), 6
+        x = torch.randn(2, 8, layout.total, generator=gen)
+        ctx = torch.randn(2, 8, rows * 2, generator=gen)
+        exact = RaggedConv(layout, 3, 2, torch.device("cpu"), keep_context=2)
+        fixed = RaggedConv(layout, 3, 2, torch.device("cpu"), keep_context=2, context_rows=capacity)
+        padded_ctx = torch.cat([ctx, torch.randn(2, 8, (capacity - rows) * 2, generator=gen)], dim=2)
+        out, new_ctx = exact(conv, x, ctx)
+        out_f, new_ctx_f = fixed(conv, x, padded_ctx)
+        assert torch.equal(out_f, out) and torch.equal(new_ctx_f[:, :, : rows * 2], new_ctx)  # type: ignore[index]
+        shapes.add(tuple(t.shape for t in fixed.indices.tensors()))
+    assert len(shapes) == 1  # 26 + pad frames in 1, 3 or 5 rows: one set of index shapes
+    with pytest.raises(ValueError, match="context_rows 2 is fewer than the layout's 3 rows"):
+        RaggedConv(RaggedLayout((3, 3, 3)), 3, 2, torch.device("cpu"), context_rows=2)
+
+
 def test_ragged_conv_rejects_rows_shorter_than_its_kernel() -> None:
     with pytest.raises(ValueError, match="row 1 has 2 frames \\+ 0 context, fewer than the kernel's 4"):
         RaggedConv(RaggedLayout((6, 2)), 4, 0, torch.device("cpu"))

@@ -40,6 +40,7 @@ import torch
 
 from vllm_omni.model_executor.models.cosyvoice2.flow.batched_estimator import EstimatorRows, estimator_chunks
 from vllm_omni.model_executor.models.cosyvoice2.flow.encoder import REL_POS_MAX_LEN
+from vllm_omni.model_executor.models.cosyvoice2.flow.estimator_segments import EstimatorGraphs
 from vllm_omni.model_executor.models.cosyvoice2.flow.flow import CausalMaskedDiffWithXvec
 from vllm_omni.model_executor.models.cosyvoice2.flow.kv_cache import EstimatorKV
 from vllm_omni.model_executor.models.cosyvoice2.flow.ragged import RaggedLayout
@@ -190,8 +191,13 @@ def flow_chunks(
     *,
     pad_frames: int = 0,
     kv_dtype: torch.dtype | None = None,
+    graphs: EstimatorGraphs | None = None,
 ) -> list[FlowChunkOut]:
-    """The chunk of every row in one launch (see the module docstring). Rows must share `launch_key`."""
+    """The chunk of every row in one launch (see the module docstring). Rows must share `launch_key`.
+
+    `graphs` replays the estimator's segments from device graphs (`estimator_segments`); the
+    conformer encoder runs eagerly per row either way.
+    """
     if not rows:
         return []
     keys = {row.state.launch_key for row in rows}
@@ -224,6 +230,7 @@ def flow_chunks(
         ),
         n_timesteps=n_timesteps,
         kv_dtype=kv_dtype or rows[0].state.estimator_att.dtype,
+        graphs=graphs,
     )
     out = []
     for i, row in enumerate(rows):

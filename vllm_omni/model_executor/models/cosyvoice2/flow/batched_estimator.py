@@ -16,6 +16,10 @@ and extends the row's own caches. How the rows share the work (see `ragged.py`):
   over `[2 g, heads, T, d]` against `cat([k_new, cached keys])` of each row. The DiT has no
   positional encoding, so keys are only ever each row's own; nothing is padded.
 
+The velocity is evaluated segment by segment (`estimator_segments`: the step cut at its attention
+calls), so the same code runs eagerly or, with `graphs`, replays each segment from a device graph
+while the attention (which reads and writes the rows' own caches) stays eager in between.
+
 New caches are written directly in their trimmed form (`kv_cache.plan_trim`): per row one
 `own` tensor `(n, depth, 2, heads, kept, 2 head_dim)` in the cache dtype; the voice's shared base is
 only read. Every tensor is created with an explicit dtype and device (never the process default).
@@ -26,13 +30,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import cast
 
 import torch
 import torch.nn.functional as F
 
 from vllm_omni.model_executor.models.cosyvoice2.flow.cfm import CausalConditionalCFM
-from vllm_omni.model_executor.models.cosyvoice2.flow.dit import DiT, DiTAttention, DiTBlock, modulate
+from vllm_omni.model_executor.models.cosyvoice2.flow.dit import DiT
+from vllm_omni.model_executor.models.cosyvoice2.flow.estimator_segments import EstimatorGraphs, EstimatorSegments
 from vllm_omni.model_executor.models.cosyvoice2.flow.euler import cfg_pair, euler_cfg
 from vllm_omni.model_executor.models.cosyvoice2.flow.kv_cache import TIME_DIM, EstimatorKV, TrimPlan, plan_trim
 from vllm_omni.model_executor.models.cosyvoice2.flow.ragged import RaggedConv, RaggedLayout
@@ -75,12 +79,14 @@ class EstimatorRows:
 class _Launch:
     """Everything of one launch that does not change across blocks and steps."""
 
-    def __init__(self, est: DiT, layout: RaggedLayout, rows: EstimatorRows, kv_dtype: torch.dtype) -> None:
+    def __init__(
+        self, est: DiT, layout: RaggedLayout, rows: EstimatorRows, kv_dtype: torch.dtype, context_rows: int | None
+    ) -> None:
         self.layout = layout
         self.rows = rows
         device = rows.att[0].own.device
         self.groups = attention_groups(layout.lengths, [kv.frames for kv in rows.att])
-        self.conv = RaggedConv(layout, 3, 2, device, keep_context=2)
+        self.conv = RaggedConv(layout, 3, 2, device, keep_context=2, context_rows=context_rows)
         self.hidden = est.hidden_size
         self.heads = est.num_heads
         self.head_dim = est.head_dim
@@ -99,19 +105,20 @@ class _Launch:
 
 
 def _attention(
-    attn: DiTAttention,
-    x: torch.Tensor,
+    q: torch.Tensor,
+    kv_new: torch.Tensor,
     launch: _Launch,
     step: int,
     block: int,
     new_own: list[torch.Tensor],
 ) -> torch.Tensor:
-    """Self-attention of all rows for one block of one Euler step; writes the rows' new caches."""
-    two, n, _ = x.shape
-    heads, d = launch.heads, launch.head_dim
-    q, k, v = attn._qkv(x)  # [2, H, N, d] each (q, k normalised per head)
-    kv_new = torch.cat([k, v], dim=3)  # [2, H, N, 2d]: the reference's cache layout (keys | values)
-    out = x.new_zeros(two, heads, n, d)
+    """Self-attention of all rows for one block of one Euler step; writes the rows' new caches.
+
+    q `[2, H, N, d]` and kv_new `[2, H, N, 2d]` (keys | values, the reference's cache layout) of all
+    frames; returns the attention output `[2, H, N, d]` (zeros on padding frames).
+    """
+    two, heads, n, d = q.shape
+    out = q.new_zeros(two, heads, n, d)
     offsets = launch.layout.offsets
     for group in launch.groups:
         g, t, c = group.count, group.frames, group.cache
@@ -123,12 +130,12 @@ def _attention(
         else:
             q_g = q[:, :, span].reshape(two, heads, g, t, d).permute(2, 0, 1, 3, 4).reshape(g * two, heads, t, d)
             new_g = kv_new[:, :, span].reshape(two, heads, g, t, 2 * d).permute(2, 0, 1, 3, 4)
-        full = x.new_empty(g, two, heads, t + c, 2 * d)
+        full = q.new_empty(g, two, heads, t + c, 2 * d)
         full[:, :, :, :t] = new_g
         for j in range(g):
             row = group.first + j
             at = t
-            for part in launch.rows.att[row].step_block(step, block, x.dtype):
+            for part in launch.rows.att[row].step_block(step, block, q.dtype):
                 full[j, :, :, at : at + part.shape[2]] = part
                 at += part.shape[2]
             plan = launch.trims[row]
@@ -142,55 +149,7 @@ def _attention(
             out[:, :, span] = o
         else:
             out[:, :, span] = o.reshape(g, two, heads, t, d).permute(1, 2, 0, 3, 4).reshape(two, heads, g * t, d)
-    return attn._out(out)
-
-
-def _conv_branch(
-    block: DiTBlock,
-    x: torch.Tensor,
-    launch: _Launch,
-    cnn_in: torch.Tensor,
-    cnn_out: torch.Tensor,
-    step: int,
-    index: int,
-) -> torch.Tensor:
-    """The causal conv branch (`CausalConvBlock.forward_chunk`) of all rows; writes their new conv contexts."""
-    conv_block = block.conv
-    c_in, c_out = conv_block.in_channels, conv_block.out_channels
-    rows = launch.layout.rows
-    two = x.shape[0]
-    # cnn_in / cnn_out: [rows, n, depth, 2, in + out, 2]; a row's context is [2, C, 2] -> [2, C, rows * 2].
-    ctx = cnn_in[:, step, index].permute(1, 2, 0, 3)  # [2, in + out, rows, 2]
-    ctx1 = ctx[:, :c_in].reshape(two, c_in, rows * 2)
-    ctx2 = ctx[:, c_in:].reshape(two, c_out, rows * 2)
-    conv1 = conv_block.block[1]
-    conv2 = conv_block.block[6]
-    h, new1 = launch.conv(cast(torch.nn.Conv1d, conv1), x.transpose(1, 2), ctx1)
-    h = conv_block.block[2:6](h)
-    h, new2 = launch.conv(cast(torch.nn.Conv1d, conv2), h, ctx2)
-    assert new1 is not None and new2 is not None
-    new = torch.cat([new1, new2], dim=1).reshape(two, c_in + c_out, rows, 2).permute(2, 0, 1, 3)
-    cnn_out[:, step, index] = new
-    return h.transpose(1, 2)
-
-
-def _block(
-    block: DiTBlock,
-    h: torch.Tensor,
-    c: torch.Tensor,
-    launch: _Launch,
-    cnn_in: torch.Tensor,
-    cnn_out: torch.Tensor,
-    new_own: list[torch.Tensor],
-    step: int,
-    index: int,
-) -> torch.Tensor:
-    s_msa, sc_msa, g_msa, s_mlp, sc_mlp, g_mlp, s_conv, sc_conv, g_conv = block.adaLN_modulation(c).chunk(9, -1)
-    h = h + g_msa * _attention(block.attn, modulate(block.norm1(h), s_msa, sc_msa), launch, step, index, new_own)
-    h = h + g_conv * _conv_branch(
-        block, modulate(block.norm3(h), s_conv, sc_conv), launch, cnn_in, cnn_out, step, index
-    )
-    return h + g_mlp * block.mlp(modulate(block.norm2(h), s_mlp, sc_mlp))
+    return out
 
 
 @torch.inference_mode()
@@ -203,15 +162,20 @@ def estimator_chunks(
     *,
     n_timesteps: int,
     kv_dtype: torch.dtype | None = None,
+    graphs: EstimatorGraphs | None = None,
 ) -> tuple[torch.Tensor, list[torch.Tensor], list[EstimatorKV]]:
     """Mel chunks of all rows and their next caches.
 
     mu `[1, C, layout.total]` (ragged, padding frames last), spks `[rows, C]` (projected speakers).
     Returns (mel `[1, C, layout.total]`, new cnn caches per row, new attention caches per row).
     `kv_dtype` is the storage dtype of the new `own` caches (default: the estimator's dtype).
+    `graphs` replays the segments between attention calls from device graphs (`estimator_segments`)
+    when `graphs.use_for` accepts the launch's shape (a bucketed frame count, rows it can hold).
     """
     est = cfm.estimator
     n_rows = layout.rows
+    if graphs is not None and not graphs.use_for(n_rows, layout.total):
+        graphs = None
     if not (len(rows.cnn) == len(rows.att) == len(rows.prompt_frames) == n_rows == spks.shape[0]):
         raise ValueError(
             f"estimator_chunks: {n_rows} rows in the layout but {len(rows.cnn)} cnn caches, {len(rows.att)} attention "
@@ -227,7 +191,8 @@ def estimator_chunks(
             )
     dtype, device = mu.dtype, mu.device
     kv_dtype = kv_dtype or dtype
-    launch = _Launch(est, layout, rows, kv_dtype)
+    capacity = graphs.context_rows if graphs is not None else n_rows
+    launch = _Launch(est, layout, rows, kv_dtype, capacity)
 
     # Noise: each row reads the fixed buffer at its own offset (its logical cache length).
     noise = [cfm.noise(kv.frames, t).to(dtype) for kv, t in zip(rows.att, layout.lengths, strict=True)]
@@ -243,22 +208,32 @@ def estimator_chunks(
 
     cnn_in = torch.stack([cnn.to(dtype) for cnn in rows.cnn], dim=0)  # [rows, n, depth, 2, in + out, 2]
     cnn_out = torch.empty_like(cnn_in)
+    if capacity > n_rows:  # the conv plan's fixed row count (graph capture); absent rows read zeros
+        cnn_in = torch.cat([cnn_in, cnn_in.new_zeros((capacity - n_rows, *cnn_in.shape[1:]))], dim=0)
     new_own = [
         torch.empty((n_timesteps, *kv.own.shape[1:4], plan.own_frames, kv.own.shape[5]), dtype=kv_dtype, device=device)
         for kv, plan in zip(rows.att, launch.trims, strict=True)
     ]
 
-    def velocity(step: int, x_in: torch.Tensor, t_in: torch.Tensor) -> torch.Tensor:
-        h_in = torch.cat([x_in, mu_in, spk_in, cond_in], dim=1)
-        if h_in.shape[1] != est.in_channels:
-            raise ValueError(f"DiT: concatenated input has {h_in.shape[1]} channels, expected {est.in_channels}")
-        h = est.in_proj(h_in.transpose(1, 2))
-        c = est.t_embedder(t_in).unsqueeze(1)
-        for index, block in enumerate(est.blocks):
-            h = _block(cast(DiTBlock, block), h, c, launch, cnn_in, cnn_out, new_own, step, index)
-        return est.final_layer(h, c).transpose(1, 2)
+    segments = graphs.functions() if graphs is not None else EstimatorSegments(est).functions()
+    indices = launch.conv.indices.tensors()
+    depth = len(segments) - 1
 
-    x = euler_cfg(x, n_timesteps, cfm.inference_cfg_rate, velocity)
+    def velocity(step: int, x_in: torch.Tensor, t_in: torch.Tensor) -> torch.Tensor:
+        h, c, m, q, kv = segments[0](x_in, mu_in, spk_in, cond_in, t_in)
+        for index in range(depth):
+            o = _attention(q, kv, launch, step, index, new_own)
+            out = segments[index + 1](h, c, m, o, cnn_in[:, step, index], *indices)
+            cnn_out[:, step, index] = out[1][:n_rows]
+            if index + 1 < depth:
+                h, _, m, q, kv = out
+        return out[0]
+
+    if graphs is None:
+        x = euler_cfg(x, n_timesteps, cfm.inference_cfg_rate, velocity)
+    else:
+        with graphs.launch_lock:  # segment outputs are static buffers: one launch at a time
+            x = euler_cfg(x, n_timesteps, cfm.inference_cfg_rate, velocity)
 
     new_att = [
         EstimatorKV(own=own, base=kv.base, base_from=plan.base_from)

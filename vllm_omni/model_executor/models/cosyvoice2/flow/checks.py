@@ -40,19 +40,25 @@ def speech_tokens(
     device: torch.device,
     clamp_negative: bool,
 ) -> torch.Tensor:
-    """`(1, T)` integer ids as long on `device`; ids >= vocab_size (and < 0 unless clamped to 0) are errors."""
+    """`(1, T)` integer ids as long on `device`; ids >= vocab_size (and < 0 unless clamped to 0) are errors.
+
+    The id range is checked where the ids can be read without a device round trip: ids given on the
+    host (lists, the stage's chunks, CPU tensors) are checked before the non-blocking copy. Ids that
+    are already on an accelerator were made there (the speech tokenizer's FSQ codes are
+    0..vocab_size - 1 by construction) and are not read back: that would stall the device queue.
+    """
     check_batch1(name, tokens, 2, where)
     if tokens.dtype.is_floating_point or tokens.dtype == torch.bool:
         raise ValueError(f"flow.{where}: {name} must be an integer tensor, got {tokens.dtype}")
-    tokens = tokens.to(device=device, dtype=torch.long)
-    if tokens.numel():
-        lo, hi = (int(v) for v in torch.stack(torch.aminmax(tokens)).tolist())  # one host sync
+    if tokens.numel() and tokens.device.type == "cpu":
+        lo, hi = (int(v) for v in torch.stack(torch.aminmax(tokens)).tolist())
         if hi >= vocab_size or (lo < 0 and not clamp_negative):
             allowed = f"[0, {vocab_size})" if not clamp_negative else f"(-inf, {vocab_size})"
             raise ValueError(
                 f"flow.{where}: {name} ids span [{lo}, {hi}], allowed {allowed}; speech tokens of the 25 Hz "
                 f"tokenizer are 0..{vocab_size - 1}"
             )
+    tokens = tokens.to(device=device, dtype=torch.long, non_blocking=True)
     return tokens.clamp(min=0) if clamp_negative else tokens
 
 

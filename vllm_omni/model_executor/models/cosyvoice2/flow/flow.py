@@ -103,15 +103,18 @@ class CausalMaskedDiffWithXvec(nn.Module):
     def inference(
         self,
         token: torch.Tensor,
-        token_len: torch.Tensor,
+        token_len: torch.Tensor | int,
         prompt_token: torch.Tensor,
-        prompt_token_len: torch.Tensor,
+        prompt_token_len: torch.Tensor | int,
         prompt_feat: torch.Tensor,
-        prompt_feat_len: torch.Tensor,
+        prompt_feat_len: torch.Tensor | int,
         embedding: torch.Tensor,
         n_timesteps: int = 10,
     ) -> torch.Tensor:
         """Mel `(1, 80, up * T)` of the generated tokens `(1, T)` in the voice of the prompt.
+
+        The `*_len` arguments (reference-style, checked against the tensors) may be host ints: a
+        length tensor on an accelerator is read back for the check, which waits for the device.
 
         `prompt_feat (1, P, 80)` must hold exactly `up_rate * prompt tokens` frames (the facades
         replicate-pad the 24 kHz prompt mel to that length, as upstream).
@@ -133,7 +136,7 @@ class CausalMaskedDiffWithXvec(nn.Module):
         spk = self._speaker(embedding, where)
 
         tokens = torch.cat([prompt_token, token], dim=1)
-        lens = torch.tensor([tokens.size(1)], device=self.device)
+        lens = torch.tensor([tokens.size(1)]).to(self.device, non_blocking=True)
         h, _ = self.encoder(self.input_embedding(tokens), lens)
         h = self.encoder_proj(h)
         p = prompt_feat.size(1)

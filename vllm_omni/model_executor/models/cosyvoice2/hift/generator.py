@@ -104,8 +104,22 @@ class HiFTGenerator(HiFTBase):
         passes the previous chunk's last source samples so the excitation stays phase-continuous
         across chunks. `generator` makes the source noise reproducible (default: torch's global RNG,
         as the reference does); it must live on `mel`'s device. A sequence of generators (one per row,
-        `None` for padding rows) gives every row the noise of its own batch-1 call (`source.draw`).
+        `None` for padding rows) gives every row the noise of its own batch-1 call (`source.draw`);
+        `source.DrawnNoise` is the same noise drawn ahead (`source.draw_ahead`, for captured calls).
+
+        The same as `excitation` (the source, cached samples written in) followed by `decode`.
         """
+        source = self.excitation(mel, cache_source, generator=generator)
+        return self.decode(mel.to(self.conv_pre.weight.dtype), source), source
+
+    def excitation(
+        self,
+        mel: torch.Tensor,
+        cache_source: torch.Tensor | None = None,
+        *,
+        generator: NoiseSource = None,
+    ) -> torch.Tensor:
+        """The NSF source [B, 1, 480 T] of `mel`, its first S samples replaced by `cache_source` (see `forward`)."""
         self.check_mel(mel)
         mel = mel.to(self.conv_pre.weight.dtype)
         source = self.source(mel, generator)
@@ -124,4 +138,4 @@ class HiFTGenerator(HiFTBase):
                 )
             source = source.clone()
             source[:, :, :cache_len] = cache_source.to(source.dtype)
-        return self.decode(mel, source), source
+        return source

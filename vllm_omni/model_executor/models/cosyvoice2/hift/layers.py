@@ -182,7 +182,27 @@ def istft_head(x: torch.Tensor, n_fft: int, hop: int, window: torch.Tensor) -> t
     magnitude = torch.clip(torch.exp(x[:, :bins, :]), max=1e2)
     phase = torch.sin(x[:, bins:, :])
     spec = torch.complex(magnitude * torch.cos(phase), magnitude * torch.sin(phase))
-    return torch.istft(spec, n_fft, hop, n_fft, window=window.to(magnitude.dtype))
+    return centred_istft(spec, n_fft, hop, window.to(magnitude.dtype))
+
+
+def centred_istft(spec: torch.Tensor, n_fft: int, hop: int, window: torch.Tensor) -> torch.Tensor:
+    """`torch.istft(spec, n_fft, hop, n_fft, window=window)` (centred, onesided) without its host-side check.
+
+    The same aten operations in the same order as torch 2.13's istft (inverse real FFT of each frame,
+    times the window, overlap-add, trimmed by n_fft / 2 at both ends, divided by the overlap-added
+    squared window), so the samples are bit-identical (tested). What is left out is istft's check that
+    the window envelope never vanishes (NOLA): it reads a device value back (`aten.equal`), which
+    stalls the launching thread on every vocoder call and cannot be inside a captured graph. The
+    windows used here (periodic Hann, hop <= n_fft / 4) satisfy it for every frame count.
+    """
+    frames = spec.shape[-1]
+    length = n_fft + hop * (frames - 1)
+    signal = torch.fft.irfft(spec.transpose(1, 2), n=n_fft, dim=-1) * window.view(1, 1, n_fft)
+    signal = torch.ops.aten.unfold_backward(signal, [spec.shape[0], length], 1, n_fft, hop)
+    envelope = window.pow(2).expand(1, frames, n_fft)
+    envelope = torch.ops.aten.unfold_backward(envelope, [1, length], 1, n_fft, hop)
+    half = n_fft // 2
+    return signal[:, half : length - half] / envelope[:, half : length - half]
 
 
 class HiFTBase(nn.Module):

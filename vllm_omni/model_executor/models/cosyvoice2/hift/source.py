@@ -27,6 +27,13 @@ row makes row i draw `rand(1, H)`, `randn(1, L, H)`, `randn(1, L, 1)` from its o
 same order as a batch-1 call with that generator, so a row's noise is bit-identical to its solo run.
 A `None` entry (a padding row) gets zeros and consumes nothing.
 
+Noise drawn ahead (`DrawnNoise`, `draw_ahead`): a captured device graph replays kernels and cannot
+run Python, so it cannot draw from per-row generators (the draws happen on the host side of the
+generator API). `draw_ahead(generators, ...)` draws every row's three tensors from its generator in
+the batch-1 order, before the call; passed as the `generator`, the source reads them instead of
+drawing. Row i's noise is the same values as with `generators` themselves, and each generator ends
+in the same state, so a captured HiFT call gives the audio of the eager per-row one.
+
 The harmonic increments, the excitation formula and the learned merge (`HarmonicMerge`) are shared
 with CosyVoice3's causal source (`cosyvoice3/hift/source.py`), which differs only in how it makes
 the phase (nearest up-sampling, carried between chunks) and the noise (a fixed table).
@@ -36,14 +43,33 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-#: One generator for the whole batch (reference behaviour), one per row (batched serving), or None
-#: (torch's global RNG, as the reference).
-NoiseSource = torch.Generator | Sequence[torch.Generator | None] | None
+#: Which of the three draws of one HiFT source call (in the order they happen).
+NoiseRole = Literal["initial_phase", "harmonics", "source"]
+
+
+@dataclass(frozen=True)
+class DrawnNoise:
+    """The per-row NSF noise of one batch, drawn before the call (`draw_ahead`; see the module docstring).
+
+    `initial_phase` is `rand` [B, H], `harmonics` is `randn` [B, L, H]; the source module's own
+    `randn` [B, L, 1] is drawn too (to advance each generator as a call would) but never used, so it is
+    not kept. Padding rows hold zeros.
+    """
+
+    initial_phase: torch.Tensor
+    harmonics: torch.Tensor
+
+
+#: One generator for the whole batch (reference behaviour), one per row (batched serving), noise
+#: drawn ahead per row (captured calls), or None (torch's global RNG, as the reference).
+NoiseSource = torch.Generator | Sequence[torch.Generator | None] | DrawnNoise | None
 
 
 def draw(
@@ -53,12 +79,24 @@ def draw(
     *,
     device: torch.device,
     dtype: torch.dtype,
+    role: NoiseRole,
 ) -> torch.Tensor:
     """`fn(shape)` (`torch.rand` / `torch.randn`) from `generator`; a sequence draws row by row.
 
     With a sequence, row i is `fn((1, *shape[1:]), generator=generator[i])`: exactly what a batch-1
-    call with that generator draws, whatever the other rows are. `None` rows are zeros.
+    call with that generator draws, whatever the other rows are. `None` rows are zeros. With
+    `DrawnNoise` the tensor of `role` is returned (a copy: callers modify it), nothing is drawn.
     """
+    if isinstance(generator, DrawnNoise):
+        if role == "source":  # drawn ahead only to advance the generators; the caller discards it
+            return generator.harmonics.new_empty((0,))
+        drawn = generator.initial_phase if role == "initial_phase" else generator.harmonics
+        if tuple(drawn.shape) != tuple(shape):
+            raise ValueError(
+                f"NSF noise drawn ahead: {role} is {list(drawn.shape)}, this call needs {list(shape)}; "
+                "draw it with draw_ahead() for this batch and mel length"
+            )
+        return drawn.to(device=device, dtype=dtype, copy=True)
     if generator is None or isinstance(generator, torch.Generator):
         return fn(shape, generator=generator, device=device, dtype=dtype)
     if len(generator) != shape[0]:
@@ -70,6 +108,32 @@ def draw(
         for gen in generator
     ]
     return torch.cat(rows, dim=0)
+
+
+def draw_ahead(
+    generators: Sequence[torch.Generator | None],
+    length: int,
+    harmonics: int,
+    *,
+    device: torch.device,
+    dtype: torch.dtype,
+) -> DrawnNoise:
+    """Draw the noise of one per-row HiFT source call of `length` waveform samples and `harmonics` sines.
+
+    Row i draws `rand(1, H)`, `randn(1, L, H)`, `randn(1, L, 1)` from `generators[i]`, the order of a
+    batch-1 call (`SineGen._phase`, `SineGen.forward`, `SourceModuleHnNSF.forward`); `None` rows are
+    zeros and draw nothing.
+    """
+    phases, noises = [], []
+    for gen in generators:
+        if gen is None:
+            phases.append(torch.zeros((1, harmonics), device=device, dtype=dtype))
+            noises.append(torch.zeros((1, length, harmonics), device=device, dtype=dtype))
+            continue
+        phases.append(torch.rand((1, harmonics), generator=gen, device=device, dtype=dtype))
+        noises.append(torch.randn((1, length, harmonics), generator=gen, device=device, dtype=dtype))
+        torch.randn((1, length, 1), generator=gen, device=device, dtype=dtype)  # the source module's own draw
+    return DrawnNoise(torch.cat(phases, dim=0), torch.cat(noises, dim=0))
 
 
 def midpoint_downsample(x: torch.Tensor, scale: int) -> torch.Tensor:
@@ -146,7 +210,7 @@ class SineGen(nn.Module):
 
     def _phase(self, rad: torch.Tensor, generator: NoiseSource) -> torch.Tensor:
         batch, _, dim = rad.shape
-        rand_ini = draw(torch.rand, (batch, dim), generator, device=rad.device, dtype=rad.dtype)
+        rand_ini = draw(torch.rand, (batch, dim), generator, device=rad.device, dtype=rad.dtype, role="initial_phase")
         rand_ini[:, 0] = 0.0
         rad[:, 0, :] = rad[:, 0, :] + rand_ini
         rad = rad.transpose(1, 2)  # [B, H, L]
@@ -162,7 +226,9 @@ class SineGen(nn.Module):
         rad = harmonic_increments(f0, self.harmonic_num, self.sampling_rate)
         sines = torch.sin(self._phase(rad, generator)) * self.sine_amp
         uv = voiced(f0, self.voiced_threshold)
-        noise = draw(torch.randn, tuple(sines.shape), generator, device=sines.device, dtype=sines.dtype)
+        noise = draw(
+            torch.randn, tuple(sines.shape), generator, device=sines.device, dtype=sines.dtype, role="harmonics"
+        )
         return excitation(sines, uv, noise, self.sine_amp, self.noise_std), uv
 
 
@@ -207,5 +273,5 @@ class SourceModuleHnNSF(HarmonicMerge):
         merged = self.merge(sines)
         # The reference also returns this noise; HiFT ignores it, but drawing it keeps the RNG
         # stream (and so every later call) identical to the reference.
-        draw(torch.randn, tuple(uv.shape), generator, device=uv.device, dtype=uv.dtype)
+        draw(torch.randn, tuple(uv.shape), generator, device=uv.device, dtype=uv.dtype, role="source")
         return merged

@@ -68,6 +68,13 @@ def conv_out_length(lengths: torch.Tensor) -> torch.Tensor:
     return (lengths - 1) // 2 + 1
 
 
+def code_count(frames: int) -> int:
+    """Codes of an unpadded `frames`-frame window: `conv_out_length` twice (the two stride-2 convs), on host ints."""
+    for _ in range(2):
+        frames = (frames - 1) // 2 + 1
+    return frames
+
+
 class FSMNMultiHeadAttention(nn.Module):
     """Self-attention with a depthwise-conv (FSMN) memory over the values. Keys: query/key/value/out/fsmn_block."""
 
@@ -180,7 +187,7 @@ class FSQCodebook(nn.Module):
         """hidden [B, T, n_state] -> codes [B, T] int64 (see the module docstring for the rounding)."""
         digits = fsq_digits(torch.tanh(self.project_down(x).float()))
         powers = torch.pow(
-            torch.tensor(float(self.levels), device=x.device),
+            torch.full((), float(self.levels), device=x.device),  # a fill, not a blocking host copy
             torch.arange(digits.shape[-1], device=x.device, dtype=torch.float32),
         )
         return torch.sum(digits * powers, dim=-1).to(torch.int64)

@@ -29,7 +29,7 @@ from vllm_omni.model_executor.models.cosyvoice2.speech_tokenizer.config import (
     SAMPLE_RATE,
 )
 from vllm_omni.model_executor.models.cosyvoice2.speech_tokenizer.frontend import LogMelFrontend
-from vllm_omni.model_executor.models.cosyvoice2.speech_tokenizer.model import SpeechTokenizerV2
+from vllm_omni.model_executor.models.cosyvoice2.speech_tokenizer.model import SpeechTokenizerV2, code_count
 from vllm_omni.model_executor.models.cosyvoice2.speech_tokenizer.windowing import quantize_long_mel
 from vllm_omni.platforms import DeviceSpec, normalize_device
 
@@ -68,7 +68,9 @@ def check_waveform(wav: torch.Tensor) -> torch.Tensor:
             f"speech tokenizer needs at least {MIN_SAMPLES} samples ({1000 * MIN_SAMPLES / SAMPLE_RATE:.1f} ms at "
             f"16 kHz), got {wav.shape[0]}"
         )
-    if not bool(torch.isfinite(wav).all()):
+    # Values are checked where they can be read without a device round trip: a waveform already on an
+    # accelerator came through the host front end (`audio.loading` rejects NaN / Inf) before its copy.
+    if wav.device.type == "cpu" and not bool(torch.isfinite(wav).all()):
         raise ValueError("speech tokenizer got a waveform with NaN or Inf samples")
     return wav
 
@@ -84,9 +86,12 @@ class TorchSpeechTokenizer:
         self.frontend = LogMelFrontend().to(self.device)
 
     def _window(self, mel: torch.Tensor) -> torch.Tensor:
-        lengths = torch.tensor([mel.shape[-1]], device=mel.device)
-        codes, code_len = self.model(mel, lengths)
-        return codes[0, : int(code_len[0])]
+        frames = mel.shape[-1]
+        lengths = torch.tensor([frames]).to(mel.device, non_blocking=True)
+        codes, _ = self.model(mel, lengths)
+        # One unpadded window: the code count is the encoder's subsampling of its frame count, known on
+        # the host (reading the model's code_len back would wait for the device).
+        return codes[0, : code_count(frames)]
 
     @torch.inference_mode()
     def tokenize(self, wav_16k: torch.Tensor) -> tuple[torch.Tensor, int]:
