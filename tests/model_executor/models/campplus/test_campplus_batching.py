@@ -141,3 +141,31 @@ def test_cpu_calls_give_up_the_cores_other_threads_hold(backend, monkeypatch: py
         torch.set_num_threads(previous)
     assert seen == [2, 1, 1, 1]  # one choice for all launches of a batch
     assert torch.equal(quiet, busy)  # the thread count changes the speed, not the result
+
+
+def test_embed_batch_never_waits_for_the_device(reduced_standin: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On an accelerator a host read stalls the launching thread (and cannot be captured). The device is
+    faked by `meta` under `HostSyncCounter` (tests/helpers/host_sync.py), which records every such site."""
+    from tests.helpers.host_sync import HostSyncCounter
+    from vllm_omni.model_executor.models.cosyvoice3.speaker_embedding_torch import (
+        CampplusTorch,
+        load_campplus_from_onnx,
+    )
+
+    meta = torch.device("meta")
+    backend = CampplusTorch(load_campplus_from_onnx(reduced_standin, seg_pool_mode="exact"), meta)
+    # Buckets 192 (row 0), 128 (rows 1 and 3: not consecutive, an index scatter), 256 (row 2).
+    feats = [torch.empty(t, 80, device=meta) for t in (150, 65, 230, 100)]
+    with HostSyncCounter() as syncs:
+        out = backend.embed_batch(feats)
+        padded = backend.embed_padded(torch.empty(2, 128, 80, device=meta), torch.tensor([100, 65]))
+    assert syncs.sites == [], syncs.report()
+    assert out.shape == (4, backend.embedding_size) and out.device == meta and padded.shape == (2, out.shape[1])
+
+    def blocking_scatter(out: torch.Tensor, indices: tuple[int, ...], rows: torch.Tensor) -> None:
+        out[torch.tensor(indices, device=meta)] = rows  # the former form: a pageable copy that waits
+
+    monkeypatch.setattr(backend, "_scatter", blocking_scatter)
+    with HostSyncCounter() as syncs:
+        backend.embed_batch(feats)
+    assert [s.kind for s in syncs.sites] == ["blocking-host-to-device"] * 3  # one per launch

@@ -209,8 +209,19 @@ class CampplusTorch:
                 x, lengths = self._launch_inputs(launch, prepared)
                 with torch.inference_mode():
                     embeddings = self._impl(x, lengths)
-                out[torch.tensor(launch.indices, device=self.device)] = embeddings[: len(launch.indices)]
+                self._scatter(out, launch.indices, embeddings[: len(launch.indices)])
         return out
+
+    def _scatter(self, out: torch.Tensor, indices: tuple[int, ...], rows: torch.Tensor) -> None:
+        """`out[indices] = rows` without waiting for the device: a slice when the indices are consecutive
+        (one utterance, or a group in request order), else an index copied to the device non-blocking
+        (`torch.tensor(indices, device=d)` would be a blocking pageable copy)."""
+        first = indices[0]
+        if indices == tuple(range(first, first + len(indices))):
+            out[first : first + len(indices)] = rows
+            return
+        index = torch.tensor(indices, dtype=torch.int64).to(self.device, non_blocking=True)
+        out.index_copy_(0, index, rows)
 
     def _launch_inputs(self, launch: Launch, prepared: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         """The padded features [rows, frames, 80] and lengths [rows] (both on the device) of one launch."""
