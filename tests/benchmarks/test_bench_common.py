@@ -20,6 +20,7 @@ from vllm_omni.benchmarks.common import (
     fmt,
     json_text,
     load_average,
+    option_value,
     record_cli_run,
 )
 from vllm_omni.entrypoints.cli.types import CLIUsageError
@@ -77,6 +78,13 @@ def test_unmeasured_values_render_as_a_dash_and_json_as_null() -> None:
 )
 def test_recorder_files_are_named_after_the_requested_device(argv: list[str], device: str) -> None:
     assert argv_device_type(argv) == device
+
+
+def test_option_value_reads_both_spellings_and_the_last_one_wins() -> None:
+    assert option_value(["--threads", "2", "--clock=cpu"], "--threads") == "2"
+    assert option_value(["--threads", "2", "--clock=cpu"], "--clock") == "cpu"
+    assert option_value(["--threads", "2", "--threads=4"], "--threads") == "4"
+    assert option_value(["--threads"], "--threads") is None and option_value([], "--full") is None
 
 
 @pytest.mark.parametrize(("code", "recorded"), [(0, True), (1, True), (2, False)])

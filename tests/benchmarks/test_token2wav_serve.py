@@ -15,6 +15,7 @@ from vllm_omni.benchmarks.token2wav_serve import (
     percentiles,
     ratio_row,
     ready_offsets,
+    talker_bound,
 )
 from vllm_omni.model_executor.models.token2wav_stage.families import MINICPMO_4_5, STEP_AUDIO2
 
@@ -87,6 +88,9 @@ def test_ratio_row_divides_batched_by_unbatched() -> None:
         ({"concurrency": (0,)}, "concurrency levels must be >= 1"),
         ({"audio_seconds": (3.0, 1.0)}, "audio_seconds must be"),
         ({"talker_rate": 0.0}, "must be > 0"),
+        ({"clock": "tsc"}, "clock must be one of"),
+        ({"clock": "cpu", "threads": 2}, "the cpu clock needs --device cpu and 1 thread"),
+        ({"clock": "cpu", "device": "cuda"}, "the cpu clock needs --device cpu and 1 thread"),
     ],
 )
 def test_config_is_validated(kwargs: dict, match: str) -> None:
@@ -111,3 +115,28 @@ def test_poisson_arrivals_queue_beyond_the_concurrency_and_both_modes_serve_ever
         assert max(r.admitted_s - r.arrival_s for r in run.requests) > 0  # 50 req/s outpaces 2 slots
         assert all(r.ttfp_s() >= r.admitted_s - r.arrival_s for r in run.requests)  # type: ignore[operator]
     assert report.to_dict()["levels"][0]["ratio_batched_over_unbatched"]["throughput_audio_s_per_s"] > 0
+
+
+def test_talker_bound_caps_either_modes_throughput() -> None:
+    """c requests whose talkers emit T codes/s cannot get more than c x T / 25 audio seconds per second."""
+    assert talker_bound(8, 100.0) == 32.0 and talker_bound(1, 25.0) == 1.0
+
+
+def test_cpu_clock_counts_this_threads_work_and_not_time_it_waited() -> None:
+    """The cpu clock is the thread's CPU time: a sleep (the core taken away) adds nothing, work does."""
+    import time
+
+    from vllm_omni.benchmarks.token2wav_serve import CLOCKS
+
+    cpu = CLOCKS["cpu"]
+    start = cpu()
+    time.sleep(0.2)
+    slept = cpu() - start
+    # Spin until the clock has counted 50 ms of work; a generous wall limit (a loaded host takes the
+    # core away) only keeps a broken clock from hanging the test.
+    start = cpu()
+    deadline = time.perf_counter() + 30.0
+    while cpu() - start < 0.05 and time.perf_counter() < deadline:
+        pass
+    busy = cpu() - start
+    assert slept < 0.02 and busy >= 0.05

@@ -368,6 +368,28 @@ class _Tee(io.TextIOBase):
         self._stream.flush()
 
 
+def option_value(argv: Sequence[str], option: str) -> str | None:
+    """The value of `option` in `argv` (`--opt V` or `--opt=V`, the last one wins), or None."""
+    value = None
+    for i, arg in enumerate(argv):
+        if arg == option and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif arg.startswith(option + "="):
+            value = arg.split("=", 1)[1]
+    return value
+
+
+def thread_clock_suffix(argv: Sequence[str]) -> str:
+    """`_<N>threads` for a non-default `--threads`, `_cpuclock` for `--clock cpu`: a recorder's variant name."""
+    suffix = ""
+    threads = option_value(argv, "--threads")
+    if threads not in (None, "1"):
+        suffix += f"_{threads}threads"
+    if option_value(argv, "--clock") == "cpu":
+        suffix += "_cpuclock"
+    return suffix
+
+
 def argv_device_type(argv: Sequence[str]) -> str:
     """`cpu`, `cuda` or `npu`: the `--device` of `argv` (last one wins), or the serving platform's for auto."""
     from vllm_omni import platforms
@@ -435,6 +457,7 @@ __all__ = [
     "invoked_command",
     "json_text",
     "load_average",
+    "option_value",
     "png_bytes",
     "publish_report",
     "record_cli_run",
@@ -447,6 +470,7 @@ __all__ = [
     "synced_seconds",
     "timed_ms",
     "token2wav_model_dir",
+    "thread_clock_suffix",
     "torch_threads",
     "usable_cores",
     "write_json",

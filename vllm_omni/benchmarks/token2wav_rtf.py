@@ -19,9 +19,10 @@ What one run measures (seeded random speech tokens, the shipped real speech clip
 |          | `stream_chunks(tokens)` chunk (25 tokens + 3 lookahead)              | no flow-setup cache      |
 
 Per-component split: while a run is timed, the core's `prepare_prompt`, the flow model's
-`setup_cache` / `inference` / `inference_chunk` and the HiFT module's forward are wrapped by a
-clock that synchronises the platform before and after each call (`_ComponentClock`); the wrappers
-are removed when the run ends. `other` is the rest of the run (token checks, cross-fade, copies).
+`setup_cache` / `inference` / `inference_chunk`, the HiFT module's forward and the streaming
+launches (`flow_chunks`, `vocode_chunks`) are wrapped by a clock that synchronises the platform
+before and after each call (`_ComponentClock`); the wrappers are removed when the run ends.
+`other` is the rest of the run (token checks, cross-fade, copies).
 The split shown is that of the median run (by total), so its parts add up to its total.
 
 Prompt preparation (`prepare_prompt(prompt, with_tokens=True)`: decode, resample, fbank, speaker
@@ -299,9 +300,11 @@ class _ComponentClock:
 
     Wraps, only inside `with`, the calls the stage composes (see `token2wav_synthesis.py`): on the
     instances, the core's `prepare_prompt`, the flow's `setup_cache`, `inference`, `inference_chunk`,
-    and HiFT's forward (module hooks); and the streaming flow launch `flow_chunks` where
-    `token2wav_synthesis.stream_chunk` looks it up. Each wrapped call is bracketed by `synchronize()`,
-    so asynchronous device work is billed to the component that queued it.
+    and HiFT's forward (module hooks); and the streaming launches `flow_chunks` and `vocode_chunks`
+    where `token2wav_synthesis.stream_chunk` looks them up (a streaming vocoder launch runs HiFT
+    through `vocode_rows`, not its forward; a HiFT forward inside it is not counted twice). Each
+    wrapped call is bracketed by `synchronize()`, so asynchronous device work is billed to the
+    component that queued it.
     """
 
     _METHODS: Final = (
@@ -319,6 +322,8 @@ class _ComponentClock:
         self._hooks: list[Any] = []
         self._vocoder_start: float | None = None
         self._flow_chunks: Callable[..., Any] | None = None
+        self._vocode_chunks: Callable[..., Any] | None = None
+        self._in_vocoder = False
 
     def reset(self) -> None:
         self.seconds = dict.fromkeys(COMPONENTS, 0.0)
@@ -335,7 +340,21 @@ class _ComponentClock:
 
         return timed
 
+    def _vocoder_launch(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        timed = self._timed("vocoder", fn)
+
+        def launch(*args: Any, **kwargs: Any) -> Any:
+            self._in_vocoder = True
+            try:
+                return timed(*args, **kwargs)
+            finally:
+                self._in_vocoder = False
+
+        return launch
+
     def _vocoder_pre(self, *_: Any) -> None:
+        if self._in_vocoder:
+            return
         self._sync()
         self._vocoder_start = time.perf_counter()
 
@@ -353,6 +372,8 @@ class _ComponentClock:
             setattr(obj, attr, self._timed(name, getattr(obj, attr)))
         self._flow_chunks = token2wav_synthesis.flow_chunks
         token2wav_synthesis.flow_chunks = self._timed("flow", self._flow_chunks)
+        self._vocode_chunks = token2wav_synthesis.vocode_chunks
+        token2wav_synthesis.vocode_chunks = self._vocoder_launch(self._vocode_chunks)
         self._hooks = [
             self._hift.register_forward_pre_hook(self._vocoder_pre),
             self._hift.register_forward_hook(self._vocoder_post),
@@ -363,6 +384,7 @@ class _ComponentClock:
         from vllm_omni.model_executor.models.step_audio2 import token2wav_synthesis
 
         token2wav_synthesis.flow_chunks = self._flow_chunks
+        token2wav_synthesis.vocode_chunks = self._vocode_chunks
         for owner, attr, _ in self._METHODS:
             obj = self._objects[owner]
             if attr in vars(obj):

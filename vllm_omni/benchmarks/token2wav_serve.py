@@ -22,7 +22,10 @@ The simulation, per concurrency level c and per mode:
   ("one request per forward", what a stage without cross-request batching does);
 - time is virtual: a step advances the clock by its measured wall time; when nothing is ready the
   clock jumps to the next ready chunk or arrival (idle time is skipped, not slept, which is what a
-  host doing nothing else would see).
+  host doing nothing else would see). With `clock="cpu"` (CPU, 1 thread only) a step is measured in
+  the thread's CPU time instead: what the step costs on a core of its own, without the time other
+  processes of a shared host took the core away (the wall clock is the default and what a quiet host
+  reports).
 
 Per request: TTFP (arrival -> first audio), audio RTF (arrival -> last audio, over the audio's
 duration), underruns (a chunk delivered after the previous one finished playing, playback
@@ -106,12 +109,14 @@ class ServeConfig:
     threads: int = 1
     seed: int = 0
     plan: str = "cpu"
+    clock: str = "wall"
     whole: bool = False  # each request sends its whole reply as one chunk when its talker is done
     device_graphs: bool | None = None  # the stage's token2wav_device_graphs (None: auto)
 
     def validate(self) -> None:
         if self.family not in FAMILIES:
             raise ValueError(f"family must be one of {FAMILIES}, got {self.family!r}")
+        check_clock(self.clock, self.device, self.threads)
         if not self.concurrency or any(c < 1 for c in self.concurrency):
             raise ValueError(f"concurrency levels must be >= 1, got {self.concurrency}")
         lo, hi = self.audio_seconds
@@ -377,6 +382,32 @@ def make_requests(
     return out
 
 
+#: How a step's duration is measured (see the module docstring).
+CLOCKS: Final[dict[str, Callable[[], float]]] = {"wall": time.perf_counter, "cpu": time.thread_time}
+
+
+def check_clock(clock: str, device: str, threads: int) -> None:
+    """Raise ValueError unless `clock` is known and, for the CPU clock, the run is on CPU with 1 thread.
+
+    A thread's CPU time equals its wall time on a core of its own only when one thread does all the
+    work and nothing runs asynchronously on a device.
+    """
+    if clock not in CLOCKS:
+        raise ValueError(f"clock must be one of {tuple(CLOCKS)}, got {clock!r}")
+    if clock == "cpu" and (device not in ("cpu", "auto") or threads != 1):
+        raise ValueError(f"the cpu clock needs --device cpu and 1 thread (got device {device!r}, {threads} threads)")
+
+
+def talker_bound(concurrency: int, talker_rate: float) -> float:
+    """Audio seconds per wall second the talkers of `concurrency` requests produce at most.
+
+    No stage can deliver audio faster than its codes exist: c requests at `talker_rate` codes/s
+    (25 codes per audio second) bound either mode's throughput, so a batched/unbatched ratio can
+    never exceed this bound over the unbatched throughput (at c = 8, 100 codes/s: 32 audio s/s).
+    """
+    return concurrency * talker_rate / TOKEN_RATE
+
+
 def arrivals(config: ServeConfig, count: int, concurrency: int) -> list[float] | None:
     """Poisson arrival times (seeded), or None for the closed loop."""
     if config.request_rate is None:
@@ -404,6 +435,76 @@ def reference_pool(count: int, seconds: float) -> list[tuple[np.ndarray, int]]:
 # ---------------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class StageRecipe:
+    """How a benchmark builds the stage model (as the runner would, with keyword overrides)."""
+
+    device: str
+    model_dir: Path | None
+    full: bool
+    family: str
+    n_timesteps: int
+    reference_seconds: float
+    max_rows: int
+    max_streams: int
+    seed: int
+    threads: int
+    kv_cache_dtype: str | None = None
+    device_graphs: bool | None = None  # the stage's token2wav_device_graphs (None: auto)
+    graph_api: Any = None  # a fake device-graph runtime (tests); None: the platform's
+
+
+@dataclass
+class BuiltStage:
+    """A loaded stage model and what a report says about it (host, weights, load seconds)."""
+
+    stage: Any
+    environment: dict[str, Any]
+    weights: dict[str, Any]
+    load_s: float
+
+
+def load_stage(recipe: StageRecipe, stage_msg: Callable[[str], None], error: type[Exception]) -> BuiltStage:
+    """The stage model of `recipe`, loaded, with the report's host and weights descriptions.
+
+    Unusable inputs (device, model folder, options) raise `error` with the message saying which.
+    """
+    try:
+        device = resolve_device(recipe.device)
+    except ValueError as exc:
+        raise error(str(exc)) from exc
+    environment = run_environment(device, recipe.threads)
+    model_dir, weights = token2wav_model_dir(
+        recipe.model_dir, reduced=not recipe.full, seed=recipe.seed, stage=stage_msg, error=error
+    )
+    from vllm_omni.model_executor.models.minicpmo_4_5.minicpmo_4_5_code2wav import MiniCPMO45Code2Wav
+    from vllm_omni.model_executor.models.step_audio2.step_audio2_token2wav_stage import (
+        StepAudio2Token2WavForConditionalGeneration,
+    )
+
+    stage_cls = MiniCPMO45Code2Wav if recipe.family == "minicpmo" else StepAudio2Token2WavForConditionalGeneration
+    try:
+        stage = stage_cls(
+            model=str(model_dir),
+            device=device,
+            n_timesteps=recipe.n_timesteps,
+            reference_seconds=recipe.reference_seconds,
+            max_rows=recipe.max_rows,
+            max_streams=recipe.max_streams,
+            seed=recipe.seed,
+            kv_cache_dtype=recipe.kv_cache_dtype,
+            device_graphs=recipe.device_graphs,
+            **({} if recipe.graph_api is None else {"device_graph_api": recipe.graph_api}),
+        )
+    except (FileNotFoundError, ValueError) as exc:
+        raise error(str(exc)) from exc
+    start = time.perf_counter()
+    stage.load_weights([])
+    load_s = time.perf_counter() - start
+    weights["family"] = type(stage).__name__
+    return BuiltStage(stage, environment, weights, load_s)
+
+
 class Token2WavServeBenchmark:
     """Builds the stage once, warms it, then runs every level in both modes (see the module docstring)."""
 
@@ -422,41 +523,29 @@ class Token2WavServeBenchmark:
     def build_stage(self, graph_api: Any = None) -> Any:
         """The stage model on the configured device and weights, loaded (`graph_api`: a fake runtime for tests)."""
         cfg = self.config
-        try:
-            device = resolve_device(cfg.device)
-        except ValueError as exc:
-            raise ServeSetupError(str(exc)) from exc
-        self.report.environment = run_environment(device, cfg.threads)
-        model_dir, self.report.weights = token2wav_model_dir(
-            cfg.model_dir, reduced=not cfg.full, seed=cfg.seed, stage=self._stage_msg, error=ServeSetupError
-        )
-        from vllm_omni.model_executor.models.minicpmo_4_5.minicpmo_4_5_code2wav import MiniCPMO45Code2Wav
-        from vllm_omni.model_executor.models.step_audio2.step_audio2_token2wav_stage import (
-            StepAudio2Token2WavForConditionalGeneration,
-        )
-
-        stage_cls = MiniCPMO45Code2Wav if cfg.family == "minicpmo" else StepAudio2Token2WavForConditionalGeneration
         max_rows = cfg.max_num_seqs or max(cfg.concurrency)
-        try:
-            stage = stage_cls(
-                model=str(model_dir),
-                device=device,
+        built = load_stage(
+            StageRecipe(
+                device=cfg.device,
+                model_dir=cfg.model_dir,
+                full=cfg.full,
+                family=cfg.family,
                 n_timesteps=cfg.n_timesteps,
                 reference_seconds=cfg.reference_seconds,
                 max_rows=max_rows,
                 max_streams=max(2 * max_rows, 16),
                 seed=cfg.seed,
+                threads=cfg.threads,
                 kv_cache_dtype=cfg.kv_cache_dtype,
                 device_graphs=cfg.device_graphs,
-                **({} if graph_api is None else {"device_graph_api": graph_api}),
-            )
-        except (FileNotFoundError, ValueError) as exc:
-            raise ServeSetupError(str(exc)) from exc
-        start = time.perf_counter()
-        stage.load_weights([])
-        self.report.setup_s["load_s"] = time.perf_counter() - start
-        self.report.weights["family"] = type(stage).__name__
-        return stage
+                graph_api=graph_api,
+            ),
+            self._stage_msg,
+            ServeSetupError,
+        )
+        self.report.environment, self.report.weights = built.environment, built.weights
+        self.report.setup_s["load_s"] = built.load_s
+        return built.stage
 
     def prepare(self, stage: Any) -> list[tuple[np.ndarray, int]]:
         """Prepare every voice of the pool and run one warm-up request; returns the pool (untimed setup)."""
@@ -469,7 +558,7 @@ class Token2WavServeBenchmark:
             stage.engine.voice(None if voice is None else _voice_request(voice))
         for req in warm:
             for chunk in req.chunks:
-                _forward(stage, [chunk])
+                forward_step(stage, [chunk], CLOCKS[cfg.clock])
         stage.on_requests_finished([r.result.request_id for r in warm])
         self.report.setup_s["voices_and_warmup_s"] = time.perf_counter() - start
         return pool
@@ -480,7 +569,12 @@ class Token2WavServeBenchmark:
         stage = self.build_stage()
         pool = self.prepare(stage)
         for index, c in enumerate(cfg.concurrency):
-            level = {"concurrency": c, "requests": cfg.requests_at(c), "max_num_seqs": cfg.max_num_seqs or c}
+            level = {
+                "concurrency": c,
+                "requests": cfg.requests_at(c),
+                "max_num_seqs": cfg.max_num_seqs or c,
+                "talker_bound_audio_s_per_s": talker_bound(c, cfg.talker_rate),
+            }
             order = MODES if index % 2 == 0 else MODES[::-1]
             level["order"] = list(order)
             self.report.levels.append(level)
@@ -535,7 +629,7 @@ class Token2WavServeBenchmark:
                     continue
                 ready.sort(key=lambda r: (r.result.arrival_s, r.result.request_id))
                 batch = ready[:max_rows]
-                outputs, seconds = _forward(stage, [r.chunks[r.sent] for r in batch])
+                outputs, seconds = forward_step(stage, [r.chunks[r.sent] for r in batch], CLOCKS[cfg.clock])
                 now += seconds
                 run.steps.append((len(batch), seconds))
                 for req, (audio, error) in zip(batch, outputs, strict=True):
@@ -570,16 +664,18 @@ def _voice_request(voice: tuple[np.ndarray, int]) -> Any:
     return requested_voice(voice[0], voice[1], None)
 
 
-def _forward(stage: Any, payloads: Sequence[ChunkPayload]) -> tuple[list[tuple[int, str | None]], float]:
-    """One `forward` of the stage on `payloads`: ((samples, error) per segment, wall seconds incl. device sync)."""
+def forward_step(
+    stage: Any, payloads: Sequence[ChunkPayload], clock: Callable[[], float] = time.perf_counter
+) -> tuple[list[tuple[int, str | None]], float]:
+    """One `forward` of the stage on `payloads`: ((samples, error) per segment, seconds incl. device sync)."""
     from vllm_omni import platforms
 
     input_ids, kwargs = forward_inputs(payloads, stage.family)
     platform = platforms.current_omni_platform
-    start = time.perf_counter()
+    start = clock()
     out = stage(input_ids, None, **kwargs).multimodal_outputs
     platform.synchronize()
-    seconds = time.perf_counter() - start
+    seconds = clock() - start
     return [(int(a.numel()), e) for a, e in zip(out["model_outputs"], out["errors"], strict=True)], seconds
 
 
@@ -592,18 +688,25 @@ def _config_dict(config: ServeConfig) -> dict[str, Any]:
 
 
 __all__ = [
+    "CLOCKS",
     "FAMILIES",
     "MODES",
     "PLANS",
     "SCHEMA",
     "ModeRun",
+    "BuiltStage",
     "RequestResult",
     "ServeConfig",
     "ServeReport",
     "ServeSetupError",
+    "StageRecipe",
     "Token2WavServeBenchmark",
+    "load_stage",
+    "check_clock",
+    "forward_step",
     "make_requests",
     "percentiles",
     "ratio_row",
     "ready_offsets",
+    "talker_bound",
 ]

@@ -42,6 +42,8 @@ def header_lines(report: ServeReport) -> list[str]:
         f"requests of {lo:g}-{hi:g} s audio, 25 + 3 token chunks; {cfg['voices']} reference voices + the default; "
         f"n_timesteps {cfg['n_timesteps']}; {cfg['reference_seconds']:g} s prompts [{cfg['plan']} plan]"
     )
+    if cfg.get("clock", "wall") == "cpu":
+        lines.append("step clock: the thread's CPU time (1 thread; time other processes held the core excluded)")
     if report.setup_s:
         lines.append(
             "setup (untimed): "
@@ -83,6 +85,9 @@ def level_lines(report: ServeReport) -> list[str]:
                 f"{fmt(ratio['rtf_p50'], '.2f'):>9}{fmt(ratio['rtf_p90'], '.2f'):>7}{'':>7}{'':>10}"
                 f"{fmt(ratio['stall_s_p90'], '.2f'):>10}"
             )
+        bound = level.get("talker_bound_audio_s_per_s")
+        if bound:
+            lines.append(f"{c:>3} {'talker':<10}{bound:>10.2f}  <- most audio s/s the talkers produce (either mode)")
     lines.append(
         "ratio = batched / one-request-per-forward: audio s/s above 1 and latencies below 1 mean batching helps; "
         "MB/stream = largest own (unshared) cache of a live stream"

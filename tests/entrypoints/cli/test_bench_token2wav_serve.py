@@ -60,6 +60,7 @@ def test_smoke_json_has_every_documented_field(smoke: dict[str, Any]) -> None:
     assert [level["concurrency"] for level in report["levels"]] == [1, 2]
     for level in report["levels"]:
         assert set(level["modes"]) == {"batched", "unbatched"}
+        assert level["talker_bound_audio_s_per_s"] == level["concurrency"] * 100.0 / 25  # default 100 codes/s
         for mode in level["modes"].values():
             assert mode["errors"] == 0 and mode["requests"] == 2 and mode["audio_s"] > 0
             assert mode["throughput_audio_s_per_s"] > 0 and mode["underruns"] >= 0
@@ -86,6 +87,7 @@ def test_smoke_json_has_every_documented_field(smoke: dict[str, Any]) -> None:
         (("--requests", "0"), "--requests must be >= 1"),
         (("--talker-rate", "0"), "--talker-rate must be > 0"),
         (("--device", "tpu"), "expected auto, cpu, cuda[:i] or npu[:i]"),
+        (("--clock", "cpu", "--threads", "2"), "the cpu clock needs --device cpu and 1 thread"),
     ],
 )
 def test_option_mistakes_are_usage_errors(argv: tuple[str, ...], message: str) -> None:

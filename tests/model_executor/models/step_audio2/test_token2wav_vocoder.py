@@ -68,11 +68,48 @@ def test_rows_of_one_launch_equal_their_own_steps_over_a_stream(hift: HiFTGenera
     assert [s.mel.shape[2] for s in states] == [8, 8, 8]
 
 
-def test_rows_with_different_mel_lengths_cannot_share_a_launch(hift: HiFTGenerator) -> None:
-    state = VocoderState.start(80, torch.device("cpu"), NoiseState(0))
-    rows = [VocoderRow(torch.zeros(1, 80, n), state, False) for n in (50, 48)]
-    with pytest.raises(ValueError, match="must share mel length and caches"):
-        vocode_chunks(hift, rows, crossfade_window())
+def test_rows_of_different_lengths_and_caches_share_one_launch_and_equal_their_own_steps(hift: HiFTGenerator) -> None:
+    """First chunks (no caches), steady chunks (8 cached frames) and last chunks of several lengths in
+    one padded, masked launch: each row is its own batch-1 vocoder step (1e-6, the 1e-5 stage budget
+    with margin), and draws exactly its own noise."""
+    window = np.hamming(7680)
+    gen = torch.Generator().manual_seed(2)
+    device = torch.device("cpu")
+    fresh = [VocoderState.start(80, device, NoiseState(seed)) for seed in (11, 12, 13, 14, 15)]
+    # Give rows 1..4 a first chunk of their own so they carry mel / source / speech caches.
+    warm = vocode_chunks(
+        hift, [VocoderRow(torch.randn(1, 80, 50, generator=gen), s, False) for s in fresh[1:]], crossfade_window()
+    )
+    states = [fresh[0], *(w.state for w in warm)]
+    frames, last = (50, 50, 3, 17, 41), (False, False, True, True, True)
+    rows = [
+        VocoderRow(torch.randn(1, 80, n, generator=gen), s, end) for n, s, end in zip(frames, states, last, strict=True)
+    ]
+    assert len({row.state.launch_key(row.mel.shape[2]) for row in rows}) == 5  # five different shapes
+    out = vocode_chunks(hift, rows, crossfade_window(), pad_rows=2)
+    for row, got in zip(rows, out, strict=True):
+        expected, state = _reference_step(hift, row, window)
+        assert got.speech.shape == (1, expected.shape[0])
+        np.testing.assert_allclose(got.speech[0].numpy(), expected, rtol=0, atol=1e-6)
+        torch.testing.assert_close(got.state.source, state.source, rtol=0, atol=1e-6)
+        assert torch.equal(got.state.mel, state.mel)
+        assert torch.equal(got.state.noise.state, state.noise.state)  # type: ignore[arg-type]
+
+
+def test_padded_rows_equal_unpadded_rows_at_every_length(hift: HiFTGenerator) -> None:
+    """The masks at each up-sampling stage: a row right-padded by any amount decodes to its own speech."""
+    gen = torch.Generator().manual_seed(3)
+    mels = [torch.randn(1, 80, n, generator=gen) for n in (1, 2, 5, 9, 24)]
+    with torch.inference_mode():
+        speech, sources = hift.vocode_rows(mels, [None] * 5, [torch.Generator().manual_seed(i) for i in range(5)])
+        for i, mel in enumerate(mels):
+            alone, source = hift(mel, generator=torch.Generator().manual_seed(i))
+            assert torch.equal(sources[i], source)  # the source is computed per row: bit-equal
+            n = alone.shape[1]
+            torch.testing.assert_close(speech[i, :n], alone[0], rtol=0, atol=1e-6)
+            assert not speech[i, n:].any()
+    with pytest.raises(ValueError, match="one of each per row"):
+        hift.vocode_rows(mels, [None], [None])
 
 
 def test_row_crossfade_is_the_single_row_crossfade_per_row() -> None:

@@ -20,6 +20,7 @@ BENCH_SUBCOMMANDS: tuple[str, ...] = (
     "vllm_omni.entrypoints.cli.bench.device_check",
     "vllm_omni.entrypoints.cli.bench.causal_hift",
     "vllm_omni.entrypoints.cli.bench.token2wav_serve",
+    "vllm_omni.entrypoints.cli.bench.token2wav_row_cost",
 )
 
 

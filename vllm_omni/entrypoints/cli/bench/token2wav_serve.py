@@ -56,6 +56,16 @@ def parse_seconds_range(text: str) -> tuple[float, float]:
     return lo, hi
 
 
+def add_clock_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--clock",
+        choices=("wall", "cpu"),
+        default="wall",
+        help="time a step by the wall clock (default) or, on CPU with 1 thread, by the thread's CPU time "
+        "(a shared host: the step's cost without the time other processes held the core)",
+    )
+
+
 def _plan_name(args: argparse.Namespace, device_type: str) -> str:
     if args.smoke:
         return "smoke"
@@ -86,6 +96,8 @@ def build_config(args: argparse.Namespace) -> Any:
     from vllm_omni.entrypoints.cli.bench.token2wav import _device_type
 
     device_type = _device_type(device)
+    if args.clock == "cpu" and device_type != "cpu":
+        raise CLIUsageError(f"--clock cpu times CPU runs only; --device {device} runs on {device_type}")
     plan = _plan_name(args, device_type)
     sizes: dict[str, Any] = dict(PLANS[plan])
     explicit = {
@@ -111,6 +123,7 @@ def build_config(args: argparse.Namespace) -> Any:
         threads=threads,
         seed=args.seed,
         plan=plan,
+        clock=args.clock,
         **sizes,
     )
     try:
@@ -153,6 +166,7 @@ class Token2WavServeSubcommand:
         )
         common.add_threads_option(parser)
         parser.add_argument("--seed", type=int, default=0, help="stand-in weights, codes, lengths and noise seed")
+        add_clock_option(parser)
         parser.add_argument("--smoke", action="store_true", help="a seconds-long run (tests); explicit options win")
         common.add_report_file_options(parser, DEFAULT_JSON, DEFAULT_PLOT)
 

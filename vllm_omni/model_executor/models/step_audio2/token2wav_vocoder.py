@@ -7,10 +7,13 @@ samples overwritten by the previous chunk's last 3840 (phase continuity), the fi
 samples cross-faded with the 3840 the previous chunk held back, and all but the last 3840 samples
 emitted (everything on the last chunk).
 
-HiFT is convolutional along time, so rows share a launch only when their mel inputs have the same
-length and the same cache presence (`launch_key`); steady-state chunks (8 + 50 frames) all do. Each
-row draws its NSF noise from its own generator in the order a batch-1 call draws it (per-row
-generators in `hift.source.draw`), so a row's audio never depends on what shares the launch.
+Rows of any mel length and cache presence share one launch (`HiFTGenerator.vocode_rows`): F0, the
+NSF source, STFT and iSTFT per row on the row's own frames, the convolution stack once over the rows
+right-padded to the longest with per-stage length masks, so first chunks (50 frames, no caches),
+steady chunks (8 + 50) and last chunks of every length are one launch. `launch_key` still names
+rows of identical shapes, for launches that must have one shape (graph capture). Each row draws its
+NSF noise from its own generator in the order a batch-1 call draws it (per-row generators in
+`hift.source.draw`), so a row's audio never depends on what shares the launch.
 
 A request's generator is kept as data (`NoiseState`: seed + generator state bytes) so that the
 whole per-stream state is immutable: a launch rebuilds each row's generator from its state, and a
@@ -101,41 +104,56 @@ def vocode_chunks(
     pad_rows: int = 0,
     graphed: GraphedHiFT | None = None,
 ) -> list[VocodedChunk]:
-    """One HiFT launch over `rows` (all with the same `launch_key`); `pad_rows` zero rows are appended
-    (a bucketed batch size for graph capture) and dropped. `graphed` (over the same `hift`) replays
-    the HiFT network from device graphs, with the same noise and so the same audio."""
+    """One HiFT launch over `rows`; `pad_rows` zero rows are appended (a bucketed batch size) and dropped.
+
+    Eager (`graphed` None): rows of any mel lengths and caches (`HiFTGenerator.vocode_rows`).
+    `graphed` (a `GraphedHiFT` over the same `hift`) replays the HiFT network from device graphs:
+    one shape per launch, so the rows must share `launch_key`; same noise, hence the same audio.
+    """
     if not rows:
         return []
-    keys = {row.state.launch_key(row.mel.shape[2]) for row in rows}
-    if len(keys) > 1:
-        raise ValueError(f"vocode_chunks: rows of one HiFT launch must share mel length and caches, got {keys}")
     device = rows[0].state.mel.device
-    mel = torch.cat([torch.cat([row.state.mel, row.mel.float()], dim=2) for row in rows], dim=0)
-    sources = torch.cat([row.state.source for row in rows], dim=0)
-    generators: list[torch.Generator | None] = [row.state.noise.generator(device) for row in rows]
-    if pad_rows:
-        mel = torch.cat([mel, mel.new_zeros(pad_rows, *mel.shape[1:])], dim=0)
-        sources = torch.cat([sources, sources.new_zeros(pad_rows, *sources.shape[1:])], dim=0)
-        generators += [None] * pad_rows
-    cache = sources if sources.shape[2] else None
-    speech, source = hift(mel, cache, generator=generators) if graphed is None else graphed(mel, cache, generators)
-    speech = speech[: len(rows)].float()
-    held = torch.cat([row.state.speech for row in rows], dim=0)
-    if held.shape[1]:
-        speech = crossfade_rows(speech, held, window)
+    mels = [torch.cat([row.state.mel, row.mel.float()], dim=2) for row in rows]
+    generators = [row.state.noise.generator(device) for row in rows]
+    if graphed is None:
+        speech, sources = hift.vocode_rows(mels, [row.state.source for row in rows], generators, pad_rows=pad_rows)
+    else:
+        speech, sources = _vocode_graphed(graphed, rows, mels, generators, pad_rows)
+    scale = hift.config.upsample_scale
     out = []
     for i, row in enumerate(rows):
-        gen = generators[i]
-        assert gen is not None
+        own = speech[i : i + 1, : mels[i].shape[2] * scale].float()
+        if row.state.speech.shape[1]:
+            own = crossfade_rows(own, row.state.speech, window)
         state = VocoderState(
-            mel=mel[i : i + 1, :, -MEL_CACHE_FRAMES:].clone(),
-            source=source[i : i + 1, :, -SOURCE_CACHE_SAMPLES:].clone(),
-            speech=speech[i : i + 1, -SOURCE_CACHE_SAMPLES:].clone(),
-            noise=row.state.noise.after(gen),
+            mel=mels[i][:, :, -MEL_CACHE_FRAMES:].clone(),
+            source=sources[i][:, :, -SOURCE_CACHE_SAMPLES:].clone(),
+            speech=own[:, -SOURCE_CACHE_SAMPLES:].clone(),
+            noise=row.state.noise.after(generators[i]),
         )
-        emitted = speech[i : i + 1] if row.last else speech[i : i + 1, :-SOURCE_CACHE_SAMPLES]
-        out.append(VocodedChunk(speech=emitted, state=state))
+        out.append(VocodedChunk(speech=own if row.last else own[:, :-SOURCE_CACHE_SAMPLES], state=state))
     return out
+
+
+def _vocode_graphed(
+    graphed: GraphedHiFT,
+    rows: Sequence[VocoderRow],
+    mels: list[torch.Tensor],
+    generators: list[torch.Generator],
+    pad_rows: int,
+) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """`vocode_rows`' (speech, per-row sources) from one replayed launch of equal-shape rows."""
+    keys = {row.state.launch_key(row.mel.shape[2]) for row in rows}
+    if len(keys) > 1:
+        raise ValueError(f"vocode_chunks: rows of one graphed HiFT launch must share mel length and caches, got {keys}")
+    mel = torch.cat(mels, dim=0)
+    cache = torch.cat([row.state.source for row in rows], dim=0)
+    padded: list[torch.Generator | None] = [*generators, *([None] * pad_rows)]
+    if pad_rows:
+        mel = torch.cat([mel, mel.new_zeros(pad_rows, *mel.shape[1:])], dim=0)
+        cache = torch.cat([cache, cache.new_zeros(pad_rows, *cache.shape[1:])], dim=0)
+    speech, source = graphed(mel, cache if cache.shape[2] else None, padded)
+    return speech, [source[i : i + 1] for i in range(len(rows))]
 
 
 __all__ = ["NoiseState", "VocodedChunk", "VocoderRow", "VocoderState", "vocode_chunks"]

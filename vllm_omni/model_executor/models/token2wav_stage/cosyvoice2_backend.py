@@ -67,15 +67,23 @@ class CosyVoice2Voice:
 
 
 class CosyVoice2Backend:
-    """Flow + HiFT over a `StepAudio2Token2WavCore` (see the module docstring)."""
+    """Flow + HiFT over a `StepAudio2Token2WavCore` (see the module docstring).
+
+    `equal_vocoder_shapes` (and replaying graphs, `graphs_active`): vocoder launches hold only rows
+    of one mel length and cache presence (a captured graph has one shape per launch); otherwise every
+    chunk of a step shares one HiFT launch (`vocode_chunks` pads and masks rows of different lengths).
+    """
 
     name = "cosyvoice2-flow-hift"
 
-    def __init__(self, core: StepAudio2Token2WavCore, graphs: GraphSettings | None = None) -> None:
+    def __init__(
+        self, core: StepAudio2Token2WavCore, graphs: GraphSettings | None = None, *, equal_vocoder_shapes: bool = False
+    ) -> None:
         self.core = core
         self.graph_settings = graphs
         self.graphs: StageGraphs | None = None
         self.use_graphs = True  # a run-time switch over built graphs (benchmarks compare on / off)
+        self.equal_vocoder_shapes = equal_vocoder_shapes
 
     @property
     def device(self) -> torch.device:
@@ -126,7 +134,9 @@ class CosyVoice2Backend:
             flow_key=caches.flow.launch_key,
             flow_frames=frames,
             attention_key=(frames, caches.flow.estimator_frames, caches.flow.conformer_frames),
-            vocoder_key=caches.vocoder.launch_key(frames),
+            vocoder_key=caches.vocoder.launch_key(frames)
+            if self.equal_vocoder_shapes or self.graphs_active
+            else self.device,
         )
 
     # ---- launches -----------------------------------------------------------------------------

@@ -109,7 +109,7 @@ class Token2WavStageModel(nn.Module):
         graphs = None
         if opts.device_graphs is not False:
             graphs = GraphSettings(max_rows=opts.max_rows, enabled=opts.device_graphs, graph_api=opts.device_graph_api)
-        self.backend = CosyVoice2Backend(self.token2wav, graphs)
+        self.backend = CosyVoice2Backend(self.token2wav, graphs, equal_vocoder_shapes=opts.pad_to_buckets)
         self.streams = StreamStore(max_streams=opts.stream_limit, idle_timeout_s=opts.idle_timeout_s)
         self.engine = Token2WavEngine(
             self.backend,

@@ -132,6 +132,23 @@ def test_midpoint_source_equals_interpolation_form_to_1e6() -> None:
     assert uv_m.sum() == (frames - 15) * 480
 
 
+@pytest.mark.parametrize("scale", [480, 5])
+def test_frame_rate_phase_is_bit_equal_to_the_sample_rate_form(scale: int) -> None:
+    """HiFT's f0 repeats each frame `scale` times: the frame-rate phase path gives the same bits and
+    draws the same random numbers, in the same order, as the sample-rate path."""
+    cfg = FULL_HIFT_CONFIG
+    args = (cfg.sampling_rate, scale, cfg.nb_harmonics, cfg.nsf_alpha, cfg.nsf_sigma, cfg.nsf_voiced_threshold)
+    gen = torch.Generator().manual_seed(scale)
+    f0_frames = (torch.rand(2, 37, 1, generator=gen) * 400.0).abs()
+    f0_frames[:, 10:14] = 0.0  # unvoiced frames
+    f0 = f0_frames.repeat_interleave(scale, dim=1)
+    sample_gen, frame_gen = torch.Generator().manual_seed(9), torch.Generator().manual_seed(9)
+    sample_rate, uv_s = SineGen(*args)(f0, sample_gen)
+    frame_rate, uv_f = SineGen(*args)(f0, frame_gen, f0_frames=f0_frames)
+    assert torch.equal(sample_rate, frame_rate) and torch.equal(uv_s, uv_f)
+    assert torch.equal(sample_gen.get_state(), frame_gen.get_state())
+
+
 def test_folded_weight_norm_gives_identical_output(reduced_path: Path, reduced_model: HiFTGenerator) -> None:
     unfolded = load_hift(reduced_path, device="cpu", fold_weight_norm=False)
     assert hasattr(unfolded.conv_pre, "parametrizations")

@@ -74,16 +74,24 @@ class ResBlock(nn.Module):
         self.activations1 = nn.ModuleList(Snake(channels, dtype=dtype) for _ in dilations)
         self.activations2 = nn.ModuleList(Snake(channels, dtype=dtype) for _ in dilations)
 
-    def _conv(self, conv: nn.Module, x: torch.Tensor, carry: ContextCarry | None) -> torch.Tensor:
-        return conv(x, carry) if self.causal else conv(x)
+    def _conv(
+        self, conv: nn.Module, x: torch.Tensor, carry: ContextCarry | None, mask: torch.Tensor | None
+    ) -> torch.Tensor:
+        y = conv(x, carry) if self.causal else conv(x)
+        return y if mask is None else y.mul_(mask)
 
-    def forward(self, x: torch.Tensor, carry: ContextCarry | None = None) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, carry: ContextCarry | None = None, mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """`mask` [B, 1, T] (1.0 on each row's frames, 0.0 on its right padding; non-causal only) zeroes
+        every conv output past a row's end, so a right-padded row computes exactly its unpadded result
+        (Snake(0) = 0; the next conv reads zeros where the unpadded call reads its zero padding)."""
         if carry is not None and not self.causal:
             raise ValueError("a non-causal ResBlock cannot stream with a ContextCarry")
         for conv1, conv2, act1, act2 in zip(
             self.convs1, self.convs2, self.activations1, self.activations2, strict=True
         ):
-            x = x + self._conv(conv2, act2(self._conv(conv1, act1(x), carry)), carry)
+            x = x + self._conv(conv2, act2(self._conv(conv1, act1(x), carry, mask)), carry, mask)
         return x
 
 
@@ -256,14 +264,22 @@ class HiFTBase(nn.Module):
         return len(self.config.resblock_kernel_sizes)
 
     def fuse(
-        self, stage: int, x: torch.Tensor, source_down: torch.Tensor, carry: ContextCarry | None = None
+        self,
+        stage: int,
+        x: torch.Tensor,
+        source_down: torch.Tensor,
+        carry: ContextCarry | None = None,
+        mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """x + source_resblocks[stage](source_down), then the mean of the stage's residual blocks."""
-        x = x + self.source_resblocks[stage](source_down, carry)
+        """x + source_resblocks[stage](source_down), then the mean of the stage's residual blocks.
+
+        `mask`: see `ResBlock.forward` (x and source_down must already be zero past each row's end).
+        """
+        x = x + self.source_resblocks[stage](source_down, carry, mask)
         first = stage * self.num_kernels
-        acc = self.resblocks[first](x, carry)
+        acc = self.resblocks[first](x, carry, mask)
         for j in range(1, self.num_kernels):
-            acc = acc + self.resblocks[first + j](x, carry)
+            acc = acc + self.resblocks[first + j](x, carry, mask)
         return acc / self.num_kernels
 
     def check_mel(self, mel: torch.Tensor, *, allow_empty: bool = False) -> None:

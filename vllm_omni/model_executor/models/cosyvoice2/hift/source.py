@@ -107,7 +107,7 @@ def draw(
         else fn((1, *shape[1:]), generator=gen, device=device, dtype=dtype)
         for gen in generator
     ]
-    return torch.cat(rows, dim=0)
+    return rows[0] if len(rows) == 1 else torch.cat(rows, dim=0)
 
 
 def draw_ahead(
@@ -218,13 +218,49 @@ class SineGen(nn.Module):
             down = F.interpolate(rad, scale_factor=1.0 / self.upsample_scale, mode="linear")
         else:
             down = midpoint_downsample(rad, self.upsample_scale)
+        return self._upsampled_phase(down)
+
+    def _upsampled_phase(self, down: torch.Tensor) -> torch.Tensor:
+        """Frame-rate increments [B, H, T] -> phase [B, L, H]: cumulative sum, x 2 pi, linear x scale."""
         phase = torch.cumsum(down, dim=-1) * (2.0 * math.pi)
         phase = F.interpolate(phase * self.upsample_scale, scale_factor=float(self.upsample_scale), mode="linear")
         return phase.transpose(1, 2)  # [B, L, H]
 
-    def forward(self, f0: torch.Tensor, generator: NoiseSource = None) -> tuple[torch.Tensor, torch.Tensor]:
-        rad = harmonic_increments(f0, self.harmonic_num, self.sampling_rate)
-        sines = torch.sin(self._phase(rad, generator)) * self.sine_amp
+    def _frame_phase(self, f0_frames: torch.Tensor, generator: NoiseSource) -> torch.Tensor:
+        """`_phase` of `repeat_interleave(f0_frames, scale)` without its sample-rate increments.
+
+        Each frame's `scale` samples share one f0, so both samples the midpoint reads (239 and 240
+        of each 480) hold the frame's increment r and the down-sampled value is `0.5 r + 0.5 r`:
+        computed here on the frame-rate increments with the same arithmetic, bit for bit. The
+        initial phases are still drawn (RNG order); they only touch sample 0, which no midpoint
+        reads for scale >= 2.
+        """
+        rad = harmonic_increments(f0_frames, self.harmonic_num, self.sampling_rate).transpose(1, 2)  # [B, H, T]
+        draw(
+            torch.rand,
+            (rad.shape[0], rad.shape[1]),
+            generator,
+            device=rad.device,
+            dtype=rad.dtype,
+            role="initial_phase",
+        )
+        down = rad if self.upsample_scale % 2 else rad * 0.5 + rad * 0.5
+        return self._upsampled_phase(down)
+
+    def forward(
+        self, f0: torch.Tensor, generator: NoiseSource = None, *, f0_frames: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """f0 [B, L, 1] at the waveform rate -> (excitation [B, L, H], uv [B, L, 1]).
+
+        `f0_frames` [B, L / scale, 1]: the frame-rate f0 that `f0` repeats `scale` times (HiFT's
+        case); its phase is computed at the frame rate (`_frame_phase`, identical results, no
+        sample-rate remainder / division / down-sampling passes).
+        """
+        if f0_frames is not None and self.upsample_scale >= 2 and not self.use_interpolate:
+            phase = self._frame_phase(f0_frames, generator)
+        else:
+            phase = self._phase(harmonic_increments(f0, self.harmonic_num, self.sampling_rate), generator)
+        sines = torch.sin(phase) * self.sine_amp
         uv = voiced(f0, self.voiced_threshold)
         noise = draw(
             torch.randn, tuple(sines.shape), generator, device=sines.device, dtype=sines.dtype, role="harmonics"
@@ -266,10 +302,12 @@ class SourceModuleHnNSF(HarmonicMerge):
         self.sine_amp = sine_amp
         self.l_sin_gen = SineGen(sampling_rate, upsample_scale, harmonic_num, sine_amp, add_noise_std, voiced_threshold)
 
-    def forward(self, f0: torch.Tensor, generator: NoiseSource = None) -> torch.Tensor:
-        """f0 [B, L, 1] at the waveform rate -> source [B, L, 1]."""
+    def forward(
+        self, f0: torch.Tensor, generator: NoiseSource = None, *, f0_frames: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """f0 [B, L, 1] at the waveform rate -> source [B, L, 1] (`f0_frames`: see `SineGen.forward`)."""
         with torch.no_grad():
-            sines, uv = self.l_sin_gen(f0, generator)
+            sines, uv = self.l_sin_gen(f0, generator, f0_frames=f0_frames)
         merged = self.merge(sines)
         # The reference also returns this noise; HiFT ignores it, but drawing it keeps the RNG
         # stream (and so every later call) identical to the reference.
