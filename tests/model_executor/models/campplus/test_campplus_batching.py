@@ -143,6 +143,22 @@ def test_cpu_calls_give_up_the_cores_other_threads_hold(backend, monkeypatch: py
     assert torch.equal(quiet, busy)  # the thread count changes the speed, not the result
 
 
+def test_the_thread_sample_comes_before_the_input_checks(backend, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The checks run parallel ops; sampled after them, the OpenMP workers they woke (still spinning)
+    counted as other runnable threads and a quiet 2-core host gave every call 1 thread (measured)."""
+    from vllm_omni.model_executor.models.cosyvoice3 import speaker_embedding_torch as set_
+
+    order: list[str] = []
+    real_sample, real_check = set_.call_threads, set_.validate_speaker_features
+    monkeypatch.setattr(set_, "call_threads", lambda budget: (order.append("sample"), real_sample(budget))[1])
+    monkeypatch.setattr(set_, "validate_speaker_features", lambda feat: (order.append("check"), real_check(feat))[1])
+    backend(speaker_feats(97))
+    assert order == ["sample", "check"]
+    order.clear()
+    backend.embed_batch([speaker_feats(97), speaker_feats(200)])
+    assert order == ["sample", "check", "check"]
+
+
 def test_embed_batch_never_waits_for_the_device(reduced_standin: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """On an accelerator a host read stalls the launching thread (and cannot be captured). The device is
     faked by `meta` under `HostSyncCounter` (tests/helpers/host_sync.py), which records every such site."""

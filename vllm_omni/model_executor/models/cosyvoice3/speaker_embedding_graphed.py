@@ -78,7 +78,8 @@ class GraphedCampplus(CampplusTorch):
         (batch bucket 1, frame bucket of T)); eager, the exact-length call of `CampplusTorch`."""
         if not self.runner.graphs_active:
             return super().__call__(feat)
-        return self._embed_prepared([self._prepare(feat)])
+        with self._threads():
+            return self._embed_prepared([self._prepare(feat)])
 
     def launch_inputs(self, feat: torch.Tensor | np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
         """The device-resident (features, lengths) of the one-row launch `self(feat)` runs (graphs

@@ -142,9 +142,12 @@ class CampplusTorch:
         return x.to(device=self.device, dtype=torch.float32)
 
     def __call__(self, feat: torch.Tensor | np.ndarray) -> torch.Tensor:
-        x = self._prepare(feat)
-        with self._threads(), torch.inference_mode():
-            return self._impl(x.unsqueeze(0))
+        # Threads first: the input checks run parallel ops, whose woken OpenMP workers would
+        # otherwise count as other runnable threads in the sample (`_threads`).
+        with self._threads():
+            x = self._prepare(feat)
+            with torch.inference_mode():
+                return self._impl(x.unsqueeze(0))
 
     @contextlib.contextmanager
     def _threads(self) -> Iterator[None]:
@@ -183,13 +186,14 @@ class CampplusTorch:
         """
         if len(feats) == 0:
             raise ValueError("embed_batch needs at least one feature tensor, got an empty list")
-        prepared = []
-        for i, feat in enumerate(feats):
-            try:
-                prepared.append(self._prepare(feat))
-            except ValueError as exc:
-                raise ValueError(f"embed_batch item {i}: {exc}") from None
-        return self._embed_prepared(prepared)
+        with self._threads():  # before the input checks' parallel ops (see `__call__`)
+            prepared = []
+            for i, feat in enumerate(feats):
+                try:
+                    prepared.append(self._prepare(feat))
+                except ValueError as exc:
+                    raise ValueError(f"embed_batch item {i}: {exc}") from None
+            return self._embed_prepared(prepared)
 
     @property
     def pads_rows(self) -> bool:
@@ -201,15 +205,15 @@ class CampplusTorch:
         return plan_launches(lengths, campplus_frame_buckets(), batch_buckets(), pad_rows=self.pads_rows)
 
     def _embed_prepared(self, prepared: list[torch.Tensor]) -> torch.Tensor:
-        """`embed_batch` on features already validated and on the device."""
+        """`embed_batch` on features already validated and on the device, inside the caller's `_threads()`
+        (one choice for all launches: back-to-back launches would see their own spinning workers)."""
         plan = self.plan([x.shape[0] for x in prepared])
         out = torch.empty((len(prepared), self.embedding_size), dtype=torch.float32, device=self.device)
-        with self._threads():  # once for all launches: back-to-back launches see their own spinning workers
-            for launch in plan:
-                x, lengths = self._launch_inputs(launch, prepared)
-                with torch.inference_mode():
-                    embeddings = self._impl(x, lengths)
-                self._scatter(out, launch.indices, embeddings[: len(launch.indices)])
+        for launch in plan:
+            x, lengths = self._launch_inputs(launch, prepared)
+            with torch.inference_mode():
+                embeddings = self._impl(x, lengths)
+            self._scatter(out, launch.indices, embeddings[: len(launch.indices)])
         return out
 
     def _scatter(self, out: torch.Tensor, indices: tuple[int, ...], rows: torch.Tensor) -> None:
