@@ -100,13 +100,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     audio: dict[str, torch.Tensor] = {}
     for name, dtype in (("fp32", None), ("bf16", torch.bfloat16)):
         variant = _variant(voice, dtype)
-        caches = open_stream(core.flow, variant.setup, variant.features, seed=1)
+        caches = open_stream(core.flow, variant.setup, variant.features, seed=1, vocoder=core.stream_vocoder)
         pieces, per_chunk = [], []
         for chunk, _ in chunks:
             t0 = time.perf_counter()
-            result = stream_chunk(
-                core.flow, core.hift, caches, torch.tensor(chunk), last_chunk=False, window=core.window
-            )
+            result = stream_chunk(core.flow, core.stream_vocoder, caches, torch.tensor(chunk), last_chunk=False)
             caches = result.caches
             pieces.append(result.speech)
             usage = backend.stream_bytes(caches, variant)

@@ -10,7 +10,9 @@
   inode, mtime put back): the edit a stat-based cache key cannot see.
 - `make_token2wav_dir`: a token2wav directory whose `campplus.onnx` is the full-size deterministic
   stand-in (`campplus.standin`), plus (`synthesis=True`) the reduced stand-in speech tokenizer, flow
-  and HiFT and the stand-in default voices, so the facades and stage models can load and synthesise.
+  and HiFT and the stand-in default voices, so the facades and stage models can load and synthesise;
+  `layout="minicpmo-utils-1.0.7"` lays out MiniCPM-o's causal-vocoder variant (config.yaml, causal
+  hift.pt, hift_original.pt).
 - `SessionCounter`: wraps `onnxruntime.InferenceSession` to count (and record) constructions, so
   laziness is observed through the constructor, not through private fields.
 """
@@ -125,23 +127,34 @@ def rewrite_in_place_same_size(path: Path, *, scale: float = 2.0) -> None:
 
 SPEECH_TOKENIZER_FILE = "speech_tokenizer_v2_25hz.onnx"
 SYNTHESIS_FILES = (SPEECH_TOKENIZER_FILE, "flow.yaml", "flow.pt", "hift.pt", "HT_ref_audio.wav", "default_female.wav")
+#: MiniCPM-o's causal-vocoder layout (minicpmo-utils 1.0.7) adds these to the synthesis files.
+CAUSAL_VOCODER_FILES = ("config.yaml", "hift_original.pt")
 
 
 def make_token2wav_dir(
-    root: Path, *, campplus: Path | None = None, files: tuple[str, ...] = (), synthesis: bool = False
+    root: Path,
+    *,
+    campplus: Path | None = None,
+    files: tuple[str, ...] = (),
+    synthesis: bool = False,
+    layout: str = "step-audio2",
 ) -> Path:
     """A token2wav directory at `root`: campplus.onnx (the full stand-in unless given), the reduced
-    synthesis stand-ins when `synthesis`, and empty placeholder `files`."""
+    synthesis stand-ins of `layout` when `synthesis`, and empty placeholder `files`."""
     from vllm_omni.model_executor.models.campplus.standin import ensure_standin_campplus_onnx
 
     root.mkdir(parents=True, exist_ok=True)
     source = campplus if campplus is not None else ensure_standin_campplus_onnx()
     os.symlink(source, root / "campplus.onnx")
     if synthesis:
-        from vllm_omni.model_executor.models.step_audio2.standin import ensure_standin_token2wav_dir
+        from vllm_omni.model_executor.models.step_audio2.standin import (
+            MINICPMO_1_0_7_LAYOUT,
+            ensure_standin_token2wav_dir,
+        )
 
-        standin = ensure_standin_token2wav_dir(reduced=True)
-        for name in SYNTHESIS_FILES:
+        standin = ensure_standin_token2wav_dir(reduced=True, layout=layout)
+        extra = CAUSAL_VOCODER_FILES if layout == MINICPMO_1_0_7_LAYOUT else ()
+        for name in SYNTHESIS_FILES + extra:
             os.symlink(standin / name, root / name)
     for name in files:
         (root / name).write_bytes(b"")

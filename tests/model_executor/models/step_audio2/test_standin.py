@@ -83,7 +83,7 @@ def test_a_regenerated_component_refreshes_the_cached_directory(
     for name in FILES:
         sources[name] = tmp_path / f"v1-{name}"
         sources[name].write_bytes(b"v1 " + name.encode())
-    monkeypatch.setattr(standin, "_component_files", lambda *, reduced, seed: dict(sources))
+    monkeypatch.setattr(standin, "_component_files", lambda *, reduced, seed, layout: dict(sources))
     directory = standin.ensure_standin_token2wav_dir(reduced=True, seed=3)
     assert (directory / "hift.pt").read_bytes() == b"v1 hift.pt"
     sources["hift.pt"] = tmp_path / "v2-hift.pt"

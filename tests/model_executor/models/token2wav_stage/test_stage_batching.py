@@ -167,6 +167,46 @@ def test_a_bad_segment_fails_alone_and_the_rest_of_its_step_is_bit_equal(
     _assert_equal_to_solo(requests, solo)
 
 
+def assert_a_failing_launch_costs_only_its_culprit(
+    prefix: str,
+    batched: Token2WavStageModel,
+    solo: Token2WavStageModel,
+    requests: list[Request],
+    monkeypatch: pytest.MonkeyPatch,
+    *,
+    method: str,
+    error: str,
+    seed: int,
+) -> None:
+    """Make the backend's `method` raise `error` for launches holding request 1's first chunk: only
+    request 1 fails (its stream never committed, nothing else lost); then every request, the culprit
+    started over, equals its solo run. `prefix` renames the requests (stages are shared by tests)."""
+    for r in requests:
+        r.chunks = [replace(c, request_id=f"{prefix}{c.request_id}") for c in r.chunks]
+    culprit = requests[1]
+    poison = culprit.chunks[0].tokens[-1]
+    backend = type(batched.backend)
+    real = getattr(backend, method)
+
+    def failing(self, works, *args):  # type: ignore[no-untyped-def]
+        if any(w.tokens[-1] == poison for w in works):
+            raise RuntimeError(error)
+        return real(self, works, *args)
+
+    monkeypatch.setattr(backend, method, failing)
+    audio, errors = _forward(batched, [r.chunks[0] for r in requests])
+    monkeypatch.undo()
+    assert errors[1] is not None and error in errors[1] and audio[1].numel() == 0
+    assert [e for i, e in enumerate(errors) if i != 1] == [None] * (len(requests) - 1)
+    assert batched.streams.get(culprit.chunks[0].request_id) is None  # its first chunk never committed
+    for i, r in enumerate(requests):
+        if i != 1:
+            r.audio.append(audio[i])
+            r.sent = 1
+    _run_batched(batched, requests, seed=seed)
+    _assert_equal_to_solo(requests, solo)
+
+
 def test_a_kernel_failure_inside_a_batched_launch_costs_only_the_culprit(
     minicpmo: tuple[MiniCPMO45Code2Wav, MiniCPMO45Code2Wav],
     voices: list[tuple[np.ndarray, int]],
@@ -174,29 +214,16 @@ def test_a_kernel_failure_inside_a_batched_launch_costs_only_the_culprit(
 ) -> None:
     batched, solo = minicpmo
     requests = _schedule(MiniCPMO45Code2Wav, voices, n=4, seed=5)
-    for r in requests:
-        r.chunks = [replace(c, request_id=f"k-{c.request_id}") for c in r.chunks]
-    culprit = requests[1]
-    poison = culprit.chunks[0].tokens[-1]
-    real = type(batched.backend).run_flow
-
-    def run_flow(self, works, pad_frames):  # type: ignore[no-untyped-def]
-        if any(w.tokens[-1] == poison for w in works):
-            raise RuntimeError("CUDA error: an illegal memory access was encountered")
-        return real(self, works, pad_frames)
-
-    monkeypatch.setattr(type(batched.backend), "run_flow", run_flow)
-    audio, errors = _forward(batched, [r.chunks[0] for r in requests])
-    monkeypatch.undo()
-    assert errors[1] is not None and "illegal memory access" in errors[1] and audio[1].numel() == 0
-    assert errors[0] is None and errors[2] is None and errors[3] is None
-    assert batched.streams.get(culprit.chunks[0].request_id) is None  # its first chunk never committed
-    for i, r in enumerate(requests):
-        if i != 1:
-            r.audio.append(audio[i])
-            r.sent = 1
-    _run_batched(batched, requests, seed=6)
-    _assert_equal_to_solo(requests, solo)
+    assert_a_failing_launch_costs_only_its_culprit(
+        "k-",
+        batched,
+        solo,
+        requests,
+        monkeypatch,
+        method="run_flow",
+        error="CUDA error: an illegal memory access was encountered",
+        seed=6,
+    )
 
 
 def test_step_audio2_batches_streams_of_many_requests_and_whole_utterances_share_the_step(

@@ -6,10 +6,13 @@ The stage turns the talker's codec chunks of many concurrent requests into 24 kH
 and the memory bounds are the shared Token2Wav stage (`token2wav_stage/`, design in
 docs/design/token2wav_stage.md). What is MiniCPM-o's (`families.MINICPMO_4_5`): `meta.last_chunk`
 marks the last chunk, every reply is streamed (a payload without stream meta is a one-chunk
-stream), the prompt's lookahead is three silence tokens and the conformer cache is trimmed like the
-estimator's, the assets are in `<model>/assets/token2wav` and the default voice is
+stream), the assets are in `<model>/assets/token2wav` and the default voice is
 `<model>/assets/HT_ref_audio.wav`. Every reference voice is normalised to 24 kHz mono of a fixed
-length (`ref_audio_max_seconds`, default 6 s), as MiniCPM-o does.
+length (`ref_audio_max_seconds`, default 6 s), as MiniCPM-o does. The stream rules are the
+MiniCPM-o variant's (`variants.MiniCPMOVariant`, stage option `token2wav_variant` / `variant=`):
+vLLM-Omni 0.30's by default (three silence tokens as the prompt's lookahead, the conformer cache
+trimmed like the estimator's, HiFT with a cross-fade), or minicpmo-utils 1.0.7's (causal vocoder,
+its assets in the same folder); requests of either batch the same way.
 
 Outside the runner, `start_stream` / `stream` / `synthesize` serve one request through the same
 kernels (the Token2Wav core's facade API), in the stage's default voice unless one is given.
@@ -22,8 +25,11 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
+from vllm_omni.model_executor.models.cosyvoice2.flow import ConformerTrim, Lookahead
+from vllm_omni.model_executor.models.minicpmo_4_5.variants import MiniCPMOVariant
 from vllm_omni.model_executor.models.step_audio2.prompt_features import PromptFeatures
 from vllm_omni.model_executor.models.step_audio2.step_audio2_token2wav import PromptWav
+from vllm_omni.model_executor.models.step_audio2.stream_vocoder import VocoderKind
 from vllm_omni.model_executor.models.step_audio2.token2wav_stream import (
     CHUNK_TOKENS,
     PRE_LOOKAHEAD_TOKENS,
@@ -32,6 +38,7 @@ from vllm_omni.model_executor.models.step_audio2.token2wav_stream import (
 )
 from vllm_omni.model_executor.models.step_audio2.token2wav_synthesis import SpeechTokens
 from vllm_omni.model_executor.models.token2wav_stage.families import MINICPMO_4_5, FamilySpec
+from vllm_omni.model_executor.models.token2wav_stage.options import StageOptions
 from vllm_omni.model_executor.models.token2wav_stage.stage_model import Token2WavStageModel
 from vllm_omni.model_executor.models.token2wav_stage.voice import VOICE_SAMPLE_RATE, normalize_reference
 
@@ -44,6 +51,10 @@ class MiniCPMO45Code2Wav(Token2WavStageModel):
     def __init__(self, *, vllm_config: Any = None, prefix: str = "", **overrides: Any) -> None:
         super().__init__(vllm_config=vllm_config, prefix=prefix, **overrides)
         self._reference: tuple[np.ndarray, int] | None = None
+
+    def stream_rules(self, opts: StageOptions) -> tuple[Lookahead, ConformerTrim, VocoderKind]:
+        self.variant = MiniCPMOVariant.parse(opts.variant)
+        return self.variant.lookahead, self.variant.conformer_trim, self.variant.vocoder
 
     @property
     def spk_backend(self) -> str:

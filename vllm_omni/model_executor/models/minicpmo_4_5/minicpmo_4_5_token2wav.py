@@ -9,9 +9,12 @@ under `set_default_torch_dtype(bf16/fp16)`; everything this facade builds is fp3
 and the process default dtype is never switched (a global switch races with the concurrent
 initialisation of other stages).
 
-MiniCPM-o's builds stream with three silence tokens (4218) as the prompt's lookahead and trim the
-conformer cache like the estimator cache (`Lookahead.SILENCE`, `ConformerTrim.PROMPT_PLUS_TAIL`);
-those are this facade's defaults, where the Step-Audio2 core defaults to the Step-Audio2 behaviour.
+MiniCPM-o comes in two Token2Wav variants (`variants.MiniCPMOVariant`, table there): vLLM-Omni
+0.30's (the default: three silence tokens (4218) as the prompt's lookahead, the conformer cache
+trimmed like the estimator cache, HiFT with a cross-fade) and minicpmo-utils 1.0.7's (the prompt's
+first 3 tokens, token- and mel-rate conformer layers trimmed apart, the causal vocoder of
+`config.yaml` + `hift.pt` streamed bounded, `hift_original.pt` for whole utterances). `variant=`
+picks all three rules; `stream_lookahead` / `conformer_trim` override one of them when given.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import torch
 from vllm_omni.logger import init_logger
 from vllm_omni.model_executor.models.cosyvoice2.flow import ConformerTrim, Lookahead
 from vllm_omni.model_executor.models.cosyvoice3.speaker_embedding import SpeakerEmbeddingBackend
+from vllm_omni.model_executor.models.minicpmo_4_5.variants import MiniCPMOVariant
 from vllm_omni.model_executor.models.step_audio2.prompt_features import PromptFeatures
 from vllm_omni.model_executor.models.step_audio2.step_audio2_token2wav import (
     DEFAULT_PROMPT_CACHE_SIZE,
@@ -60,14 +64,16 @@ class MiniCPMO45Token2wav:
         n_timesteps: int = 10,
         device: DeviceSpec = None,
         *,
+        variant: MiniCPMOVariant | str | None = None,
         prompt_cache_size: int = DEFAULT_PROMPT_CACHE_SIZE,
         ort_intra_op_threads: int = 1,
         spk_seg_pool_mode: str = "legacy",
         speech_tokenizer_backend: str = "auto",
-        stream_lookahead: Lookahead = Lookahead.SILENCE,
-        conformer_trim: ConformerTrim = ConformerTrim.PROMPT_PLUS_TAIL,
+        stream_lookahead: Lookahead | None = None,
+        conformer_trim: ConformerTrim | None = None,
         seed: int = 0,
     ) -> None:
+        self.variant = MiniCPMOVariant.parse(variant)
         self.device = resolve_token2wav_device(device)
         self.core = StepAudio2Token2WavCore(
             model_path,
@@ -78,9 +84,10 @@ class MiniCPMO45Token2wav:
             ort_intra_op_threads=ort_intra_op_threads,
             spk_seg_pool_mode=spk_seg_pool_mode,
             speech_tokenizer_backend=speech_tokenizer_backend,
-            stream_lookahead=stream_lookahead,
-            conformer_trim=conformer_trim,
+            stream_lookahead=self.variant.lookahead if stream_lookahead is None else stream_lookahead,
+            conformer_trim=self.variant.conformer_trim if conformer_trim is None else conformer_trim,
             seed=seed,
+            vocoder=self.variant.vocoder,
         )
         # A broken asset directory fails the stage start; nothing is loaded (models load on first
         # use or `load()`), and no ORT session is built, so the stage can still install a device path.
@@ -111,7 +118,10 @@ class MiniCPMO45Token2wav:
         self.core._ensure_models_loaded()
 
     def __call__(self, tokens: SpeechTokens, prompt_wav: PromptWav, *, seed: int | None = None) -> torch.Tensor:
-        """Whole-utterance waveform `[1, 480 * 2 * len(tokens)]` (see `StepAudio2Token2WavCore.__call__`)."""
+        """Whole-utterance waveform `[1, 480 * 2 * len(tokens)]` (see `StepAudio2Token2WavCore.__call__`).
+
+        The 1.0.7 variant vocodes it with `hift_original.pt` (FileNotFoundError naming it when absent).
+        """
         return self.core(tokens, prompt_wav, seed=seed)
 
     def set_stream_cache(self, prompt_wav: PromptWav, *, seed: int | None = None) -> Token2WavStream:
@@ -129,4 +139,7 @@ class MiniCPMO45Token2wav:
         return self.core.stream(tokens, prompt_wav, last_chunk, return_waveform, state=state)
 
     def __repr__(self) -> str:
-        return f"MiniCPMO45Token2wav({str(self.core.model_path)!r}, device={self.device}, spk={self.spk_backend})"
+        return (
+            f"MiniCPMO45Token2wav({str(self.core.model_path)!r}, device={self.device}, variant={self.variant.value}, "
+            f"spk={self.spk_backend})"
+        )

@@ -18,15 +18,23 @@ Full size is the shipped geometry (~1.2 GB, what benchmarks use); reduced size k
 interface (80 mel bins, 192-d embedding, 6561 codes, 480 samples per frame) and runs the
 end-to-end tests in seconds. Weights are random: the audio is noise-like, never speech.
 
-`ensure_standin_token2wav_dir(reduced=..., seed=...)` keeps one cached directory per option set
-(files hard-linked from the component caches where the filesystem allows, else copied);
-`write_standin_token2wav_dir(directory, ...)` fills a directory of the caller's choice.
-CLI: `python -m vllm_omni.model_executor.models.step_audio2.standin [--reduced] [--seed N] [--out DIR]`.
+`layout="minicpmo-utils-1.0.7"` lays out MiniCPM-o's causal-vocoder variant instead (see
+`minicpmo_4_5/variants.py`): `hift.pt` is then the causal HiFT (`cosyvoice3.hift` stand-in, same
+size option), `hift_original.pt` the HiFT above and `config.yaml` the hyperpyyaml that builds the
+causal one after CosyVoice's seed lines, with the Step-Audio2 mel settings minicpmo-utils requires
+(`hift.yaml_config.render_vocoder_yaml`); minicpmo-utils 1.0.7's own loader accepts the directory.
+
+`ensure_standin_token2wav_dir(reduced=..., seed=..., layout=...)` keeps one cached directory per
+option set (files hard-linked from the component caches where the filesystem allows, else
+copied); `write_standin_token2wav_dir(directory, ...)` fills a directory of the caller's choice.
+CLI: `python -m vllm_omni.model_executor.models.step_audio2.standin [--reduced] [--seed N]
+[--layout step-audio2|minicpmo-utils-1.0.7] [--out DIR]`.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import io
 import json
 import os
@@ -46,6 +54,11 @@ STANDIN_DIR_VERSION = 2
 _MANIFEST = ".manifest.json"
 #: Default-voice file names the stage looks for (MiniCPM-o, Step-Audio2): both ship the ARCTIC clip.
 DEFAULT_VOICE_FILES = ("HT_ref_audio.wav", "default_female.wav")
+#: Directory layouts: Step-Audio2's five files (also MiniCPM-o as vLLM-Omni serves it), or MiniCPM-o's
+#: causal-vocoder variant (minicpmo-utils 1.0.7: + config.yaml, causal hift.pt, hift_original.pt).
+STEP_AUDIO2_LAYOUT = "step-audio2"
+MINICPMO_1_0_7_LAYOUT = "minicpmo-utils-1.0.7"
+LAYOUTS = (STEP_AUDIO2_LAYOUT, MINICPMO_1_0_7_LAYOUT)
 
 
 def default_voice_wav() -> bytes:
@@ -82,7 +95,12 @@ def pcm16_wav(samples: np.ndarray, rate: int) -> bytes:
     return buffer.getvalue()
 
 
-def _component_files(*, reduced: bool, seed: int) -> dict[str, Path]:
+def _check_layout(layout: str) -> None:
+    if layout not in LAYOUTS:
+        raise ValueError(f"unknown token2wav stand-in layout {layout!r}; choose one of {LAYOUTS}")
+
+
+def _component_files(*, reduced: bool, seed: int, layout: str = STEP_AUDIO2_LAYOUT) -> dict[str, Path]:
     """Token2wav file name -> cached component stand-in (generated on first use)."""
     from vllm_omni.model_executor.models.campplus.standin import ensure_standin_campplus_onnx
     from vllm_omni.model_executor.models.cosyvoice2.flow import ensure_standin_flow
@@ -90,8 +108,9 @@ def _component_files(*, reduced: bool, seed: int) -> dict[str, Path]:
     from vllm_omni.model_executor.models.cosyvoice2.hift import cached_standin_hift
     from vllm_omni.model_executor.models.cosyvoice2.speech_tokenizer import cached_standin_speech_tokenizer
 
+    _check_layout(layout)
     flow_dir = ensure_standin_flow(reduced=reduced, seed=seed)
-    return {
+    files = {
         # CAM++ stays full size: the reduced stand-in has a 64-d embedding, the flow model needs 192.
         "campplus.onnx": ensure_standin_campplus_onnx(seed=seed),
         "speech_tokenizer_v2_25hz.onnx": cached_standin_speech_tokenizer(reduced=reduced, seed=seed),
@@ -99,6 +118,28 @@ def _component_files(*, reduced: bool, seed: int) -> dict[str, Path]:
         "flow.pt": flow_dir / FLOW_PT,
         "hift.pt": cached_standin_hift(reduced=reduced, seed=seed),
     }
+    if layout == MINICPMO_1_0_7_LAYOUT:
+        from vllm_omni.model_executor.models.cosyvoice3.hift import cached_standin_causal_hift
+        from vllm_omni.model_executor.models.step_audio2.causal_vocoder import WHOLE_UTTERANCE_HIFT
+
+        files[WHOLE_UTTERANCE_HIFT] = files["hift.pt"]
+        files["hift.pt"] = cached_standin_causal_hift(reduced=reduced, seed=seed)
+    return files
+
+
+def _generated_files(*, reduced: bool, layout: str) -> dict[str, bytes]:
+    """Files written from text rather than linked: the causal vocoder's config.yaml (1.0.7 layout)."""
+    if layout != MINICPMO_1_0_7_LAYOUT:
+        return {}
+    from vllm_omni.model_executor.models.cosyvoice3.hift import FULL_CAUSAL_HIFT_CONFIG, REDUCED_CAUSAL_HIFT_CONFIG
+    from vllm_omni.model_executor.models.cosyvoice3.hift.yaml_config import render_vocoder_yaml
+    from vllm_omni.model_executor.models.step_audio2.causal_vocoder import STEP_AUDIO2_VOCODER_MEL, VOCODER_CONFIG
+
+    config = REDUCED_CAUSAL_HIFT_CONFIG if reduced else FULL_CAUSAL_HIFT_CONFIG
+    text = render_vocoder_yaml(
+        config, feat_extractor=STEP_AUDIO2_VOCODER_MEL, header="MiniCPM-o causal vocoder, stand-in (1.0.7 layout)"
+    )
+    return {VOCODER_CONFIG: text.encode()}
 
 
 def _place(source: Path, target: Path) -> None:
@@ -112,33 +153,43 @@ def _place(source: Path, target: Path) -> None:
     os.replace(tmp, target)
 
 
-def write_standin_token2wav_dir(directory: str | os.PathLike[str], *, reduced: bool, seed: int = 0) -> Path:
+def write_standin_token2wav_dir(
+    directory: str | os.PathLike[str], *, reduced: bool, seed: int = 0, layout: str = STEP_AUDIO2_LAYOUT
+) -> Path:
     """Fill `directory` with a complete stand-in token2wav set (existing files of those names are replaced)."""
     directory = Path(directory)
-    _fill(directory, _component_files(reduced=reduced, seed=seed))
+    _fill(
+        directory,
+        _component_files(reduced=reduced, seed=seed, layout=layout),
+        _generated_files(reduced=reduced, layout=layout),
+    )
     size = "reduced" if reduced else "full"
-    logger.info("wrote %s stand-in token2wav directory (seed %d) to %s", size, seed, directory)
+    logger.info("wrote %s stand-in token2wav directory (%s, seed %d) to %s", size, layout, seed, directory)
     return directory
 
 
-def _fill(directory: Path, sources: dict[str, Path]) -> None:
+def _fill(directory: Path, sources: dict[str, Path], generated: dict[str, bytes] | None = None) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     for name, source in sources.items():
         _place(source, directory / name)
+    for name, data in (generated or {}).items():
+        write_bytes_atomic(directory / name, data)
     voice = default_voice_wav()
     for name in DEFAULT_VOICE_FILES:
         write_bytes_atomic(directory / name, voice)
 
 
-def standin_token2wav_dir(*, reduced: bool, seed: int = 0) -> Path:
+def standin_token2wav_dir(*, reduced: bool, seed: int = 0, layout: str = STEP_AUDIO2_LAYOUT) -> Path:
     """Cache folder of the stand-in directory for these options (under `vllm_omni.envs.cache_dir`)."""
     from vllm_omni import envs
 
+    _check_layout(layout)
     size = "reduced" if reduced else "full"
-    return envs.cache_dir("standins", f"token2wav-v{STANDIN_DIR_VERSION}-{size}-seed{seed}")
+    suffix = "" if layout == STEP_AUDIO2_LAYOUT else f"-{layout}"
+    return envs.cache_dir("standins", f"token2wav-v{STANDIN_DIR_VERSION}-{size}-seed{seed}{suffix}")
 
 
-def ensure_standin_token2wav_dir(*, reduced: bool, seed: int = 0) -> Path:
+def ensure_standin_token2wav_dir(*, reduced: bool, seed: int = 0, layout: str = STEP_AUDIO2_LAYOUT) -> Path:
     """The cached stand-in token2wav directory, assembled first if missing or stale (safe across processes).
 
     The component caches are versioned by their own generators; the directory's manifest records
@@ -147,17 +198,23 @@ def ensure_standin_token2wav_dir(*, reduced: bool, seed: int = 0) -> Path:
     """
     from filelock import FileLock  # a torch dependency: always installed alongside torch
 
-    directory = standin_token2wav_dir(reduced=reduced, seed=seed)
-    sources = _component_files(reduced=reduced, seed=seed)
+    directory = standin_token2wav_dir(reduced=reduced, seed=seed, layout=layout)
+    sources = _component_files(reduced=reduced, seed=seed, layout=layout)
+    generated = _generated_files(reduced=reduced, layout=layout)
     manifest = json.dumps(
-        {**{name: str(path) for name, path in sources.items()}, "voices": list(DEFAULT_VOICE_FILES)}, sort_keys=True
+        {
+            **{name: str(path) for name, path in sources.items()},
+            **{name: hashlib.sha256(data).hexdigest() for name, data in generated.items()},
+            "voices": list(DEFAULT_VOICE_FILES),
+        },
+        sort_keys=True,
     )
     marker = directory / _MANIFEST
     if marker.is_file() and marker.read_text() == manifest:
         return directory
     with FileLock(str(directory / ".write.lock")):
         if not (marker.is_file() and marker.read_text() == manifest):
-            _fill(directory, sources)
+            _fill(directory, sources, generated)
             write_bytes_atomic(marker, manifest.encode())
             logger.info("assembled stand-in token2wav directory %s", directory)
     return directory
@@ -170,12 +227,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--reduced", action="store_true", help="reduced widths/depths (fast tests)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--layout", choices=LAYOUTS, default=STEP_AUDIO2_LAYOUT, help="file set (MiniCPM-o 1.0.7: causal vocoder)"
+    )
     parser.add_argument("--out", type=Path, default=None, help="directory to fill (default: the cache)")
     args = parser.parse_args(argv)
     if args.out is not None:
-        path = write_standin_token2wav_dir(args.out, reduced=args.reduced, seed=args.seed)
+        path = write_standin_token2wav_dir(args.out, reduced=args.reduced, seed=args.seed, layout=args.layout)
     else:
-        path = ensure_standin_token2wav_dir(reduced=args.reduced, seed=args.seed)
+        path = ensure_standin_token2wav_dir(reduced=args.reduced, seed=args.seed, layout=args.layout)
     print(path)
     return 0
 

@@ -37,13 +37,18 @@ Request paths (computation in `token2wav_synthesis.py`, stream state in `token2w
   chunk (25 tokens + 3 lookahead; `stream_chunks()` does the reference's chunking). The flow's
   post-prompt cache is computed once per prompt and shared (it is never modified). A chunk runs as
   one row of the batched kernels the serving stage uses for many requests (`token2wav_stage/`).
+
+The vocoder is chosen at construction (`vocoder=VocoderKind...`, table in `stream_vocoder.py`):
+Step-Audio2's HiFT (`hift.pt`, streamed with a cross-fade), or MiniCPM-o's causal HiFT in the
+minicpmo-utils 1.0.7 layout (`config.yaml` + causal `hift.pt` streamed bounded, `hift_original.pt`
+for whole utterances, loaded on first use; `causal_vocoder.py`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
@@ -59,6 +64,7 @@ from vllm_omni.model_executor.models.cosyvoice3.speaker_embedding import (
     SpeakerEmbeddingBackend,
     select_speaker_embedding_backend,
 )
+from vllm_omni.model_executor.models.step_audio2.causal_vocoder import VOCODER_CONFIG, WHOLE_UTTERANCE_HIFT
 from vllm_omni.model_executor.models.step_audio2.prompt_cache import CacheStats, ContentLruCache
 from vllm_omni.model_executor.models.step_audio2.prompt_features import (
     EMBEDDING_DIM,
@@ -69,9 +75,13 @@ from vllm_omni.model_executor.models.step_audio2.prompt_features import (
     fit_mel_to_tokens,
     waveform_digest,
 )
+from vllm_omni.model_executor.models.step_audio2.stream_vocoder import (
+    CrossfadeHiFTVocoder,
+    StreamVocoder,
+    VocoderKind,
+)
 from vllm_omni.model_executor.models.step_audio2.token2wav_stream import (
     CHUNK_TOKENS,
-    MEL_CACHE_FRAMES,
     PRE_LOOKAHEAD_TOKENS,
     Token2WavStream,
     crossfade_window,
@@ -142,6 +152,9 @@ class StepAudio2Token2WavCore:
         kv_cache_dtype: storage dtype of the streams' estimator attention caches (None: the flow's
             dtype). `torch.bfloat16` halves the largest per-stream state at a measured audio
             deviation (docs/design/token2wav_stage.md, "Memory"); computation stays in the flow's dtype.
+        vocoder: `VocoderKind.HIFT` (`hift.pt`, streamed with the Hamming cross-fade) or
+            `VocoderKind.CAUSAL_HIFT` (minicpmo-utils 1.0.7: `config.yaml` + causal `hift.pt` streamed
+            bounded, `hift_original.pt` for whole utterances). See `stream_vocoder.py`.
     """
 
     #: Whether this family's synthesis models are in-tree (CosyVoice3's flow config is not).
@@ -165,7 +178,12 @@ class StepAudio2Token2WavCore:
         stream_setup_cache_size: int = DEFAULT_STREAM_SETUP_CACHE_SIZE,
         seed: int = 0,
         kv_cache_dtype: torch.dtype | None = None,
+        vocoder: VocoderKind | str = VocoderKind.HIFT,
     ) -> None:
+        try:
+            vocoder = VocoderKind(vocoder)
+        except ValueError:
+            raise ValueError(f"vocoder must be one of {[k.value for k in VocoderKind]}, got {vocoder!r}") from None
         if kv_cache_dtype is not None and kv_cache_dtype not in (torch.float32, torch.float16, torch.bfloat16):
             raise ValueError(f"kv_cache_dtype must be None, float32, float16 or bfloat16, got {kv_cache_dtype!r}")
         if speech_tokenizer_backend not in ("auto", "torch", "onnx"):
@@ -200,9 +218,12 @@ class StepAudio2Token2WavCore:
         self.conformer_trim = conformer_trim
         self.seed = int(seed)
         self.kv_cache_dtype = kv_cache_dtype
+        self.vocoder_kind = vocoder
         self._tokenizer: SpeechTokenizerBackend | None = None
         self._flow: CausalMaskedDiffWithXvec | None = None
+        # The whole-utterance HiFT (with VocoderKind.CAUSAL_HIFT: hift_original.pt, loaded on first use).
         self._hift: HiFTGenerator | None = None
+        self._stream_vocoder: StreamVocoder | None = None
         self._window: torch.Tensor | None = None
         # The flow state after a prompt is immutable (chunks return new states): shared, not copied.
         self._setup_cache: ContentLruCache[FlowRowState] = ContentLruCache(stream_setup_cache_size, lambda c: c)
@@ -338,7 +359,22 @@ class StepAudio2Token2WavCore:
         names: list[str | None] = [self.assets.speaker_model]
         if self.supports_synthesis:
             names += [self.assets.speech_tokenizer, self.assets.flow_config, self.assets.flow, self.assets.hift]
-        return [self.asset_path(name) for name in names]
+            if self.vocoder_kind is VocoderKind.CAUSAL_HIFT:
+                # hift_original.pt is only needed for whole utterances: checked when one is requested.
+                names.append(VOCODER_CONFIG)
+        return [self._vocoder_asset(name) for name in names]
+
+    def _vocoder_asset(self, name: str | None) -> Path:
+        try:
+            return self.asset_path(name)
+        except FileNotFoundError as exc:
+            if name == VOCODER_CONFIG:
+                raise FileNotFoundError(
+                    f"{exc}. The causal vocoder (minicpmo-utils 1.0.7 layout) is described by {VOCODER_CONFIG} next "
+                    "to its hift.pt; a directory without it streams with the non-causal HiFT (VocoderKind.HIFT, "
+                    "MiniCPM-o variant vllm-omni-0.30)"
+                ) from None
+            raise
 
     def _ensure_models_loaded(self) -> None:
         """Idempotently load everything synthesis needs: speaker backend, speech tokenizer, flow, HiFT.
@@ -361,7 +397,6 @@ class StepAudio2Token2WavCore:
 
     def _load_synthesis_models(self) -> None:
         from vllm_omni.model_executor.models.cosyvoice2.flow import load_flow
-        from vllm_omni.model_executor.models.cosyvoice2.hift import load_hift
         from vllm_omni.model_executor.models.cosyvoice2.speech_tokenizer import select_speech_tokenizer
 
         device = self.device
@@ -378,16 +413,44 @@ class StepAudio2Token2WavCore:
         flow = load_flow(
             (self.asset_path(config_name), self.asset_path(self.assets.flow)), device=device, float16=self.float16
         )
-        hift = load_hift(self.asset_path(self.assets.hift), device=device)
-        self._tokenizer, self._flow, self._hift = tokenizer, flow, hift
-        self._window = crossfade_window(device)
+        hift_path = self.asset_path(self.assets.hift)
+        if self.vocoder_kind is VocoderKind.CAUSAL_HIFT:
+            from vllm_omni.model_executor.models.step_audio2.causal_vocoder import (
+                CausalHiFTVocoder,
+                load_minicpmo_causal_vocoder,
+            )
+
+            causal = load_minicpmo_causal_vocoder(self.asset_path(VOCODER_CONFIG), hift_path, device=device)
+            stream_vocoder: StreamVocoder = CausalHiFTVocoder(causal)
+        else:
+            hift = self._load_hift(hift_path, device)
+            self._window = crossfade_window(device)
+            stream_vocoder = CrossfadeHiFTVocoder(hift, self._window)
+            self._hift = hift
+        self._tokenizer, self._flow, self._stream_vocoder = tokenizer, flow, stream_vocoder
         logger.info(
-            "%s: synthesis models loaded on %s (speech tokenizer %s, flow %s)",
+            "%s: synthesis models loaded on %s (speech tokenizer %s, flow %s, vocoder %s)",
             type(self).__name__,
             device,
             tokenizer.name,
             "fp16" if self.float16 else "fp32",
+            stream_vocoder.name,
         )
+
+    def _load_hift(self, path: Path, device: torch.device) -> HiFTGenerator:
+        from vllm_omni.model_executor.models.cosyvoice2.hift import load_hift
+        from vllm_omni.model_executor.models.cosyvoice2.hift.loader import HiFTLoadError
+
+        try:
+            return load_hift(path, device=device)
+        except HiFTLoadError as exc:
+            if (self.model_path / VOCODER_CONFIG).is_file():
+                raise HiFTLoadError(
+                    f"{exc} [{self.model_path} has {VOCODER_CONFIG}: a minicpmo-utils 1.0.7 directory, whose hift.pt "
+                    "is the causal vocoder; build the facade with vocoder=VocoderKind.CAUSAL_HIFT (MiniCPM-o variant "
+                    "minicpmo-utils-1.0.7)]"
+                ) from exc
+            raise
 
     def _require_synthesis(self, what: str) -> None:
         if not self.supports_synthesis:
@@ -411,9 +474,35 @@ class StepAudio2Token2WavCore:
 
     @property
     def hift(self) -> HiFTGenerator:
+        """The HiFT that vocodes whole utterances (`hift.pt`; with the causal vocoder, `hift_original.pt`)."""
         self._require_synthesis("hift")
-        assert self._hift is not None
-        return self._hift
+        hift = self._hift
+        if hift is None:
+            with self._lock:
+                if self._hift is None:
+                    from vllm_omni.model_executor.models.step_audio2.causal_vocoder import load_whole_utterance_hift
+
+                    path = self._whole_hift_path()
+                    self._hift = load_whole_utterance_hift(path, device=self.device)
+                hift = self._hift
+        return hift
+
+    def _whole_hift_path(self) -> Path:
+        try:
+            return self.asset_path(WHOLE_UTTERANCE_HIFT)
+        except FileNotFoundError as exc:
+            raise FileNotFoundError(
+                f"{exc}. The causal-vocoder layout (minicpmo-utils 1.0.7) vocodes whole utterances with the "
+                f"non-causal HiFT in {WHOLE_UTTERANCE_HIFT} (streaming needs only config.yaml + hift.pt); add the "
+                "file, or stream the utterance (set_stream_cache + stream)"
+            ) from None
+
+    @property
+    def stream_vocoder(self) -> StreamVocoder:
+        """What turns a stream's mel chunks into audio (see `stream_vocoder.py`)."""
+        self._require_synthesis("stream_vocoder")
+        assert self._stream_vocoder is not None
+        return self._stream_vocoder
 
     def _forward_spk_embedding(self, feat: torch.Tensor) -> torch.Tensor:
         """Embedding `[1, 192]` float32 on the facade's device for fbank features `[T, 80]`."""
@@ -532,7 +621,9 @@ class StepAudio2Token2WavCore:
         """
         self._require_synthesis("set_stream_cache")
         features = self.prepare_prompt(prompt_wav, with_tokens=True)
-        caches = open_stream(self.flow, self.stream_setup(features), features, self.seed if seed is None else seed)
+        caches = open_stream(
+            self.flow, self.stream_setup(features), features, self.seed if seed is None else seed, self.stream_vocoder
+        )
         state = Token2WavStream.start(features, caches, prompt_wav)
         self._default_stream = state
         return state
@@ -565,9 +656,10 @@ class StepAudio2Token2WavCore:
 
     @property
     def window(self) -> torch.Tensor:
-        """The cross-fade window (float64 Hamming), built with the models."""
+        """The cross-fade window (float64 Hamming), built with the models (HiFT vocoder only)."""
         self._require_synthesis("window")
-        assert self._window is not None
+        if self._window is None:
+            raise ValueError(f"{type(self).__name__}: the {self.vocoder_kind.value} vocoder has no cross-fade")
         return self._window
 
     def stream(
@@ -596,27 +688,52 @@ class StepAudio2Token2WavCore:
                 f"stream(): state must be the Token2WavStream that set_stream_cache() returned, "
                 f"got {type(state).__name__}"
             )
+        vocoder = self.stream_vocoder
+        if last_chunk and self._flushes_on_empty_final(tokens):
+            # minicpmo-utils 1.0.7's Token2wav.stream: an empty final call only flushes the vocoder.
+            if prompt_wav is not None:
+                self._check_stream_prompt(prompt_wav, state)
+            with state.lock:
+                if state.finished:
+                    raise RuntimeError("stream(): this stream already had its last chunk; set up a new one")
+                speech = vocoder.flush(state.caches.vocoder)
+                state.chunks_done += 1
+                state.samples_emitted += speech.shape[-1]
+                state.finished = True
+            return speech if return_waveform else waveform_to_pcm16(speech)
         ids = self._tokens(tokens, "stream")
         emitted = ids.shape[1] if last_chunk else ids.shape[1] - PRE_LOOKAHEAD_TOKENS
-        min_emitted = 1 if last_chunk else MEL_CACHE_FRAMES // 2
-        if emitted < min_emitted:
+        min_tokens = max(2, -(-vocoder.min_chunk_frames // TOKEN_MEL_RATIO))  # the flow's encoder needs 2
+        if emitted < (1 if last_chunk else min_tokens):
+            reason = (
+                f"the vocoder keeps {vocoder.min_chunk_frames} mel frames"
+                if vocoder.min_chunk_frames > 2 * TOKEN_MEL_RATIO
+                else "the flow encoder's context"
+            )
             raise ValueError(
-                f"stream(): {ids.shape[1]} tokens; a non-final chunk needs at least {MEL_CACHE_FRAMES // 2} tokens "
-                f"plus {PRE_LOOKAHEAD_TOKENS} lookahead tokens (the vocoder keeps {MEL_CACHE_FRAMES} mel frames), "
-                "a final chunk at least 1 token"
+                f"stream(): {ids.shape[1]} tokens; a non-final chunk needs at least {min_tokens} tokens "
+                f"plus {PRE_LOOKAHEAD_TOKENS} lookahead tokens ({reason}), a final chunk at least 1 token"
             )
         if prompt_wav is not None:
             self._check_stream_prompt(prompt_wav, state)
         with state.lock:
             if state.finished:
                 raise RuntimeError("stream(): this stream already had its last chunk; set up a new one")
-            result = stream_chunk(self.flow, self.hift, state.caches, ids, last_chunk=last_chunk, window=self.window)
+            result = stream_chunk(self.flow, vocoder, state.caches, ids, last_chunk=last_chunk)
             # Commit only after the whole chunk succeeded: a failure leaves the request resumable.
             state.caches = result.caches
             state.chunks_done += 1
             state.samples_emitted += result.speech.shape[-1]
             state.finished = last_chunk
         return result.speech if return_waveform else waveform_to_pcm16(result.speech)
+
+    def _flushes_on_empty_final(self, tokens: SpeechTokens) -> bool:
+        """An empty last chunk flushes the causal vocoder (as minicpmo-utils 1.0.7); HiFT's path rejects it."""
+        if self.vocoder_kind is not VocoderKind.CAUSAL_HIFT:
+            return False
+        if isinstance(tokens, torch.Tensor | np.ndarray):
+            return tokens.size == 0 if isinstance(tokens, np.ndarray) else tokens.numel() == 0
+        return isinstance(tokens, Sequence) and len(tokens) == 0
 
     @staticmethod
     def _check_stream_prompt_length(features: PromptFeatures, flow: CausalMaskedDiffWithXvec) -> None:

@@ -7,12 +7,13 @@ reads top to bottom like the reference `token2wav.py`:
 
 - `synthesize_utterance`: flow `inference` over [prompt | tokens] (bidirectional), then HiFT over
   the generated mel. `480 * 2 * len(tokens)` samples.
-- `setup_flow_stream` + `open_stream` + `stream_chunk`: the flow's chunked causal path; HiFT
-  re-vocodes the last 8 mel frames of the previous chunk with its source samples, and the first
-  3840 output samples are cross-faded with the samples the previous chunk held back (see
-  `token2wav_stream.py`). `stream_chunk` is one row of the batched kernels the serving stage runs
-  for many requests (`cosyvoice2.flow.batched.flow_chunks`, `token2wav_vocoder.vocode_chunks`), so
-  there is one streaming implementation.
+- `setup_flow_stream` + `open_stream` + `stream_chunk`: the flow's chunked causal path, then the
+  stream's vocoder (`stream_vocoder.StreamVocoder`): by default HiFT re-vocodes the last 8 mel frames
+  of the previous chunk with its source samples and cross-fades the first 3840 output samples with
+  the samples the previous chunk held back (see `token2wav_stream.py`); MiniCPM-o's 1.0.7 variant
+  streams a bounded causal HiFT instead (`causal_vocoder.py`). `stream_chunk` is one row of the
+  batched kernels the serving stage runs for many requests (`cosyvoice2.flow.batched.flow_chunks`,
+  `StreamVocoder.vocode`), so there is one streaming implementation.
 
 Both paths take the NSF noise from an explicit generator (or its state), so a request's audio
 depends only on its inputs and seed, never on what other requests drew from the global RNG.
@@ -39,13 +40,10 @@ from vllm_omni.model_executor.models.cosyvoice2.flow.batched import (
     project_speaker,
 )
 from vllm_omni.model_executor.models.cosyvoice2.hift import HiFTGenerator
+from vllm_omni.model_executor.models.cosyvoice3.hift import CausalHiFTStreamState
 from vllm_omni.model_executor.models.step_audio2.prompt_features import MEL_BINS, PromptFeatures
-from vllm_omni.model_executor.models.step_audio2.token2wav_vocoder import (
-    NoiseState,
-    VocoderRow,
-    VocoderState,
-    vocode_chunks,
-)
+from vllm_omni.model_executor.models.step_audio2.stream_vocoder import StreamVocoder, VocoderChunk
+from vllm_omni.model_executor.models.step_audio2.token2wav_vocoder import NoiseState, VocoderState
 
 SpeechTokens = Sequence[int] | torch.Tensor | np.ndarray
 
@@ -164,7 +162,7 @@ class StreamCaches:
     """Everything a stream carries from one chunk to the next (immutable; a chunk returns new caches)."""
 
     flow: FlowRowState
-    vocoder: VocoderState
+    vocoder: VocoderState | CausalHiFTStreamState  # whichever the stream's `StreamVocoder` keeps
 
     def tensors(self) -> list[torch.Tensor]:
         return self.flow.tensors() + self.vocoder.tensors()
@@ -172,12 +170,24 @@ class StreamCaches:
 
 @torch.inference_mode()
 def open_stream(
-    flow: CausalMaskedDiffWithXvec, setup: FlowRowState | FlowStreamCache, features: PromptFeatures, seed: int
+    flow: CausalMaskedDiffWithXvec,
+    setup: FlowRowState | FlowStreamCache,
+    features: PromptFeatures,
+    seed: int,
+    vocoder: StreamVocoder | None = None,
 ) -> StreamCaches:
-    """A new stream's caches: the (shared) post-prompt flow state and empty vocoder caches with its noise seed."""
+    """A new stream's caches: the (shared) post-prompt flow state and `vocoder`'s fresh state with its seed.
+
+    `vocoder=None` starts the HiFT cross-fade state (`VocoderKind.HIFT`).
+    """
     if isinstance(setup, FlowStreamCache):
         setup = FlowRowState.from_setup(setup, project_speaker(flow, features.speaker_embedding))
-    return StreamCaches(flow=setup, vocoder=VocoderState.start(MEL_BINS, features.device, NoiseState(int(seed))))
+    if vocoder is None:
+        state: object = VocoderState.start(MEL_BINS, features.device, NoiseState(int(seed)))
+    else:
+        state = vocoder.start(int(seed), features.device)
+    assert isinstance(state, VocoderState | CausalHiFTStreamState)
+    return StreamCaches(flow=setup, vocoder=state)
 
 
 @dataclass(frozen=True)
@@ -191,17 +201,17 @@ class ChunkResult:
 @torch.inference_mode()
 def stream_chunk(
     flow: CausalMaskedDiffWithXvec,
-    hift: HiFTGenerator,
+    vocoder: StreamVocoder,
     caches: StreamCaches,
     tokens: torch.Tensor,
     *,
     last_chunk: bool,
-    window: torch.Tensor,
 ) -> ChunkResult:
     """Compute one chunk from `caches` without modifying them (the caller commits the result)."""
     out = flow_chunks(flow, [FlowChunkRow(tokens.reshape(-1), caches.flow, last_chunk)])[0]
-    voc = vocode_chunks(hift, [VocoderRow(out.mel, caches.vocoder, last_chunk)], window)[0]
-    return ChunkResult(speech=voc.speech, caches=StreamCaches(flow=out.state, vocoder=voc.state))
+    speech, state = vocoder.vocode([VocoderChunk(out.mel, caches.vocoder, last_chunk)])[0]
+    assert isinstance(state, VocoderState | CausalHiFTStreamState)
+    return ChunkResult(speech=speech, caches=StreamCaches(flow=out.state, vocoder=state))
 
 
 __all__ = [

@@ -4,15 +4,17 @@
 The models, prompt features and caches all come from `StepAudio2Token2WavCore`: a voice is the
 core's content-cached `PromptFeatures` of the normalised reference plus the core's shared
 post-prompt flow state (`stream_setup`); a stream's caches are the facade's `StreamCaches`; the
-launches are the batched kernels `cosyvoice2.flow.batched.flow_chunks` and
-`token2wav_vocoder.vocode_chunks`, the same ones the core's own `stream()` runs with one row. So the
-stage, the facade and the CLI share one streaming implementation. With `graphs` (a
-`GraphSettings`), the launches replay the estimator segments and HiFT from device graphs
-(`graphs.StageGraphs`, built when the models are).
+launches are the batched kernels `cosyvoice2.flow.batched.flow_chunks` and the core's
+`StreamVocoder.vocode` (HiFT with a cross-fade, or MiniCPM-o 1.0.7's causal HiFT), the same ones the
+core's own `stream()` runs with one row. So the stage, the facade and the CLI share one streaming
+implementation. With `graphs` (a `GraphSettings`), the launches replay the estimator segments and
+the cross-fade vocoder's HiFT from device graphs (`graphs.StageGraphs`, built when the models are);
+the causal vocoder runs eagerly.
 
 Chunk limits checked before launch (`shape`): token ids in [0, 6561); a non-final chunk emits at
-least 4 tokens (the vocoder re-uses 8 mel frames) after its 3 lookahead tokens, a final one at least
-1; the conformer positional table and the noise buffer hold the row (`batched.check_chunk`).
+least 4 tokens (the HiFT vocoder re-uses 8 mel frames; 2 with the causal one) after its 3
+lookahead tokens, a final one at least 1; the conformer positional table and the noise buffer hold
+the row (`batched.check_chunk`).
 """
 
 from __future__ import annotations
@@ -34,13 +36,12 @@ from vllm_omni.model_executor.models.cosyvoice2.flow.batched import (
 )
 from vllm_omni.model_executor.models.step_audio2.prompt_features import TOKEN_MEL_RATIO, PromptFeatures
 from vllm_omni.model_executor.models.step_audio2.step_audio2_token2wav import StepAudio2Token2WavCore
-from vllm_omni.model_executor.models.step_audio2.token2wav_stream import MEL_CACHE_FRAMES
+from vllm_omni.model_executor.models.step_audio2.stream_vocoder import VocoderChunk
 from vllm_omni.model_executor.models.step_audio2.token2wav_synthesis import (
     StreamCaches,
     open_stream,
     synthesize_utterance,
 )
-from vllm_omni.model_executor.models.step_audio2.token2wav_vocoder import VocoderRow, vocode_chunks
 from vllm_omni.model_executor.models.token2wav_stage.backend import ChunkShape, ChunkWork, StreamBytes
 from vllm_omni.model_executor.models.token2wav_stage.graphs import StageGraphs
 from vllm_omni.model_executor.models.token2wav_stage.voice import VOICE_SAMPLE_RATE
@@ -95,7 +96,7 @@ class CosyVoice2Backend:
         if settings is not None and self.graphs is None:
             self.graphs = StageGraphs(
                 self.core.flow,
-                self.core.hift,
+                self.core.stream_vocoder.hift,  # None for the causal vocoder (and no whole-utterance HiFT loaded)
                 max_rows=settings.max_rows,
                 device=self.device,
                 enabled=settings.enabled,
@@ -116,17 +117,18 @@ class CosyVoice2Backend:
 
     def open_stream(self, voice: object, seed: int) -> StreamCaches:
         assert isinstance(voice, CosyVoice2Voice)
-        return open_stream(self.core.flow, voice.setup, voice.features, seed)
+        return open_stream(self.core.flow, voice.setup, voice.features, seed, self.core.stream_vocoder)
 
     def shape(self, caches: object, tokens: Sequence[int], last: bool) -> ChunkShape:
         assert isinstance(caches, StreamCaches)
-        flow = self.core.flow
+        flow, vocoder = self.core.flow, self.core.stream_vocoder
         lookahead = flow.pre_lookahead_len
         emitted = emitted_tokens(len(tokens), last, lookahead)
-        if not last and emitted < MEL_CACHE_FRAMES // TOKEN_MEL_RATIO:
+        min_tokens = -(-vocoder.min_chunk_frames // TOKEN_MEL_RATIO)
+        if not last and emitted < min_tokens:
             raise ValueError(
-                f"{len(tokens)} tokens: a non-final chunk needs at least {MEL_CACHE_FRAMES // TOKEN_MEL_RATIO} tokens "
-                f"plus {lookahead} lookahead tokens (the vocoder keeps {MEL_CACHE_FRAMES} mel frames)"
+                f"{len(tokens)} tokens: a non-final chunk needs at least {min_tokens} tokens "
+                f"plus {lookahead} lookahead tokens (the vocoder keeps {vocoder.min_chunk_frames} mel frames)"
             )
         check_chunk(flow, caches.flow, tokens, last)
         frames = TOKEN_MEL_RATIO * emitted
@@ -134,9 +136,9 @@ class CosyVoice2Backend:
             flow_key=caches.flow.launch_key,
             flow_frames=frames,
             attention_key=(frames, caches.flow.estimator_frames, caches.flow.conformer_frames),
-            vocoder_key=caches.vocoder.launch_key(frames)
-            if self.equal_vocoder_shapes or self.graphs_active
-            else self.device,
+            vocoder_key=vocoder.launch_key(
+                caches.vocoder, frames, last, equal_shapes=self.equal_vocoder_shapes or self.graphs_active
+            ),
         )
 
     # ---- launches -----------------------------------------------------------------------------
@@ -155,21 +157,22 @@ class CosyVoice2Backend:
     def run_vocoder(
         self, works: Sequence[ChunkWork], products: Sequence[object], pad_rows: int
     ) -> list[tuple[torch.Tensor, StreamCaches]]:
-        rows = []
+        chunks = []
         for work, product in zip(works, products, strict=True):
             assert isinstance(work.caches, StreamCaches) and isinstance(product, FlowChunkOut)
-            rows.append(VocoderRow(product.mel, work.caches.vocoder, work.last))
+            chunks.append(VocoderChunk(product.mel, work.caches.vocoder, work.last))
         graphed = self.graphs.hift if self.graphs_active and self.graphs is not None else None
-        outs = vocode_chunks(self.core.hift, rows, self.core.window, pad_rows=pad_rows, graphed=graphed)
+        outs = self.core.stream_vocoder.vocode(chunks, pad_rows=pad_rows, graphed=graphed)
         return [
-            (out.speech.reshape(-1), StreamCaches(flow=product.state, vocoder=out.state))  # type: ignore[attr-defined]
-            for out, product in zip(outs, products, strict=True)
+            (speech.reshape(-1), StreamCaches(flow=product.state, vocoder=state))  # type: ignore[attr-defined, arg-type]
+            for (speech, state), product in zip(outs, products, strict=True)
         ]
 
     def flush(self, caches: object) -> torch.Tensor:
-        """A 0-token last chunk: release the samples the previous chunk held back for its cross-fade."""
+        """A 0-token last chunk: what the stream still holds back (the cross-fade tail, or the causal
+        vocoder's last frames)."""
         assert isinstance(caches, StreamCaches)
-        return caches.vocoder.speech.reshape(-1)
+        return self.core.stream_vocoder.flush(caches.vocoder).reshape(-1)
 
     def whole(self, voice: object, tokens: Sequence[int], seed: int) -> torch.Tensor:
         assert isinstance(voice, CosyVoice2Voice)

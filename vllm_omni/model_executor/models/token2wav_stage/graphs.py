@@ -56,7 +56,7 @@ class StageGraphs:
     def __init__(
         self,
         flow: Any,
-        hift: Any,
+        hift: Any | None,
         *,
         max_rows: int,
         device: torch.device,
@@ -66,12 +66,14 @@ class StageGraphs:
     ) -> None:
         options: dict[str, Any] = {"enabled": enabled, "graph_api": graph_api, "max_graphs": max_graphs}
         self.estimator = EstimatorGraphs(flow.decoder.estimator, context_rows=max_rows, device=device, **options)
-        self.hift = GraphedHiFT(hift, device=device, **options)
+        # None: the stream's vocoder has no HiFT to replay (MiniCPM-o 1.0.7's causal vocoder runs eagerly).
+        self.hift = GraphedHiFT(hift, device=device, **options) if hift is not None else None
         logger.info(
-            "token2wav stage graphs: %s (estimator %d segments, rows <= %d; HiFT)",
+            "token2wav stage graphs: %s (estimator %d segments, rows <= %d; %s)",
             self.estimator.runners[0].backend if self.active else "off, eager",
             len(self.estimator.runners),
             max_rows,
+            "HiFT" if self.hift is not None else "vocoder eager",
         )
 
     @property
@@ -80,23 +82,24 @@ class StageGraphs:
         return self.estimator.active
 
     def counters(self) -> list[GraphCounters]:
-        return [*self.estimator.counters(), self.hift.counters()]
+        return [*self.estimator.counters(), *([] if self.hift is None else [self.hift.counters()])]
 
     def keys(self) -> dict[str, list[GraphKey]]:
         """Captured keys per runner, least recently used first."""
-        return {r.name: r.captured_keys() for r in (*self.estimator.runners, self.hift.runner)}
+        hift = [] if self.hift is None else [self.hift.runner]
+        return {r.name: r.captured_keys() for r in (*self.estimator.runners, *hift)}
 
     def summary(self) -> dict[str, Any]:
         """Totals for reports: graphs, captures, replays, eager calls and the keys of one estimator segment and HiFT."""
         counters = self.counters()
-        estimator = counters[:-1]
+        estimator = counters[: len(self.estimator.runners)]
         keys = self.keys()
         return {
             "backend": counters[0].backend,
             "active": self.active,
             "estimator_segments": len(estimator),
             "estimator_keys": [describe_key(k) for k in keys[estimator[0].name]],
-            "hift_keys": [describe_key(k) for k in keys[self.hift.runner.name]],
+            "hift_keys": [] if self.hift is None else [describe_key(k) for k in keys[self.hift.runner.name]],
             "graphs": sum(c.graphs for c in counters),
             "captures": sum(c.captures for c in counters),
             "replays": sum(c.replays for c in counters),
@@ -109,7 +112,8 @@ class StageGraphs:
 
     def clear(self) -> None:
         self.estimator.clear()
-        self.hift.runner.clear()
+        if self.hift is not None:
+            self.hift.runner.clear()
 
 
 __all__ = ["StageGraphs"]

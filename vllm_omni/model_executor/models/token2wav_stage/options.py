@@ -22,6 +22,8 @@ config on its model config; a plain vLLM config has none and the defaults apply)
 | `setup_cache_size`  | `extra["token2wav_setup_cache_size"]` (post-prompt flow states kept)    | 4                |
 | `device_graphs`     | `extra["token2wav_device_graphs"]` (true / false / auto, `graphs.py`)   | auto (None)      |
 | `device_graph_api`  | keyword only: the graph runtime (tests pass a fake)                     | the platform's   |
+| `variant`           | `extra["token2wav_variant"]` (MiniCPM-o: "vllm-omni-0.30" or            | the family's     |
+|                     | "minicpmo-utils-1.0.7", `minicpmo_4_5/variants.py`)                     |                  |
 | (check only)        | `extra["codec_left_context_frames"]` must be 3 (the flow's lookahead)   | 3                |
 | (log only)          | `vllm_config.load_config.load_format` (dummy: built on first use)       |                  |
 
@@ -67,6 +69,7 @@ class StageOptions:
     load_format: str | None = None
     device_graphs: bool | None = None
     device_graph_api: Any = FROM_PLATFORM
+    variant: str | None = None
 
     def __post_init__(self) -> None:
         check_reference_seconds(self.reference_seconds)
@@ -155,6 +158,7 @@ def stage_options(vllm_config: Any, overrides: Mapping[str, Any]) -> StageOption
         "setup_cache_size": int(extra.get("token2wav_setup_cache_size", 4)),
         "load_format": _attr(vllm_config, "load_config", "load_format"),
         "device_graphs": graphs_switch(extra.get("token2wav_device_graphs")),
+        "variant": extra.get("token2wav_variant"),
     }
     known = {f.name for f in fields(StageOptions)}
     unknown = sorted(set(overrides) - known)

@@ -38,8 +38,10 @@ import torch
 from torch import nn
 
 from vllm_omni.logger import init_logger
+from vllm_omni.model_executor.models.cosyvoice2.flow import ConformerTrim, Lookahead
 from vllm_omni.model_executor.models.output_templates import OmniOutput
 from vllm_omni.model_executor.models.step_audio2.step_audio2_token2wav import StepAudio2Token2WavCore
+from vllm_omni.model_executor.models.step_audio2.stream_vocoder import VocoderKind
 from vllm_omni.model_executor.models.token2wav_stage.contract import (
     SegmentKind,
     SegmentResult,
@@ -90,16 +92,18 @@ class Token2WavStageModel(nn.Module):
                 f"{type(self).__name__} needs vllm_config.model_config.model (the model folder), "
                 "hf_config.token2wav_path, or the option token2wav_path="
             )
+        lookahead, conformer_trim, vocoder = self.stream_rules(opts)
         self.token2wav = StepAudio2Token2WavCore(
             folder,
             float16=opts.float16,
             device=opts.device,
             n_timesteps=opts.n_timesteps,
-            stream_lookahead=self.family.lookahead,
-            conformer_trim=self.family.conformer_trim,
+            stream_lookahead=lookahead,
+            conformer_trim=conformer_trim,
             stream_setup_cache_size=opts.setup_cache_size,
             seed=opts.seed,
             kv_cache_dtype=opts.kv_cache_dtype,
+            vocoder=vocoder,
         )
         self.token2wav.check_assets()
         self.default_voice: Any = self._default_voice(opts, folder)
@@ -122,6 +126,15 @@ class Token2WavStageModel(nn.Module):
                 reference_seconds=opts.reference_seconds,
             ),
         )
+
+    def stream_rules(self, opts: StageOptions) -> tuple[Lookahead, ConformerTrim, VocoderKind]:
+        """Stream set-up lookahead, conformer trim and vocoder: the family's (MiniCPM-o: its `variant`)."""
+        if opts.variant is not None:
+            raise ValueError(
+                f"{type(self).__name__}: token2wav_variant={opts.variant!r}, but {self.family.name} has no "
+                "token2wav variants (MiniCPM-o 4.5 has: minicpmo_4_5/variants.py)"
+            )
+        return self.family.lookahead, self.family.conformer_trim, VocoderKind.HIFT
 
     def _default_voice(self, opts: StageOptions, folder: Path) -> Any:
         override = opts.prompt_wav

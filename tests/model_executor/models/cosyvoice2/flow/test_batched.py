@@ -105,7 +105,7 @@ def _streams(flow: CausalMaskedDiffWithXvec) -> list[dict[str, object]]:
     for n, trim in (
         (20, ConformerTrim.NONE),
         (35, ConformerTrim.PROMPT_PLUS_TAIL),
-        (20, ConformerTrim.NONE),
+        (20, ConformerTrim.PER_RATE),
         (8, ConformerTrim.PROMPT_PLUS_TAIL),
     ):
         tokens = torch.randint(0, 6561, (1, n), generator=gen)

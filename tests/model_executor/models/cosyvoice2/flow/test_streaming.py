@@ -12,6 +12,7 @@ import dataclasses
 import pytest
 import torch
 
+from tests.helpers.minicpmo_reference import minicpmo_1_0_7_conformer_trim
 from tests.model_executor.models.cosyvoice2.flow.inputs import make_prompt, make_tokens
 from vllm_omni.model_executor.models.cosyvoice2.flow import (
     CausalMaskedDiffWithXvec,
@@ -19,6 +20,7 @@ from vllm_omni.model_executor.models.cosyvoice2.flow import (
     FlowStreamCache,
     Lookahead,
 )
+from vllm_omni.model_executor.models.cosyvoice2.flow.streaming import trim_conformer_cache
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 
@@ -180,6 +182,45 @@ def test_conformer_trim_variant_bounds_the_conformer_cache(reduced_flow: CausalM
         lengths.append(cache.conformer_frames)
     assert lengths == [70, 120, 120, 120]
     assert cache.conformer_trim is ConformerTrim.PROMPT_PLUS_TAIL
+
+
+@pytest.mark.parametrize(("prompt_frames", "length"), [(20, 170), (20, 120), (20, 122), (300, 460), (2, 500)])
+def test_per_rate_trim_is_the_1_0_7_rule_for_token_and_mel_rate_layers(prompt_frames: int, length: int) -> None:
+    gen = torch.Generator().manual_seed(length)
+    token_rate = torch.randn(6, 1, 2, length // 2, 8, generator=gen)
+    cache = torch.cat([token_rate.repeat(1, 1, 1, 2, 1), torch.randn(4, 1, 2, length, 8, generator=gen)])
+    got = trim_conformer_cache(cache, ConformerTrim.PER_RATE, prompt_frames, 100, token_layers=6, stride=2)
+    assert torch.equal(got, minicpmo_1_0_7_conformer_trim(cache, prompt_frames, token_layers=6))
+    if length > prompt_frames + 100:
+        assert got.shape[3] == prompt_frames + 100
+        # vLLM-Omni 0.30's rule cuts the tiled token-rate layers elsewhere: the variants really differ.
+        other = trim_conformer_cache(
+            cache, ConformerTrim.PROMPT_PLUS_TAIL, prompt_frames, 100, token_layers=6, stride=2
+        )
+        assert torch.equal(other[6:], got[6:]) and not torch.equal(other[:6], got[:6])
+        with pytest.raises(ValueError, match="multiples of the token-to-mel ratio 2"):
+            trim_conformer_cache(cache, ConformerTrim.PER_RATE, prompt_frames - 1, 100, token_layers=6, stride=2)
+    else:
+        assert got is cache
+
+
+def test_per_rate_streams_equal_a_driver_that_trims_like_minicpmo_utils_1_0_7(
+    reduced_flow: CausalMaskedDiffWithXvec,
+) -> None:
+    """`inference_chunk` with PER_RATE == untrimmed chunks + the 1.0.7 trim after every call (its driver)."""
+    cache, spk = _setup(reduced_flow, n_prompt=10, conformer_trim=ConformerTrim.PER_RATE)
+    driver, _ = _setup(reduced_flow, n_prompt=10)
+    token_layers, lengths = len(reduced_flow.encoder.encoders), []
+    for chunk, last in _chunks(make_tokens(25 * 5 + 11)):
+        mel, cache = reduced_flow.inference_chunk(chunk, spk, cache, last, N_STEPS)
+        ref_mel, driver = reduced_flow.inference_chunk(chunk, spk, driver, last, N_STEPS)
+        driver = dataclasses.replace(
+            driver, conformer_att_cache=minicpmo_1_0_7_conformer_trim(driver.conformer_att_cache, 20, token_layers)
+        )
+        assert torch.equal(mel, ref_mel)
+        assert torch.equal(cache.conformer_att_cache, driver.conformer_att_cache)
+        lengths.append(cache.conformer_frames)
+    assert lengths == [70, 120, 120, 120, 120, 120]  # trimmed from chunk 3 on, so later chunks read trimmed caches
 
 
 def test_cache_over_the_1000_frame_scratch_limit_is_a_clear_error(reduced_flow: CausalMaskedDiffWithXvec) -> None:

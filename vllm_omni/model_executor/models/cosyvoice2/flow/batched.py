@@ -48,7 +48,7 @@ from vllm_omni.model_executor.models.cosyvoice2.flow.streaming import (
     CACHE_TAIL_FRAMES,
     ConformerTrim,
     FlowStreamCache,
-    trim_time,
+    trim_conformer_cache,
 )
 
 
@@ -174,7 +174,7 @@ def check_chunk(flow: CausalMaskedDiffWithXvec, state: FlowRowState, tokens: Seq
         raise ValueError(
             f"the conformer needs {positions} relative positions for this chunk (cache {state.conformer_frames} "
             f"frames + {stride * emitted}) but its table holds {REL_POS_MAX_LEN}: the stream is too long without "
-            "conformer-cache trimming (ConformerTrim.PROMPT_PLUS_TAIL) or the chunk is too long; split it"
+            "conformer-cache trimming (ConformerTrim.PROMPT_PLUS_TAIL or PER_RATE) or the chunk is too long; split it"
         )
     noise = flow.decoder.rand_noise.shape[2]
     end = state.estimator_frames + stride * emitted
@@ -236,8 +236,14 @@ def flow_chunks(
     for i, row in enumerate(rows):
         state = row.state
         _, cnn, att = encoded[i]
-        if state.conformer_trim is ConformerTrim.PROMPT_PLUS_TAIL:
-            att = trim_time(att, 3, state.prompt_frames, state.tail_frames)
+        att = trim_conformer_cache(
+            att,
+            state.conformer_trim,
+            state.prompt_frames,
+            state.tail_frames,
+            token_layers=len(flow.encoder.encoders),
+            stride=flow.up_rate,
+        )
         new_state = replace(
             state,
             conformer_cnn=cnn,

@@ -36,6 +36,7 @@ from vllm_omni.model_executor.models.cosyvoice2.flow.streaming import (
     ConformerTrim,
     FlowStreamCache,
     Lookahead,
+    trim_conformer_cache,
     trim_time,
     with_lookahead,
 )
@@ -250,8 +251,9 @@ class CausalMaskedDiffWithXvec(nn.Module):
         )
         p, tail = cache.prompt_frames, cache.tail_frames
         est_att = trim_time(est_att, 4, p, tail)
-        if cache.conformer_trim is ConformerTrim.PROMPT_PLUS_TAIL:
-            att = trim_time(att, 3, p, tail)
+        att = trim_conformer_cache(
+            att, cache.conformer_trim, p, tail, token_layers=len(self.encoder.encoders), stride=self.up_rate
+        )
         new_cache = FlowStreamCache(
             conformer_cnn_cache=cnn,
             conformer_att_cache=att,

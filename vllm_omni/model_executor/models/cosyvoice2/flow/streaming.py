@@ -16,9 +16,23 @@ Trimming (applied by `inference_chunk` after each chunk, as the reference facade
 - estimator (always, Step-Audio2 and MiniCPM-o): when its time dim exceeds `P + 100`
   (P = prompt mel frames) keep `[:P]` and `[-100:]`. The estimator cache is newest-first, so this keeps
   the newest P frames and the oldest 100 (the reference's rule, kept as is).
-- conformer (`ConformerTrim.PROMPT_PLUS_TAIL`, a MiniCPM-o build fix): the same rule on the conformer
-  att cache's time dim. Without it (`ConformerTrim.NONE`, the Step-Audio2 default) the conformer
-  cache grows until the 5000-position table runs out (about 100 s of audio), then a clear error.
+- conformer (`trim_conformer_cache`), when its (tiled) time dim exceeds `P + 100`:
+
+  | `ConformerTrim`    | rule                                                          | used by            |
+  |--------------------|---------------------------------------------------------------|--------------------|
+  | `NONE`             | never trimmed: the cache grows until the 5000-position table  | Step-Audio2        |
+  |                    | runs out (about 100 s of audio), then a clear error           |                    |
+  | `PROMPT_PLUS_TAIL` | the estimator's rule on the whole tensor: `[:P]` + `[-100:]`  | vLLM-Omni 0.30's   |
+  |                    | of every layer, the tiled token-rate layers included          | MiniCPM-o          |
+  | `PER_RATE`         | token-rate layers: their first half (one copy of the tiled    | minicpmo-utils     |
+  |                    | cache) keeps `[:P // 2]` + `[-50:]` and is re-tiled x2;       | 1.0.7 `Token2wav`  |
+  |                    | mel-rate layers keep `[:P]` + `[-100:]`; stacked again        |                    |
+
+  `PROMPT_PLUS_TAIL` applied to a token-rate layer stored as `[c, c]` keeps `c[:P]` (more than the
+  prompt's P / 2 tokens) and the end of the second copy, which the encoder then reads back as the
+  first half: the two MiniCPM-o variants differ by this (their mels differ by ~1.6-1.9 % rel L2
+  from chunk 3 on, token2wav-synthesis notes). `PER_RATE` keeps exactly the prompt's tokens and the
+  last 50 tokens (= the last 100 mel frames of the mel-rate layers).
 
 Lookahead variants for `setup_cache` (the 3 tokens appended to the prompt tokens):
 - `Lookahead.PROMPT_HEAD`: `prompt_tokens[:, :3]` (Step-Audio2 `token2wav.py`).
@@ -46,8 +60,11 @@ class Lookahead(enum.Enum):
 
 
 class ConformerTrim(enum.Enum):
+    """How a stream trims the conformer attention cache after each chunk (table in the module docstring)."""
+
     NONE = "none"
     PROMPT_PLUS_TAIL = "prompt_plus_tail"
+    PER_RATE = "per_rate"
 
 
 @dataclass
@@ -90,6 +107,39 @@ def trim_time(cache: torch.Tensor, dim: int, keep_head: int, keep_tail: int) -> 
         return cache
     length = cache.size(dim)
     return torch.cat([cache.narrow(dim, 0, keep_head), cache.narrow(dim, length - keep_tail, keep_tail)], dim=dim)
+
+
+def trim_conformer_cache(
+    cache: torch.Tensor,
+    rule: ConformerTrim,
+    prompt_frames: int,
+    tail_frames: int,
+    *,
+    token_layers: int,
+    stride: int,
+) -> torch.Tensor:
+    """The conformer att cache `(layers, 1, H, t, 2 d_k)` after a chunk, trimmed by `rule` (module docstring).
+
+    `token_layers`: how many leading layers run at the token rate (stored tiled `stride` times along
+    time); `prompt_frames` (P) and `tail_frames` are mel frames. Returns `cache` itself when nothing
+    is cut. `PER_RATE` needs P and the tail to be multiples of `stride` (P is `stride` x prompt tokens
+    by construction of `setup_cache`).
+    """
+    if rule is ConformerTrim.NONE or cache.size(3) <= prompt_frames + tail_frames:
+        return cache
+    if rule is ConformerTrim.PROMPT_PLUS_TAIL:
+        return trim_time(cache, 3, prompt_frames, tail_frames)
+    if rule is not ConformerTrim.PER_RATE:
+        raise ValueError(f"unknown conformer trim rule {rule!r}")
+    if prompt_frames % stride or tail_frames % stride or cache.size(3) % stride:
+        raise ValueError(
+            f"ConformerTrim.PER_RATE: prompt frames {prompt_frames}, tail {tail_frames} and cache length "
+            f"{cache.size(3)} must be multiples of the token-to-mel ratio {stride}"
+        )
+    tokens = cache[:token_layers].narrow(3, 0, cache.size(3) // stride)  # one copy of the tiled cache
+    tokens = trim_time(tokens, 3, prompt_frames // stride, tail_frames // stride)
+    mels = trim_time(cache[token_layers:], 3, prompt_frames, tail_frames)
+    return torch.cat([tokens.repeat(1, 1, 1, stride, 1), mels], dim=0)
 
 
 def with_lookahead(prompt_tokens: torch.Tensor, lookahead: Lookahead, pre_lookahead_len: int = 3) -> torch.Tensor:

@@ -107,6 +107,8 @@ class CausalSource(HarmonicMerge):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """f0 [B, n] float32, noise [480 n, H] -> (source [B, 480 n] in l_linear's dtype, new phase).
 
+        `noise` is [480 n, H] when every row is at the same sample position (one request's rows), or
+        [B, 480 n, H] with each row's own window (rows of several streams stacked into one launch).
         The frame-level part (phase, sines) runs where `f0` and `phase` are (the F0 device); the
         sample-level part where `l_linear` is.
         """
@@ -122,5 +124,6 @@ class CausalSource(HarmonicMerge):
         else:
             sines = torch.repeat_interleave(sines.to(device), scale, dim=1)
         uv = torch.repeat_interleave(uv.to(device), scale, dim=1)
-        values = excitation(sines, uv, noise.to(device)[None], cfg.nsf_alpha, cfg.nsf_sigma)
+        noise = noise.to(device)
+        values = excitation(sines, uv, noise if noise.dim() == 3 else noise[None], cfg.nsf_alpha, cfg.nsf_sigma)
         return self.merge(values.to(self.l_linear.weight.dtype)).squeeze(-1), new_phase

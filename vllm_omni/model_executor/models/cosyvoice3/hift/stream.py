@@ -38,7 +38,9 @@ minicpmo-utils 1.0.7 re-decodes a window of 31 history frames + 16 new + 5 look-
 window covers the decoder's receptive field) at a third of the work. No cross-fade in either.
 
 States are frozen and never mutated: `push` returns a new state, and an exception leaves the one
-passed in valid. A state holds B rows that advance together (one request: B = 1).
+passed in valid. A state holds B rows that advance together (one request: B = 1). Rows of several
+streams at different absolute positions can share one `push` when their relative geometry agrees
+(`batched_stream.push_rows`): the stacked state then carries one noise cursor per row.
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ from vllm_omni.model_executor.models.cosyvoice2.hift.causal_conv import ContextC
 from vllm_omni.model_executor.models.cosyvoice2.hift.layers import istft_head, stft_channels
 from vllm_omni.model_executor.models.cosyvoice3.hift.config import CausalHiFTConfig
 from vllm_omni.model_executor.models.cosyvoice3.hift.generator import CausalHiFTGenerator
-from vllm_omni.model_executor.models.cosyvoice3.hift.noise import NoiseCursor
+from vllm_omni.model_executor.models.cosyvoice3.hift.noise import NoiseCursor, NoiseTable
 from vllm_omni.model_executor.models.cosyvoice3.hift.source import PhaseMode
 
 
@@ -112,7 +114,8 @@ class CausalHiFTStreamState:
     silence_pending: bool
     mel_tail: torch.Tensor  # [B, 80, received - decoded]
     phase: torch.Tensor  # [B, H] float64, on the predictor's device
-    noise: NoiseCursor
+    # One cursor: every row at the same sample (a request's rows); a tuple: one per row (stacked streams).
+    noise: NoiseCursor | tuple[NoiseCursor, ...]
     source_tail: torch.Tensor  # [B, S]: reflect-padded excitation from the next STFT frame's first sample
     post: torch.Tensor  # [B, 18, P]: conv_post frames from max(0, 120 * emitted - 1)
     contexts: Mapping[str, torch.Tensor]
@@ -121,6 +124,12 @@ class CausalHiFTStreamState:
     def emitted_samples(self) -> int:
         """Audio samples returned so far, leading zeros excluded."""
         return self.emitted * self.layout.config.upsample_scale
+
+    def tensors(self) -> list[torch.Tensor]:
+        """Every tensor the state holds (memory accounting); the noise generator states included."""
+        cursors = self.noise if isinstance(self.noise, tuple) else (self.noise,)
+        rng = [c.rng_state for c in cursors if c.rng_state is not None]
+        return [self.mel_tail, self.phase, self.source_tail, self.post, *self.contexts.values(), *rng]
 
 
 class CausalHiFTStreamer:
@@ -232,6 +241,8 @@ class CausalHiFTStreamer:
         self.model.check_mel(mel, allow_empty=True)
         if mel.shape[0] != state.batch:
             raise ValueError(f"mel chunk has {mel.shape[0]} rows but the stream state has {state.batch}")
+        if isinstance(state.noise, tuple) and len(state.noise) != state.batch:
+            raise ValueError(f"the stream state has {len(state.noise)} noise cursors for {state.batch} rows")
 
     def _step(
         self, state: CausalHiFTStreamState, mel: torch.Tensor, finalize: bool
@@ -250,7 +261,7 @@ class CausalHiFTStreamer:
             f0 = m.predict_f0(window[..., f0_done - decoded :], carry, finalize)
             if f0.shape[-1] != new_f0_done - f0_done:
                 raise RuntimeError(f"F0 predictor returned {f0.shape[-1]} frames, expected {new_f0_done - f0_done}")
-            values, noise = m.noise.read(noise, f0.shape[-1] * self.frame_samples)
+            values, noise = _read_noise(m.noise, noise, f0.shape[-1] * self.frame_samples)
             source, phase = m.m_source(f0, phase, values, policy.phase, policy.block_frames)
             if f0_done == 0:  # the centred STFT reflects n_fft / 2 samples at the signal start
                 source = torch.cat([source[..., 1 : n_fft // 2 + 1].flip(-1), source], dim=-1)
@@ -301,3 +312,13 @@ class CausalHiFTStreamer:
             contexts=MappingProxyType(carry.contexts()),
         )
         return audio, next_state
+
+
+def _read_noise(
+    table: NoiseTable, cursor: NoiseCursor | tuple[NoiseCursor, ...], samples: int
+) -> tuple[torch.Tensor, NoiseCursor | tuple[NoiseCursor, ...]]:
+    """`samples` noise rows: [samples, H] from one cursor, or [B, samples, H] from one cursor per row."""
+    if isinstance(cursor, NoiseCursor):
+        return table.read(cursor, samples)
+    reads = [table.read(c, samples) for c in cursor]
+    return torch.stack([values for values, _ in reads]), tuple(after for _, after in reads)
