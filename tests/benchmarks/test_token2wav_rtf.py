@@ -188,10 +188,20 @@ class _FakeFlow(nn.Module):
         return x
 
 
+class _FakeStreamVocoder:
+    def __init__(self, hift: nn.Module) -> None:
+        self.hift = hift
+
+    def vocode(self, x: torch.Tensor) -> torch.Tensor:
+        time.sleep(0.02)
+        return self.hift(x)  # a HiFT forward inside a vocoder launch is billed once, with the launch
+
+
 class _FakeCore:
     def __init__(self) -> None:
         self.flow = _FakeFlow()
         self.hift = nn.Identity()
+        self.stream_vocoder = _FakeStreamVocoder(self.hift)
 
     def prepare_prompt(self, x: float) -> float:
         time.sleep(0.01)
@@ -206,9 +216,13 @@ def test_component_clock_bills_each_call_and_removes_its_wrappers() -> None:
         core.flow.inference(1.0)
         core.flow.inference_chunk(1.0)
         core.hift(torch.zeros(1))
-    assert clock.seconds["prompt"] >= 0.01 and clock.seconds["flow"] >= 0.03 and clock.seconds["vocoder"] > 0
+        whole_vocoder = clock.seconds["vocoder"]
+        core.stream_vocoder.vocode(torch.zeros(1))
+    assert clock.seconds["prompt"] >= 0.01 and clock.seconds["flow"] >= 0.03 and whole_vocoder > 0
+    assert clock.seconds["vocoder"] - whole_vocoder >= 0.02
     assert clock.seconds["flow_setup"] == 0.0
-    assert len(syncs) == 8  # before and after each of the four calls
+    assert len(syncs) == 10  # before and after each of the five timed calls (not the HiFT inside the launch)
+    assert "vocode" not in vars(core.stream_vocoder)
     assert not {"inference", "inference_chunk", "setup_cache"} & set(vars(core.flow))
     assert "prepare_prompt" not in vars(core)
     assert not core.hift._forward_hooks and not core.hift._forward_pre_hooks

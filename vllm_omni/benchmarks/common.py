@@ -43,10 +43,10 @@ DEFAULT_REPORT_DIR: Final = Path("out")
 
 def usable_cores() -> int:
     """Cores this process may run on (its affinity mask), not the machine's count."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # macOS / Windows
-        return os.cpu_count() or 1
+    # Imported here: the platform package imports torch, which `--help` must not pay for.
+    from vllm_omni.platforms.cpu.threads import usable_cores as cores
+
+    return cores()
 
 
 def default_threads() -> int:

@@ -8,6 +8,12 @@ serving device (`get_campplus_torch`) and, on CUDA hosts with TensorRT, the Tens
 embed the same serving-transform features (Kaldi fbank minus mean of a real speech clip, cut to T
 frames), interleaved call by call so that machine drift hits every backend alike.
 
+Every backend runs at each thread budget of `threads` (default 1 and the usable cores): onnxruntime
+with that many intra-op threads (one session per budget), torch with that many intra-op threads
+for the call (`platforms.cpu.threads.intra_op_threads`). Each cell's ratio compares the same
+budget; the best-of rows take each backend's fastest budget, and one verdict per T says which
+backend is faster at its best (`speed_verdicts`).
+
 Timing of one call (all clocks read in the calling thread):
 
 | field      | clock                     | interval                                             |
@@ -47,10 +53,10 @@ from vllm_omni.logger import init_logger
 
 logger = init_logger(__name__)
 
-SCHEMA: Final = "vllm-omni/bench-spk-embedding/1"
+SCHEMA: Final = "vllm-omni/bench-spk-embedding/2"
 KNOWN_SHIPPED_SHA256: Final = "a6ac6a63997761ae2997373e2ee1c47040854b4b759ea41ec48e4e42df0f4d73"
 BACKENDS: Final = ("ort", "torch", "trt")
-DEFAULT_LENGTHS: Final = (97, 200, 501, 1000)
+DEFAULT_LENGTHS: Final = (97, 200, 501, 1000, 3000)
 FAST_LENGTHS: Final = (97, 200)
 MIN_FRAMES: Final = 4  # CAM++ statistics pooling needs ceil(T/2) >= 2; TensorRT profiles start at 4
 SAMPLE_RATE: Final = 16000
@@ -59,9 +65,15 @@ SAMPLE_RATE: Final = 16000
 FRAME_LENGTH: Final = 400
 FRAME_SHIFT: Final = 160
 EMBEDDING_DIM: Final = 192
-# Pause between two timed calls: lets the thread pools of the previous backend (OpenMP, onnxruntime)
-# stop spinning before the next backend's call starts, so one backend's idle spin is not billed to another.
-CALL_GAP_S: Final = 0.002
+# Pause between two timed calls, so that the thread pools of the previous call have gone to sleep
+# before the next one starts: after a call, an onnxruntime intra-op worker keeps spinning on a core
+# for ~55 ms and a libgomp (torch) worker for ~15 ms (measured on the 2-core host, per-thread
+# schedstat). A call that starts earlier shares a core with that spinner, which costs OpenMP's
+# static partitioning far more than onnxruntime's work stealing: with a 2 ms pause torch at 2
+# threads measured 1.5-2.3x slower than alone. Serving never interleaves the two runtimes.
+CALL_GAP_S: Final = 0.1
+# Long utterances get fewer timed calls (the median of >= 10 is stable at these durations).
+LONG_FRAMES: Final = 1000
 
 # The torch backend is built with the segment-pooling semantics of the installed onnxruntime, so the
 # parity columns measure the port, not the semantics choice. The serving default of
@@ -92,7 +104,7 @@ class BenchConfig:
     batch: int = 1
     warmup: int = 5
     iters: int = 50
-    threads: int = 2
+    threads: tuple[int, ...] = (1, 2)  # thread budgets; every backend runs at each
     audio: Path | None = None  # None: the speech clip shipped with the project
     prompt_cache_iters: int = 200
     add_trt_when_available: bool = False  # the CLI default: also measure TensorRT on CUDA hosts that have it
@@ -108,10 +120,16 @@ class BenchConfig:
         for name, value, low in (("batch", self.batch, 1), ("warmup", self.warmup, 0), ("iters", self.iters, 1)):
             if value < low:
                 raise ValueError(f"{name} must be >= {low}, got {value}")
-        if self.threads < 1 or self.prompt_cache_iters < 1:
-            raise ValueError(
-                f"threads and prompt_cache_iters must be >= 1, got {self.threads}, {self.prompt_cache_iters}"
-            )
+        if not self.threads or min(self.threads) < 1 or len(set(self.threads)) != len(self.threads):
+            raise ValueError(f"threads must be distinct counts >= 1, got {self.threads}")
+        if self.prompt_cache_iters < 1:
+            raise ValueError(f"prompt_cache_iters must be >= 1, got {self.prompt_cache_iters}")
+
+    def iters_at(self, frames: int) -> int:
+        """Timed calls at `frames`: `iters`, scaled down by T / 1000 above 1000 frames (at least 10)."""
+        if frames <= LONG_FRAMES:
+            return self.iters
+        return min(self.iters, max(10, self.iters * LONG_FRAMES // frames))
 
 
 class BenchSetupError(Exception):
@@ -215,9 +233,8 @@ class EnvironmentInfo:
     platform: str
     device: str
     device_name: str
-    threads: int
-    torch_num_threads: int
-    ort_intra_op_num_threads: int
+    threads: list[int]  # the thread budgets (torch intra-op threads per call = onnxruntime intra-op threads)
+    torch_num_threads: int  # the process default, outside the timed calls
     ort_seg_pool_mode: str
     torch_seg_pool_mode: str | None
     load_average_start: tuple[float, float, float] | None
@@ -267,10 +284,12 @@ class CellResult:
     backend_name: str  # what the backend calls itself, e.g. "torch-cpu", "tensorrt-cuda:0"
     frames: int
     batch: int
+    threads: int  # the thread budget of the call (torch intra-op threads / onnxruntime intra-op threads)
     wall: LatencyStats
     host: LatencyStats
     host_cpu: LatencyStats
-    ratio_vs_ort: float | None = None
+    threads_used: dict[str, int] | None = None  # torch on CPU: timed calls per intra-op thread count it chose
+    ratio_vs_ort: float | None = None  # vs onnxruntime at the same thread budget
     paired_ratio_vs_ort: float | None = None  # median over iterations of (this call / the ORT call beside it)
     cosine_vs_ort: float | None = None
     max_abs_diff_vs_ort: float | None = None
@@ -300,19 +319,80 @@ class BenchReport:
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
-        # The headline numbers again, keyed for lookup: ratio_vs_ort[backend][T] (T as a string key).
+        # The headline numbers again, keyed for lookup: ratio_vs_ort[backend][threads][T] (string keys).
         data["ratio_vs_ort"] = {
-            backend: {str(c.frames): c.ratio_vs_ort for c in self.results if c.backend == backend}
+            backend: {
+                str(n): {str(c.frames): c.ratio_vs_ort for c in self.results if c.backend == backend and c.threads == n}
+                for n in dict.fromkeys(c.threads for c in self.results if c.backend == backend)
+            }
             for backend in dict.fromkeys(c.backend for c in self.results)
         }
+        data["speed_verdicts"] = [asdict(v) for v in speed_verdicts(self)]
         return data
 
-    def cell(self, backend: str, frames: int) -> CellResult | None:
-        return next((c for c in self.results if c.backend == backend and c.frames == frames), None)
+    def cell(self, backend: str, frames: int, threads: int | None = None) -> CellResult | None:
+        """The cell of `backend` at `frames` (and `threads`; None: the first measured budget)."""
+        return next(
+            (
+                c
+                for c in self.results
+                if c.backend == backend and c.frames == frames and (threads is None or c.threads == threads)
+            ),
+            None,
+        )
 
     @property
     def parity_failures(self) -> list[CellResult]:
         return [c for c in self.results if c.parity_ok is False]
+
+
+@dataclass(frozen=True)
+class BestOf:
+    """A backend at T with the thread budget that gave its lowest median (wall)."""
+
+    backend: str
+    backend_name: str
+    threads: int
+    median_ms: float
+    ratio_vs_best_ort: float | None  # this median / onnxruntime's best median at the same T
+
+
+@dataclass(frozen=True)
+class SpeedVerdict:
+    """Which backend is fastest at T, each backend at its best thread budget (fastest first)."""
+
+    frames: int
+    faster: str  # backend key of the fastest, e.g. "torch"
+    best: list[BestOf]
+
+
+def best_of(report: BenchReport, frames: int) -> list[BestOf]:
+    """Each backend's fastest thread budget at `frames`, fastest backend first."""
+    fastest: dict[str, CellResult] = {}
+    for c in report.results:
+        if c.frames == frames and (c.backend not in fastest or c.wall.median_ms < fastest[c.backend].wall.median_ms):
+            fastest[c.backend] = c
+    ort = fastest.get("ort")
+    rows = [
+        BestOf(
+            c.backend,
+            c.backend_name,
+            c.threads,
+            c.wall.median_ms,
+            c.wall.median_ms / ort.wall.median_ms if ort is not None else None,
+        )
+        for c in fastest.values()
+    ]
+    return sorted(rows, key=lambda b: b.median_ms)
+
+
+def speed_verdicts(report: BenchReport) -> list[SpeedVerdict]:
+    """One verdict per measured T (ascending): the fastest backend at its best budget."""
+    verdicts = []
+    for frames in sorted({c.frames for c in report.results}):
+        rows = best_of(report, frames)
+        verdicts.append(SpeedVerdict(frames, rows[0].backend, rows))
+    return verdicts
 
 
 # ---------------------------------------------------------------------------------------------
@@ -425,11 +505,17 @@ def features_of_length(clip: np.ndarray, frames: int) -> torch.Tensor:
 
 @dataclass
 class _Runner:
-    """One backend, reduced to what the timing loop needs: a call on the prepared input."""
+    """One backend at one thread budget, reduced to what the timing loop needs: a call on the prepared input."""
 
     key: str  # "ort" | "torch" | "trt"
     name: str
     run: Callable[[torch.Tensor], torch.Tensor]
+    threads: int
+    used: list[int] = field(default_factory=list)  # intra-op threads each torch call actually ran with
+
+    @property
+    def label(self) -> str:
+        return f"{self.key}@{self.threads}"
 
 
 def _ort_runner(onnx: Path, device: torch.device, threads: int) -> tuple[_Runner, float]:
@@ -460,26 +546,42 @@ def _ort_runner(onnx: Path, device: torch.device, threads: int) -> tuple[_Runner
         (out,) = session.run(None, {input_name: x.detach().to("cpu", torch.float32).contiguous().numpy()})
         return torch.from_numpy(out).to(device)
 
-    return _Runner("ort", "onnxruntime-cpu", run), build_ms
+    return _Runner("ort", "onnxruntime-cpu", run, threads), build_ms
 
 
-def _torch_runner(model: Any, batch: int) -> _Runner:
-    if batch == 1:
-        return _Runner("torch", str(model.name), lambda x: model(x[0]))
-    return _Runner("torch", str(model.name), lambda x: model.embed_batch(list(x.unbind(0))))
+def _torch_runner(model: Any, batch: int, threads: int) -> _Runner:
+    from vllm_omni.platforms.cpu.threads import intra_op_threads
+
+    runner = _Runner("torch", str(model.name), lambda x: x, threads)
+
+    def run(x: torch.Tensor) -> torch.Tensor:
+        with intra_op_threads(threads):
+            out = model(x[0]) if batch == 1 else model.embed_batch(list(x.unbind(0)))
+        used = getattr(model, "last_call_threads", None)
+        runner.used.append(threads if used is None else used)
+        return out
+
+    runner.run = run
+    return runner
 
 
-def _trt_runner(onnx: Path, device: torch.device) -> tuple[_Runner, float]:
+def _trt_runners(onnx: Path, device: torch.device, threads: Sequence[int]) -> tuple[list[_Runner], float]:
+    """One engine; a runner per thread budget (the host threads only launch it)."""
     from vllm_omni.model_executor.models.cosyvoice3.speaker_embedding_trt import TrtSpeakerEmbedding
+    from vllm_omni.platforms.cpu.threads import intra_op_threads
 
     start = time.perf_counter()
     backend = TrtSpeakerEmbedding(onnx, device)
     seconds = time.perf_counter() - start
 
-    def run(x: torch.Tensor) -> torch.Tensor:
-        return torch.cat([backend(row) for row in x.unbind(0)], dim=0)
+    def runner(n: int) -> _Runner:
+        def run(x: torch.Tensor) -> torch.Tensor:
+            with intra_op_threads(n):
+                return torch.cat([backend(row) for row in x.unbind(0)], dim=0)
 
-    return _Runner("trt", backend.name, run), seconds
+        return _Runner("trt", backend.name, run, n)
+
+    return [runner(n) for n in threads], seconds
 
 
 def trt_unavailable_reason(device: torch.device) -> str | None:
@@ -526,7 +628,9 @@ def tolerances_for(device: torch.device) -> dict[str, float]:
     return {"min_cosine": DEVICE_MIN_COSINE, "max_rel_l2_diff": DEVICE_MAX_REL_L2}
 
 
-def _environment(device: torch.device, threads: int, torch_seg_pool: str | None, trt: str | None) -> EnvironmentInfo:
+def _environment(
+    device: torch.device, threads: Sequence[int], torch_seg_pool: str | None, trt: str | None
+) -> EnvironmentInfo:
     import onnx
     import onnxruntime
 
@@ -550,9 +654,8 @@ def _environment(device: torch.device, threads: int, torch_seg_pool: str | None,
         platform=platform.device_type,
         device=str(device),
         device_name=name,
-        threads=threads,
+        threads=list(threads),
         torch_num_threads=torch.get_num_threads(),
-        ort_intra_op_num_threads=threads,
         ort_seg_pool_mode=ort_seg_pool_mode(),
         torch_seg_pool_mode=torch_seg_pool,
         load_average_start=load_average(),
@@ -582,7 +685,6 @@ class SpkEmbeddingBenchmark:
 
     def run(self) -> BenchReport:
         self._start = time.perf_counter()
-        previous_threads = torch.get_num_threads()
         try:
             self._run()
             self.report.complete = True
@@ -590,7 +692,6 @@ class SpkEmbeddingBenchmark:
             self.report.interrupted = True
             raise
         finally:
-            torch.set_num_threads(previous_threads)
             self.report.elapsed_s = round(time.perf_counter() - self._start, 3)
             if self.report.environment is not None:
                 self.report.environment.load_average_end = load_average()
@@ -622,7 +723,6 @@ class SpkEmbeddingBenchmark:
         lengths = sorted(set(cfg.lengths))
         inputs = {t: features_of_length(clip, t).unsqueeze(0).repeat(cfg.batch, 1, 1).to(device) for t in lengths}
 
-        torch.set_num_threads(cfg.threads)
         runners: list[_Runner] = []
         torch_model = None
         # The torch loader goes first: its cold build must be the first in the process, and for a file
@@ -631,19 +731,22 @@ class SpkEmbeddingBenchmark:
             progress.stage(f"torch CAM++ on {device} (cold build, then cache hits)")
             with _setup_step("--onnx"):  # the loader's message names the file
                 torch_model = self._measure_torch_build(onnx, device)
-        progress.stage("onnxruntime CPU session")
-        with _setup_step("--onnx"):
-            ort, report.build.ort_session_build_ms = _ort_runner(onnx, device, cfg.threads)
-        runners.append(ort)
-        if torch_model is not None:
-            runners.append(_torch_runner(torch_model, cfg.batch))
+        progress.stage("onnxruntime CPU sessions")
+        for n in cfg.threads:
+            with _setup_step("--onnx"):
+                ort, build_ms = _ort_runner(onnx, device, n)
+            if report.build.ort_session_build_ms is None:
+                report.build.ort_session_build_ms = build_ms
+            runners.append(ort)
+            if torch_model is not None:
+                runners.append(_torch_runner(torch_model, cfg.batch, n))
         trt_version = None
         if "trt" in cfg.backends:
             progress.stage(f"TensorRT engine on {device} (built and cached on first use)")
             with _setup_step("--backends trt"):
-                runner, report.build.trt_build_or_load_s = _trt_runner(onnx, device)
-            report.build.trt_backend_name = runner.name
-            runners.append(runner)
+                trt_runners, report.build.trt_build_or_load_s = _trt_runners(onnx, device, cfg.threads)
+            report.build.trt_backend_name = trt_runners[0].name
+            runners.extend(trt_runners)
             import tensorrt
 
             trt_version = str(getattr(tensorrt, "__version__", "unknown"))
@@ -654,7 +757,7 @@ class SpkEmbeddingBenchmark:
         self._measure_latency(runners, inputs, device)
         self._measure_prompt_cache(onnx, clip, device)
         try:
-            report.policy = policy_choice(onnx, device, cfg.threads)
+            report.policy = policy_choice(onnx, device, max(cfg.threads))
         except _setup_error_types() as exc:  # the verdict then says the policy could not be asked
             report.notes.append(f"serving policy not determined: {type(exc).__name__}: {exc}")
 
@@ -687,20 +790,22 @@ class SpkEmbeddingBenchmark:
             if device.type != "cpu":
                 platform.synchronize(device)
 
-        self.progress.start(len(inputs) * (cfg.warmup + cfg.iters) * len(runners))
+        self.progress.start(sum(cfg.warmup + cfg.iters_at(t) for t in inputs) * len(runners))
         for frames, x in inputs.items():
-            samples: dict[str, list[tuple[int, int, int]]] = {r.key: [] for r in runners}
+            samples: dict[str, list[tuple[int, int, int]]] = {r.label: [] for r in runners}
             outputs: dict[str, torch.Tensor] = {}
+            for runner in runners:
+                runner.used.clear()
             try:
-                for i in range(cfg.warmup + cfg.iters):
+                for i in range(cfg.warmup + cfg.iters_at(frames)):
                     # Rotate the call order every iteration so no backend always runs first (or right after another).
                     shift = i % len(runners)
                     for runner in runners[shift:] + runners[:shift]:
                         out, host, cpu, wall = _timed_call(runner.run, x, sync)
                         if i == 0:
-                            outputs[runner.key] = out
+                            outputs[runner.label] = out
                         if i >= cfg.warmup:
-                            samples[runner.key].append((host, cpu, wall))
+                            samples[runner.label].append((host, cpu, wall))
                         time.sleep(CALL_GAP_S)
                     self.progress.advance(len(runners), f"T={frames}")
             finally:
@@ -718,24 +823,30 @@ class SpkEmbeddingBenchmark:
         n = min(len(v) for v in samples.values())
         if n == 0:
             return
-        ort = samples["ort"][:n]
-        ort_wall = LatencyStats.from_ns([s[2] for s in ort])
         tol = tolerances_for(device)
         for runner in runners:
-            rows = samples[runner.key][:n]
+            # The reference of a cell: onnxruntime at the same thread budget.
+            ort_label = f"ort@{runner.threads}"
+            ort = samples[ort_label][:n]
+            ort_wall = LatencyStats.from_ns([s[2] for s in ort])
+            rows = samples[runner.label][:n]
             cell = CellResult(
                 backend=runner.key,
                 backend_name=runner.name,
                 frames=frames,
                 batch=self.config.batch,
+                threads=runner.threads,
                 wall=LatencyStats.from_ns([s[2] for s in rows]),
                 host=LatencyStats.from_ns([s[0] for s in rows]),
                 host_cpu=LatencyStats.from_ns([s[1] for s in rows]),
             )
+            if runner.used:
+                timed = runner.used[self.config.warmup :][:n]
+                cell.threads_used = {str(k): timed.count(k) for k in sorted(set(timed))}
             cell.ratio_vs_ort = cell.wall.median_ms / ort_wall.median_ms
             cell.paired_ratio_vs_ort = float(np.median([r[2] / max(o[2], 1) for r, o in zip(rows, ort, strict=True)]))
-            if runner.key != "ort" and runner.key in outputs and "ort" in outputs:
-                metrics = parity(outputs[runner.key], outputs["ort"])
+            if runner.key != "ort" and runner.label in outputs and ort_label in outputs:
+                metrics = parity(outputs[runner.label], outputs[ort_label])
                 cell.cosine_vs_ort, cell.max_abs_diff_vs_ort = metrics.cosine, metrics.max_abs_diff
                 cell.rel_l2_diff_vs_ort, cell.ort_max_abs = metrics.rel_l2_diff, metrics.ref_max_abs
                 cell.parity_ok = metrics.ok(tol)
@@ -761,7 +872,7 @@ class SpkEmbeddingBenchmark:
                 shutil.copyfile(onnx, link)
             try:
                 # The same intra-op threads as the measured onnxruntime session (the header's number).
-                core = StepAudio2Token2WavCore(tmp, device=device, ort_intra_op_threads=self.config.threads)
+                core = StepAudio2Token2WavCore(tmp, device=device, ort_intra_op_threads=max(self.config.threads))
                 core.enable_device_spk_embedding()
                 prompt = (clip, SAMPLE_RATE)
                 start = time.perf_counter_ns()
@@ -816,5 +927,7 @@ def _config_dict(config: BenchConfig) -> dict[str, Any]:
     data["onnx"] = None if config.onnx is None else str(config.onnx)
     data["audio"] = None if config.audio is None else str(config.audio)
     data["call_gap_ms"] = CALL_GAP_S * 1e3
-    data["ratio_definition"] = "median wall latency of the backend / median wall latency of onnxruntime, same T"
+    data["ratio_definition"] = (
+        "median wall latency of the backend / median wall latency of onnxruntime, same T and thread budget"
+    )
     return data

@@ -10,12 +10,13 @@ when a plot is written, and only through its Agg canvas (no pyplot, no global ba
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from pathlib import Path
 
 from vllm_omni.atomic_io import write_bytes_atomic
 from vllm_omni.benchmarks.common import agg_figure, fmt, json_text, png_bytes
 from vllm_omni.benchmarks.common import write_json as write_report_json
-from vllm_omni.benchmarks.spk_embedding import BenchReport, CellResult
+from vllm_omni.benchmarks.spk_embedding import LONG_FRAMES, BenchReport, CellResult, speed_verdicts
 
 _BACKEND_ORDER = {"ort": 0, "torch": 1, "trt": 2}
 # Load average per usable core above which the host is too busy for trustworthy timings: the measured
@@ -31,8 +32,17 @@ def _ratio_text(ratio: float | None) -> str:
     return f"{ratio:.2f} ({1 / ratio:.1f}x faster)" if ratio < 1 else f"{ratio:.2f} ({ratio:.1f}x slower)"
 
 
+def _series(report: BenchReport) -> Iterator[tuple[str, str, int, list[CellResult]]]:
+    """(backend key, backend name, thread budget, its cells by T) for every measured series."""
+    names = {c.backend: c.backend_name for c in report.results}
+    for key in sorted(names, key=lambda k: _BACKEND_ORDER.get(k, 9)):
+        for threads in sorted({c.threads for c in report.results if c.backend == key}):
+            cells = [c for c in report.results if c.backend == key and c.threads == threads]
+            yield key, names[key], threads, sorted(cells, key=lambda c: c.frames)
+
+
 def _sorted_cells(report: BenchReport) -> list[CellResult]:
-    return sorted(report.results, key=lambda c: (c.frames, _BACKEND_ORDER.get(c.backend, 9)))
+    return sorted(report.results, key=lambda c: (c.frames, c.threads, _BACKEND_ORDER.get(c.backend, 9)))
 
 
 def header_lines(report: BenchReport) -> list[str]:
@@ -50,10 +60,10 @@ def header_lines(report: BenchReport) -> list[str]:
     env = report.environment
     cfg = report.config
     if env is not None:
+        budgets = ", ".join(map(str, env.threads))
         lines.append(
-            f"device  : {env.device} ({env.device_name}); threads {env.threads} "
-            f"(torch {env.torch_num_threads}, onnxruntime intra-op {env.ort_intra_op_num_threads}); "
-            f"batch {cfg.get('batch')}"
+            f"device  : {env.device} ({env.device_name}); thread budgets {budgets} (torch intra-op threads = "
+            f"onnxruntime intra-op threads per call); batch {cfg.get('batch')}"
         )
         trt = f", tensorrt {env.tensorrt_version}" if env.tensorrt_version else ""
         lines.append(
@@ -73,7 +83,8 @@ def header_lines(report: BenchReport) -> list[str]:
         a = report.audio
         lines.append(f"audio   : {a.source} ({a.duration_s:.2f} s), tiled/cropped to T frames; {a.transform}")
     lines.append(
-        f"timing  : {cfg.get('warmup')} warm-up + {cfg.get('iters')} timed calls per backend and T, interleaved"
+        f"timing  : {cfg.get('warmup')} warm-up + {cfg.get('iters')} timed calls per backend, budget and T "
+        f"(fewer above T={LONG_FRAMES}), interleaved, {cfg.get('call_gap_ms', 0):.0f} ms apart"
     )
     return lines
 
@@ -81,6 +92,7 @@ def header_lines(report: BenchReport) -> list[str]:
 def table_lines(report: BenchReport) -> list[str]:
     cols = (
         ("T", 5),
+        ("thr", 3),
         ("backend", 16),
         ("median ms", 10),
         ("p90 ms", 8),
@@ -93,12 +105,13 @@ def table_lines(report: BenchReport) -> list[str]:
         ("max|diff|", 9),
         ("parity", 8),
     )
-    head = "  ".join(name.rjust(width) if i != 1 else name.ljust(width) for i, (name, width) in enumerate(cols))
+    head = "  ".join(name.rjust(width) if i != 2 else name.ljust(width) for i, (name, width) in enumerate(cols))
     lines = [head, "-" * len(head)]
     for c in _sorted_cells(report):
         parity = "ref" if c.backend == "ort" else {True: "ok", False: "MISMATCH", None: "-"}[c.parity_ok]
         values = (
             str(c.frames),
+            str(c.threads),
             c.backend_name,
             fmt(c.wall.median_ms, ".2f"),
             fmt(c.wall.p90_ms, ".2f"),
@@ -113,7 +126,7 @@ def table_lines(report: BenchReport) -> list[str]:
         )
         lines.append(
             "  ".join(
-                v.rjust(w) if i != 1 else v.ljust(w) for i, (v, (_, w)) in enumerate(zip(values, cols, strict=True))
+                v.rjust(w) if i != 2 else v.ljust(w) for i, (v, (_, w)) in enumerate(zip(values, cols, strict=True))
             )
         )
     if not report.results:
@@ -122,16 +135,58 @@ def table_lines(report: BenchReport) -> list[str]:
 
 
 def ratio_rows(report: BenchReport) -> list[str]:
-    """One line per non-reference backend: its `ratio_vs_ort` at every T (the line the README quotes)."""
+    """One line per non-reference backend and thread budget: its `ratio_vs_ort` at every T (the README's row)."""
     rows = []
-    names = {c.backend: c.backend_name for c in report.results}
-    for key in sorted(names, key=lambda k: _BACKEND_ORDER.get(k, 9)):
+    for key, name, threads, cells in _series(report):
         if key == "ort":
             continue
-        cells = sorted((c for c in report.results if c.backend == key), key=lambda c: c.frames)
         parts = "  ".join(f"T={c.frames}: {fmt(c.ratio_vs_ort, '.2f')}" for c in cells)
-        rows.append(f"ratio vs ORT ({names[key]} / onnxruntime-cpu median, below 1 = faster): {parts}")
+        rows.append(
+            f"ratio vs ORT, {threads} thread{'s' if threads > 1 else ''} ({name} / onnxruntime-cpu "
+            f"median, below 1 = faster): {parts}"
+        )
     return rows
+
+
+def threads_used_lines(report: BenchReport) -> list[str]:
+    """Cells whose torch calls ran with fewer threads than their budget (busy host), one line each."""
+    lines = []
+    for c in _sorted_cells(report):
+        if c.threads_used and any(int(k) != c.threads for k in c.threads_used):
+            counts = ", ".join(f"{n} calls at {k}" for k, n in c.threads_used.items())
+            lines.append(
+                f"T={c.frames} {c.backend_name} budget {c.threads}: other runnable threads held cores, so the "
+                f"calls ran with fewer threads ({counts})"
+            )
+    return lines
+
+
+def best_of_lines(report: BenchReport) -> list[str]:
+    """Per T: each backend at its fastest thread budget, and its ratio to onnxruntime's best."""
+    lines = []
+    for verdict in speed_verdicts(report):
+        parts = []
+        for b in verdict.best:
+            ratio = "" if b.backend == "ort" or b.ratio_vs_best_ort is None else f" = {b.ratio_vs_best_ort:.2f} x ORT"
+            parts.append(f"{b.backend_name} {b.median_ms:.2f} ms @{b.threads}t{ratio}")
+        lines.append(f"best of threads, T={verdict.frames}: " + "; ".join(parts))
+    return lines
+
+
+def speed_verdict_lines(report: BenchReport) -> list[str]:
+    """One line per T: which backend is faster, each at its best thread budget."""
+    lines = []
+    for verdict in speed_verdicts(report):
+        best = verdict.best
+        if len(best) < 2:
+            continue
+        first, second = best[0], best[1]
+        lines.append(
+            f"verdict T={verdict.frames}: {first.backend_name} is faster ({first.median_ms:.2f} ms @{first.threads}t "
+            f"vs {second.backend_name} {second.median_ms:.2f} ms @{second.threads}t, "
+            f"{second.median_ms / first.median_ms:.2f}x)"
+        )
+    return lines
 
 
 def footer_lines(report: BenchReport) -> list[str]:
@@ -200,6 +255,11 @@ def _ratio_span(cells: list[CellResult]) -> str:
     return f"{lo:.2f}" if abs(hi - lo) < 5e-3 else f"{lo:.2f}-{hi:.2f}"
 
 
+def _where(cells: list[CellResult], with_threads: bool) -> str:
+    """`97,200`, or with thread budgets `97@2t,200@1t` (one entry per cell, in report order)."""
+    return ",".join(f"{c.frames}@{c.threads}t" if with_threads else str(c.frames) for c in cells)
+
+
 def verdict_line(report: BenchReport) -> str:
     """The report's last line: parity at every T, and which backend the serving policy picks here and why
     (the measured ratio vs onnxruntime of the backends it chose between)."""
@@ -212,6 +272,7 @@ def verdict_line(report: BenchReport) -> str:
         parity = f"parity FAIL at {where}"
     else:
         parity = f"parity ok at every T ({', '.join(map(str, lengths))})"
+    several = len({c.threads for c in report.results}) > 1  # cells then name their thread budget
     policy = report.policy
     if policy is None:
         choice = "serving policy not determined"
@@ -226,13 +287,13 @@ def verdict_line(report: BenchReport) -> str:
                     for name in sorted(others)
                 )
                 faster = [c for c in compared if c.ratio_vs_ort is not None and c.ratio_vs_ort < 1.0]
-                note = f", faster than onnxruntime at T={','.join(str(c.frames) for c in faster)}" if faster else ""
+                note = f", faster than onnxruntime at T={_where(faster, several)}" if faster else ""
                 choice += f": {spans} here{note}"
         else:
             mine = [c for c in compared if c.backend == policy.backend]
             if mine:
                 slower = [c for c in mine if c.ratio_vs_ort is not None and c.ratio_vs_ort > 1.0]
-                note = f", slower than onnxruntime at T={','.join(str(c.frames) for c in slower)}" if slower else ""
+                note = f", slower than onnxruntime at T={_where(slower, several)}" if slower else ""
                 choice += f": measured {_ratio_span(mine)}x onnxruntime's latency here{note}"
     prefix = "verdict" if report.complete else "verdict (partial run)"
     return f"{prefix}: {parity}; {choice}"
@@ -243,6 +304,9 @@ def render_text(report: BenchReport) -> str:
     rows = ratio_rows(report)
     if rows:
         parts += [*rows, ""]
+    speed = [*threads_used_lines(report), *best_of_lines(report), *speed_verdict_lines(report)]
+    if speed:
+        parts += [*speed, ""]
     parts += footer_lines(report)
     parts.append(verdict_line(report))
     return "\n".join(parts) + "\n"
@@ -260,29 +324,31 @@ def plot_png(report: BenchReport) -> bytes:
     """PNG bytes: median latency vs T per backend (bars to p90), and each backend's ratio vs onnxruntime."""
     fig = agg_figure(11, 4.5)
     lat, ratio = fig.subplots(1, 2)
-    names = {c.backend: c.backend_name for c in report.results}
-    for key in sorted(names, key=lambda k: _BACKEND_ORDER.get(k, 9)):
-        cells = sorted((c for c in report.results if c.backend == key), key=lambda c: c.frames)
+    for key, name, threads, cells in _series(report):
         xs = [c.frames for c in cells]
         med = [c.wall.median_ms for c in cells]
         up = [max(c.wall.p90_ms - c.wall.median_ms, 0.0) for c in cells]
-        lat.errorbar(xs, med, yerr=[[0.0] * len(xs), up], marker="o", capsize=3, label=names[key])
+        label = f"{name} {threads}t"
+        lat.errorbar(xs, med, yerr=[[0.0] * len(xs), up], marker="o", capsize=3, label=label)
         if key != "ort":
-            ratio.plot(xs, [c.ratio_vs_ort for c in cells], marker="o", label=f"{names[key]} / onnxruntime")
+            ratio.plot(xs, [c.ratio_vs_ort for c in cells], marker="o", label=f"{label} / onnxruntime {threads}t")
+    lat.set_xscale("log")
+    lat.set_yscale("log")
     lat.set_xlabel("T (fbank frames, 10 ms each)")
     lat.set_ylabel("latency per call, ms (median, bar to p90)")
     lat.set_title("latency vs T")
     lat.grid(True, alpha=0.3)
     ratio.axhline(1.0, color="gray", linestyle="--", linewidth=1)
+    ratio.set_xscale("log")
     ratio.set_xlabel("T (fbank frames, 10 ms each)")
     ratio.set_ylabel("median latency / onnxruntime (below 1 = faster)")
-    ratio.set_title("ratio vs onnxruntime CPU, same threads")
+    ratio.set_title("ratio vs onnxruntime CPU, same thread budget")
     ratio.grid(True, alpha=0.3)
     for axes in (lat, ratio):
         if axes.get_legend_handles_labels()[0]:
             axes.legend(fontsize=8)
     env = report.environment
-    where = f"{env.device} ({env.device_name}), {env.threads} threads" if env is not None else ""
+    where = f"{env.device} ({env.device_name}), thread budgets {env.threads}" if env is not None else ""
     standin = report.weights is not None and report.weights.kind == "stand-in"
     title = f"CAM++ speaker embedding on {where}"
     if standin:

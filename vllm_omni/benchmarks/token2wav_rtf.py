@@ -300,9 +300,10 @@ class _ComponentClock:
 
     Wraps, only inside `with`, the calls the stage composes (see `token2wav_synthesis.py`): on the
     instances, the core's `prepare_prompt`, the flow's `setup_cache`, `inference`, `inference_chunk`,
-    and HiFT's forward (module hooks); and the streaming launches `flow_chunks` and `vocode_chunks`
-    where `token2wav_synthesis.stream_chunk` looks them up (a streaming vocoder launch runs HiFT
-    through `vocode_rows`, not its forward; a HiFT forward inside it is not counted twice). Each
+    and HiFT's forward (module hooks); the streaming flow launch `flow_chunks` where
+    `token2wav_synthesis.stream_chunk` looks it up, and the core's stream vocoder's `vocode` (a
+    streaming vocoder launch runs HiFT through `vocode_rows`, not its forward; a HiFT forward inside it
+    is not counted twice). Each
     wrapped call is bracketed by `synchronize()`, so asynchronous device work is billed to the
     component that queued it.
     """
@@ -316,13 +317,13 @@ class _ComponentClock:
 
     def __init__(self, core: Any, sync: Callable[[], None]) -> None:
         self._objects = {"core": core, "flow": core.flow}
+        self._stream_vocoder = core.stream_vocoder
         self._hift = core.hift
         self._sync = sync
         self.seconds: dict[str, float] = dict.fromkeys(COMPONENTS, 0.0)
         self._hooks: list[Any] = []
         self._vocoder_start: float | None = None
         self._flow_chunks: Callable[..., Any] | None = None
-        self._vocode_chunks: Callable[..., Any] | None = None
         self._in_vocoder = False
 
     def reset(self) -> None:
@@ -359,6 +360,8 @@ class _ComponentClock:
         self._vocoder_start = time.perf_counter()
 
     def _vocoder_post(self, *_: Any) -> None:
+        if self._in_vocoder:
+            return
         self._sync()
         if self._vocoder_start is not None:
             self.seconds["vocoder"] += time.perf_counter() - self._vocoder_start
@@ -372,8 +375,8 @@ class _ComponentClock:
             setattr(obj, attr, self._timed(name, getattr(obj, attr)))
         self._flow_chunks = token2wav_synthesis.flow_chunks
         token2wav_synthesis.flow_chunks = self._timed("flow", self._flow_chunks)
-        self._vocode_chunks = token2wav_synthesis.vocode_chunks
-        token2wav_synthesis.vocode_chunks = self._vocoder_launch(self._vocode_chunks)
+        # An instance attribute shadows the class's `vocode` until __exit__ removes it.
+        self._stream_vocoder.vocode = self._vocoder_launch(self._stream_vocoder.vocode)
         self._hooks = [
             self._hift.register_forward_pre_hook(self._vocoder_pre),
             self._hift.register_forward_hook(self._vocoder_post),
@@ -384,7 +387,8 @@ class _ComponentClock:
         from vllm_omni.model_executor.models.step_audio2 import token2wav_synthesis
 
         token2wav_synthesis.flow_chunks = self._flow_chunks
-        token2wav_synthesis.vocode_chunks = self._vocode_chunks
+        if "vocode" in vars(self._stream_vocoder):
+            del self._stream_vocoder.vocode
         for owner, attr, _ in self._METHODS:
             obj = self._objects[owner]
             if attr in vars(obj):

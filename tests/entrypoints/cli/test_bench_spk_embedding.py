@@ -52,7 +52,7 @@ def e2e(reduced_onnx: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[st
         "--iters",
         "4",
         "--threads",
-        "1",
+        "1,2",
         timeout=180,
     )
     return {"proc": proc, "json": out / "report.json", "png": out / "report.png", "onnx": reduced_onnx}
@@ -68,7 +68,10 @@ def test_end_to_end_run_succeeds_and_prints_the_table(e2e: dict[str, Any]) -> No
     assert "Traceback" not in proc.stderr
     for backend in ("onnxruntime-cpu", "torch-cpu"):
         assert backend in proc.stdout
-    assert "ratio vs ORT" in proc.stdout and "get_campplus_torch: cold build" in proc.stdout
+    assert "ratio vs ORT, 1 thread " in proc.stdout and "ratio vs ORT, 2 threads " in proc.stdout
+    assert "get_campplus_torch: cold build" in proc.stdout
+    for t in LENGTHS:  # best of the thread budgets and one verdict per T
+        assert f"best of threads, T={t}: " in proc.stdout and f"verdict T={t}: " in proc.stdout
     # The reduced stand-in lives in the stand-in cache: the report must say its weights are not real.
     assert "STAND-IN" in proc.stdout and "NOT a real speaker space" in proc.stdout
 
@@ -89,7 +92,7 @@ def test_json_report_has_every_field(e2e: dict[str, Any]) -> None:
     import torch
 
     assert env["torch_version"] == torch.__version__ and env["onnxruntime_version"] == onnxruntime.__version__
-    assert env["threads"] == 1 and env["ort_intra_op_num_threads"] == 1 and env["torch_num_threads"] == 1
+    assert env["threads"] == [1, 2] and env["torch_num_threads"] >= 1
     assert env["ort_seg_pool_mode"] in ("legacy", "exact") and env["device"] == "cpu"
     assert len(env["load_average_start"]) == 3 and len(env["load_average_end"]) == 3
 
@@ -98,23 +101,40 @@ def test_json_report_has_every_field(e2e: dict[str, Any]) -> None:
     # A cache hit is a dict lookup; a cold build parses and maps the whole graph.
     assert build["torch_cache_hit_us"] * 1e-3 < build["torch_cold_build_ms"]
 
-    cells = {(c["backend"], c["frames"]): c for c in report["results"]}
-    assert set(cells) == {(b, t) for b in ("ort", "torch") for t in LENGTHS}
-    for (backend, frames), cell in cells.items():
+    cells = {(c["backend"], c["frames"], c["threads"]): c for c in report["results"]}
+    assert set(cells) == {(b, t, n) for b in ("ort", "torch") for t in LENGTHS for n in (1, 2)}
+    for (backend, frames, threads), cell in cells.items():
         for clock in ("wall", "host", "host_cpu"):
             stats = cell[clock]
             assert stats["n"] == 4
             assert 0 < stats["min_ms"] <= stats["median_ms"] <= stats["p90_ms"] <= stats["p99_ms"] <= stats["max_ms"]
-        ort_median = cells[("ort", frames)]["wall"]["median_ms"]
+        ort_median = cells[("ort", frames, threads)]["wall"]["median_ms"]  # the same thread budget
         assert cell["ratio_vs_ort"] == pytest.approx(cell["wall"]["median_ms"] / ort_median)
-        assert report["ratio_vs_ort"][backend][str(frames)] == cell["ratio_vs_ort"]
+        assert report["ratio_vs_ort"][backend][str(threads)][str(frames)] == cell["ratio_vs_ort"]
         if backend == "torch":
             # Parity on the serving transform: the torch port must agree with onnxruntime on CPU.
             assert cell["cosine_vs_ort"] >= 0.999999 and cell["rel_l2_diff_vs_ort"] <= 2e-3
             assert 0 <= cell["max_abs_diff_vs_ort"] <= cell["rel_l2_diff_vs_ort"] * cell["ort_max_abs"] * 192**0.5
             assert cell["parity_ok"] is True
+            # the threads each timed call ran with: at most its budget (fewer when other threads held cores)
+            used = cell["threads_used"]
+            assert sum(used.values()) == 4 and all(1 <= int(k) <= threads for k in used)
         else:
             assert cell["ratio_vs_ort"] == 1.0 and cell["cosine_vs_ort"] is None
+
+    verdicts = {v["frames"]: v for v in report["speed_verdicts"]}
+    assert sorted(verdicts) == list(LENGTHS)
+    for frames, verdict in verdicts.items():
+        best = {b["backend"]: b for b in verdict["best"]}
+        for backend in ("ort", "torch"):
+            fastest = min(
+                n
+                for n in (1, 2)
+                if cells[(backend, frames, n)]["wall"]["median_ms"]
+                == min(cells[(backend, frames, m)]["wall"]["median_ms"] for m in (1, 2))
+            )
+            assert best[backend]["threads"] == fastest
+        assert verdict["faster"] == min(best, key=lambda b: best[b]["median_ms"])
 
     prompt = report["prompt_cache"]
     if prompt["unavailable"] is None:
@@ -364,6 +384,43 @@ def test_prompt_cache_row_times_a_miss_then_hits_on_the_full_size_standin() -> N
     assert times.backend is not None and times.backend != "None"
 
 
+def _cell(backend: str, threads: int, frames: int, median_ms: float) -> Any:
+    """A CellResult with every latency statistic at `median_ms` (report logic tests)."""
+    from vllm_omni.benchmarks.spk_embedding import CellResult, LatencyStats
+
+    stats = LatencyStats(10, median_ms, median_ms, median_ms, median_ms, median_ms, median_ms)
+    name = "onnxruntime-cpu" if backend == "ort" else "torch-cpu"
+    return CellResult(backend, name, frames, 1, threads, stats, stats, stats)
+
+
+def test_best_of_takes_each_backends_fastest_budget_and_the_verdict_the_fastest_backend() -> None:
+    from vllm_omni.benchmarks.spk_embedding import BenchReport, best_of
+    from vllm_omni.benchmarks.spk_embedding_report import best_of_lines, speed_verdict_lines
+
+    cell = _cell
+    report = BenchReport(config={})
+    report.results = [
+        cell("ort", 1, 97, 20.0),
+        cell("torch", 1, 97, 18.0),
+        cell("ort", 2, 97, 14.0),
+        cell("torch", 2, 97, 16.0),  # torch's best (1 thread, 18 ms) loses to onnxruntime's (2 threads, 14 ms)
+        cell("ort", 1, 200, 35.0),
+        cell("torch", 1, 200, 30.0),
+        cell("ort", 2, 200, 25.0),
+        cell("torch", 2, 200, 20.0),
+    ]
+    rows = {b.backend: b for b in best_of(report, 97)}
+    assert (rows["ort"].threads, rows["torch"].threads) == (2, 2)
+    assert rows["torch"].ratio_vs_best_ort == pytest.approx(16.0 / 14.0)
+    assert [b.backend for b in best_of(report, 200)] == ["torch", "ort"]
+    lines = speed_verdict_lines(report)
+    assert lines[0].startswith("verdict T=97: onnxruntime-cpu is faster (14.00 ms @2t vs torch-cpu 16.00 ms @2t")
+    assert lines[1].startswith("verdict T=200: torch-cpu is faster (20.00 ms @2t vs onnxruntime-cpu 25.00 ms @2t")
+    assert "torch-cpu 20.00 ms @2t = 0.80 x ORT" in best_of_lines(report)[1]
+    verdicts = report.to_dict()["speed_verdicts"]
+    assert [(v["frames"], v["faster"]) for v in verdicts] == [(97, "ort"), (200, "torch")]
+
+
 # ---- what a user reads: output folder, progress in logs, the verdict, a busy host ---------------
 
 
@@ -372,7 +429,7 @@ def small_report(reduced_onnx: Path) -> Any:
     """A complete library run on the reduced stand-in: one length, two timed calls."""
     from vllm_omni.benchmarks.spk_embedding import BenchConfig, SpkEmbeddingBenchmark
 
-    config = BenchConfig(onnx=reduced_onnx, lengths=(40,), warmup=0, iters=2, threads=1, prompt_cache_iters=1)
+    config = BenchConfig(onnx=reduced_onnx, lengths=(40,), warmup=0, iters=2, threads=(1,), prompt_cache_iters=1)
     return SpkEmbeddingBenchmark(config).run()
 
 
@@ -464,7 +521,7 @@ def test_an_onnx_that_is_not_cam_plus_plus_is_refused_before_any_work(
 
 
 def test_the_prompt_cache_step_uses_the_reported_onnxruntime_threads(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The header says "onnxruntime intra-op N": the prompt-cache step's session must have N threads too."""
+    """The prompt-cache step's onnxruntime session gets the largest measured thread budget."""
     import torch
 
     from tests.helpers.token2wav import SessionCounter
@@ -476,7 +533,28 @@ def test_the_prompt_cache_step_uses_the_reported_onnxruntime_threads(monkeypatch
     counter = SessionCounter(monkeypatch)
     full = Path(ensure_standin_campplus_onnx(seed=0, reduced=False))
     clip, _ = load_clip(None)
-    bench = SpkEmbeddingBenchmark(BenchConfig(onnx=full, threads=3, prompt_cache_iters=2))
+    bench = SpkEmbeddingBenchmark(BenchConfig(onnx=full, threads=(3,), prompt_cache_iters=2))
     bench._measure_prompt_cache(full, clip, torch.device("cpu"))
     assert bench.report.prompt_cache is not None and bench.report.prompt_cache.unavailable is None
     assert [c["sess_options"].intra_op_num_threads for c in counter.calls] == [3]
+
+
+def test_the_verdict_names_the_thread_budget_of_each_cell_when_several_ran() -> None:
+    from vllm_omni.benchmarks.spk_embedding import BenchReport, PolicyChoice
+    from vllm_omni.benchmarks.spk_embedding_report import verdict_line
+
+    report = BenchReport(config={}, complete=True)
+    medians = {(97, 1): (20.0, 22.0), (97, 2): (14.0, 16.0), (200, 1): (35.0, 30.0), (200, 2): (25.0, 20.0)}
+    for (frames, threads), (ort_ms, torch_ms) in medians.items():
+        ort, torch_cell = _cell("ort", threads, frames, ort_ms), _cell("torch", threads, frames, torch_ms)
+        ort.ratio_vs_ort, torch_cell.ratio_vs_ort = 1.0, torch_ms / ort_ms
+        torch_cell.parity_ok = True
+        report.results += [ort, torch_cell]
+    report.policy = PolicyChoice("cpu", "onnxruntime-cpu", "ort", "CPU_DEVICE_PATH_BACKEND = 'onnxruntime'")
+    line = verdict_line(report)
+    assert line.startswith("verdict: parity ok at every T (97, 200); policy on cpu picks onnxruntime-cpu")
+    assert line.endswith(
+        "torch-cpu measured 0.80-1.14x onnxruntime's latency here, faster than onnxruntime at T=200@1t,200@2t"
+    )
+    report.policy = PolicyChoice("cpu", "torch-cpu", "torch", "CPU_DEVICE_PATH_BACKEND = 'torch'")
+    assert verdict_line(report).endswith("slower than onnxruntime at T=97@1t,97@2t")

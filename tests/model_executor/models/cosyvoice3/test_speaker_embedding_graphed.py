@@ -46,55 +46,88 @@ def _check(got: torch.Tensor, model: CAMPPlus, feats: torch.Tensor) -> None:
     np.testing.assert_allclose(got.numpy(), eager.numpy(), rtol=0, atol=1e-6)
 
 
+def _shapes(backend: GraphedCampplus) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+    """(features shape, lengths shape) of every captured graph, sorted."""
+    keys = backend.runner.captured_keys()
+    assert all(len(key) == 2 and key[1][1] == torch.int64 for key in keys), keys  # (features, lengths)
+    return sorted((key[0][0], key[1][0]) for key in keys)
+
+
 @pytest.mark.core_model
 @pytest.mark.cpu
 @pytest.mark.parametrize("mode", ["exact", "legacy"])
-def test_graphed_embeddings_match_the_reference_network_with_one_capture_per_shape(model: CAMPPlus, mode: str) -> None:
+def test_single_calls_replay_one_graph_per_frame_bucket(model: CAMPPlus, mode: str) -> None:
     model.set_seg_pool_mode(mode)
     api, module = fake_graph_api()
     backend = GraphedCampplus(model, "cpu", graph_api=api, warmup_iters=1)
-    calls = [(97, 1), (200, 2), (97, 3), (345, 4), (200, 5)]
+    # 97 and 128 share the 128-frame bucket, 129 is one frame above it, 200 and 256 share 256.
+    calls = [(97, 1), (200, 2), (128, 3), (129, 4), (256, 5), (97, 6)]
     for frames, seed in calls:
         feats = _feats(frames, seed)
         got = backend(feats)
         assert got.shape == (1, model.embedding_size)
-        _check(got[0], model, feats)
+        _check(got[0], model, feats)  # padded to the bucket, masked exactly: the unpadded eager call
     counters = backend.counters()
-    assert (counters.captures, counters.replays, counters.failures) == (3, 5, 0)
-    assert sorted(key[0][0] for key in backend.runner.captured_keys()) == [(1, 97, 80), (1, 200, 80), (1, 345, 80)]
+    assert (counters.captures, counters.replays, counters.failures) == (3, 6, 0)
+    assert _shapes(backend) == [((1, 128, 80), (1,)), ((1, 192, 80), (1,)), ((1, 256, 80), (1,))]
     assert len(module.captures) == 3
+    # The runner alone on a call's launch inputs (the device check's graph-replay row) is that graph.
+    feats = _feats(150, 7)
+    x, lengths = backend.launch_inputs(feats)
+    assert tuple(x.shape) == (1, 192, 80) and lengths.tolist() == [150]
+    torch.testing.assert_close(backend.runner(x, lengths), backend(feats), rtol=0, atol=0)
+    assert backend.counters().captures == 3
 
 
 @pytest.mark.core_model
 @pytest.mark.cpu
-def test_embed_batch_groups_lengths_into_batched_graphs(model: CAMPPlus) -> None:
-    model.set_seg_pool_mode("exact")
+@pytest.mark.parametrize("mode", ["exact", "legacy"])
+def test_embed_batch_is_keyed_by_batch_bucket_and_frame_bucket(model: CAMPPlus, mode: str) -> None:
+    model.set_seg_pool_mode(mode)
     api, _ = fake_graph_api()
     backend = GraphedCampplus(model, "cpu", graph_api=api, warmup_iters=1)
-    feats = [_feats(150, 1), _feats(230, 2), _feats(150, 3)]
+    # Frame buckets: 65, 100, 128 -> 128 (3 rows -> batch bucket 4); 150, 192 -> 192 (2 rows);
+    # 230 -> 256 (1 row).
+    lengths = [150, 65, 230, 100, 192, 128]
+    feats = [_feats(t, seed=i) for i, t in enumerate(lengths)]
     out = backend.embed_batch(feats)
+    assert out.shape == (len(lengths), model.embedding_size)
     for row, item in zip(out, feats, strict=True):
-        np.testing.assert_allclose(row.double().numpy(), _reference(model, item), rtol=0, atol=1e-4)
-    with torch.inference_mode():  # the same-length rows ran as one [2, 150, 80] replay
-        eager_pair = CampplusInference(model, "cpu")(torch.stack([feats[0], feats[2]]))
-    np.testing.assert_allclose(out[[0, 2]].numpy(), eager_pair.numpy(), rtol=0, atol=1e-6)
-    keys = sorted(key[0][0] for key in backend.runner.captured_keys())
-    assert keys == [(1, 230, 80), (2, 150, 80)]
+        _check(row, model, item)
+    assert _shapes(backend) == [((1, 256, 80), (1,)), ((2, 192, 80), (2,)), ((4, 128, 80), (4,))]
+    # A second batch of other lengths in the same buckets replays the same three graphs.
+    again = [_feats(t, seed=50 + i) for i, t in enumerate([140, 70, 250, 90, 180, 127])]
+    out = backend.embed_batch(again)
+    for row, item in zip(out, again, strict=True):
+        _check(row, model, item)
+    assert backend.counters().captures == 3 and len(_shapes(backend)) == 3
 
 
 @pytest.mark.core_model
 @pytest.mark.cpu
-def test_warmup_captures_ahead_and_later_calls_only_replay(model: CAMPPlus) -> None:
+def test_warmup_captures_the_bucketed_launches_and_later_calls_only_replay(model: CAMPPlus) -> None:
     model.set_seg_pool_mode("exact")
     api, module = fake_graph_api()
     backend = GraphedCampplus(model, "cpu", graph_api=api, lazy=False, warmup_iters=1)
-    assert backend.warmup(frames=[97, 200], batch_sizes=[1, 2]) == 4
-    feats = _feats(200, 9)
-    _check(backend(feats)[0], model, feats)
-    uncaptured = _feats(120, 10)
+    # 3 utterances launch as a 4-row batch bucket; 97 and 120 share the 128-frame bucket.
+    assert backend.warmup(frames=[97, 120, 200], batch_sizes=[1, 3]) == 4
+    assert _shapes(backend) == [
+        ((1, 128, 80), (1,)),
+        ((1, 256, 80), (1,)),
+        ((4, 128, 80), (4,)),
+        ((4, 256, 80), (4,)),
+    ]
+    replays = backend.counters().replays  # the runner verified each capture by one replay
+    for frames, seed in [(200, 9), (70, 10)]:  # both in captured buckets
+        feats = _feats(frames, seed)
+        _check(backend(feats)[0], model, feats)
+    batch = [_feats(t, seed=20 + t) for t in (193, 250, 199, 256)]  # 4 rows of the 256 bucket
+    for row, item in zip(backend.embed_batch(batch), batch, strict=True):
+        _check(row, model, item)
+    uncaptured = _feats(300, 11)  # bucket 320: not warmed up, lazy=False runs it eagerly
     _check(backend(uncaptured)[0], model, uncaptured)
     counters = backend.counters()
-    assert counters.captures == 4 and counters.eager_reasons == {"not_captured": 1}
+    assert counters.captures == 4 and counters.replays - replays == 3 and counters.eager_reasons == {"not_captured": 1}
     assert len(module.captures) == 4
     with pytest.raises(ValueError, match=">= 4"):
         backend.warmup(frames=[3])

@@ -31,7 +31,7 @@ DEFAULT_JSON = str(common.DEFAULT_REPORT_DIR / "spk_embedding_report.json")
 DEFAULT_PLOT = str(common.DEFAULT_REPORT_DIR / "spk_embedding_report.png")
 MIN_FRAMES = 4
 # (lengths, warmup, iters, prompt-cache hits) of the default run and of --fast; explicit options win.
-DEFAULT_PLAN = ((97, 200, 501, 1000), 5, 50, 200)
+DEFAULT_PLAN = ((97, 200, 501, 1000, 3000), 5, 50, 200)
 FAST_PLAN = ((97, 200), 2, 10, 50)
 
 
@@ -50,23 +50,38 @@ def parse_backends(text: str) -> tuple[str, ...]:
     return tuple(["ort"] + [n for n in names if n != "ort"])
 
 
-def parse_lengths(text: str) -> tuple[int, ...]:
+def _int_list(option: str, text: str, what: str, example: str) -> list[int]:
+    """The comma-separated integers of `option` (blank parts skipped); a usage error names a bad part."""
     values = []
     for part in text.split(","):
         part = part.strip()
         if not part:
             continue
         try:
-            value = int(part)
+            values.append(int(part))
         except ValueError:
-            raise CLIUsageError(
-                f"--lengths: {part!r} is not an integer frame count (e.g. --lengths 97,200,501)"
-            ) from None
+            raise CLIUsageError(f"{option}: {part!r} is not an integer {what} (e.g. {option} {example})") from None
+    if not values:
+        raise CLIUsageError(f"{option} needs at least one {what}, e.g. {option} {example}")
+    return values
+
+
+def parse_lengths(text: str) -> tuple[int, ...]:
+    values = _int_list("--lengths", text, "frame count", "97,200,501,1000")
+    for value in values:
         if value < MIN_FRAMES:
             raise CLIUsageError(f"--lengths: T={value} is too short; CAM++ needs at least {MIN_FRAMES} frames")
-        values.append(value)
-    if not values:
-        raise CLIUsageError("--lengths needs at least one frame count, e.g. --lengths 97,200,501,1000")
+    return tuple(sorted(set(values)))
+
+
+def parse_threads(text: str | None) -> tuple[int, ...]:
+    """`--threads 1,2` -> (1, 2); default: 1 and the usable cores (at most 8), e.g. (1, 2) on 2 cores."""
+    if text is None:
+        return tuple(sorted({1, common.default_threads()}))
+    values = _int_list("--threads", text, "thread count", "1,2")
+    for value in values:
+        if value < 1:
+            raise CLIUsageError(f"--threads must be >= 1, got {value}")
     return tuple(sorted(set(values)))
 
 
@@ -100,7 +115,7 @@ def build_config(args: argparse.Namespace) -> Any:
     from vllm_omni.benchmarks.spk_embedding import BenchConfig
 
     plan = FAST_PLAN if args.fast else DEFAULT_PLAN
-    for name in ("batch", "threads", "iters"):
+    for name in ("batch", "iters"):
         common.check_at_least(f"--{name}", getattr(args, name), 1)
     common.check_at_least("--warmup", args.warmup, 0)
     device = common.check_device(args.device)
@@ -121,7 +136,7 @@ def build_config(args: argparse.Namespace) -> Any:
         batch=args.batch,
         warmup=plan[1] if args.warmup is None else args.warmup,
         iters=plan[2] if args.iters is None else args.iters,
-        threads=common.default_threads() if args.threads is None else args.threads,
+        threads=parse_threads(args.threads),
         audio=audio,
         prompt_cache_iters=plan[3],
         add_trt_when_available=args.backends is None,
@@ -178,12 +193,17 @@ class SpkEmbeddingSubcommand:
             "ort is always measured: it is the reference",
         )
         parser.add_argument(
-            "--lengths", metavar="T,...", help="feature lengths in fbank frames (default 97,200,501,1000)"
+            "--lengths", metavar="T,...", help="feature lengths in fbank frames (default 97,200,501,1000,3000)"
         )
         parser.add_argument("--batch", type=int, default=1, help="utterances per call (default 1)")
         parser.add_argument("--warmup", type=int, metavar="N", help="untimed calls per backend and T (default 5)")
         parser.add_argument("--iters", type=int, metavar="N", help="timed calls per backend and T (default 50)")
-        common.add_threads_option(parser)
+        parser.add_argument(
+            "--threads",
+            metavar="N,...",
+            help="thread budgets: every backend runs at each (torch intra-op threads and onnxruntime intra-op "
+            f"threads per call; default 1 and the usable cores, <= {common.MAX_DEFAULT_THREADS})",
+        )
         parser.add_argument("--audio", metavar="PATH", help="speech file to cut features from (default: shipped clip)")
         common.add_report_file_options(parser, DEFAULT_JSON, DEFAULT_PLOT)
         parser.add_argument(

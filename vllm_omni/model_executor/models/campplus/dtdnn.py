@@ -32,6 +32,7 @@ from vllm_omni.model_executor.models.campplus.layers import (
     factory_kwargs,
     get_nonlinear,
 )
+from vllm_omni.model_executor.models.campplus.masking import FrameInfo, check_lengths, masked
 from vllm_omni.model_executor.models.campplus.segpool import resolve_seg_pool_mode
 
 UPSTREAM_BLOCK_LAYERS = (12, 24, 16)
@@ -111,7 +112,26 @@ class CAMPPlus(nn.Module):
             if isinstance(module, CAMLayer):
                 module.seg_pool_mode = resolved
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
+        """`x` [B, T, F] -> [B, E]. With `lengths` [B] (int), frames >= lengths[b] of row b are padding.
+
+        A padded call returns the embeddings of the unpadded rows (up to fp32 rounding: the masked
+        poolings sum instead of averaging) with shapes that depend on B and T only and no host
+        synchronisation; `campplus.masking` says how. The serving form `CampplusInference` has the
+        same contract, bit-exact on CPU.
+        """
         x = x.permute(0, 2, 1)  # [B, T, F] -> [B, F, T]
-        x = self.head(x)
-        return self.xvector(x)
+        if lengths is None:
+            return self.xvector(self.head(x))
+        check_lengths(lengths, x.shape[-1], x.shape[0])
+        frames = FrameInfo.padded(lengths.to(x.device), x.shape[-1], self.seg_pool_mode, x.dtype)  # type: ignore[arg-type]
+        assert frames.input_mask is not None
+        x = self.head(x, frames.input_mask)
+        for module in self.xvector:
+            if isinstance(module, TDNNLayer):
+                x = module(masked(x, frames.input_mask[:, 0]))  # the k5 conv mixes frames
+            elif isinstance(module, CAMDenseTDNNBlock | StatsPool):
+                x = module(x, frames)
+            else:  # transit, out_nonlinear, dense: per frame / per utterance
+                x = module(x)
+        return x

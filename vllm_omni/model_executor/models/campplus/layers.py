@@ -8,7 +8,9 @@ Every module is built with explicit fp32 factory kwargs so construction never de
 `torch.get_default_dtype()` (vLLM builds stages under a bf16 default).
 
 The forward passes are the reference formulation (the graph the shipped file was exported from);
-`campplus.inference` holds the faster, numerically equivalent eval-time form.
+`campplus.inference` holds the faster, numerically equivalent eval-time form. The modules that
+mix frames take an optional `FrameInfo` / frame mask for padded calls (`campplus.masking`); without
+it they compute exactly upstream's graph.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from vllm_omni.model_executor.models.campplus.masking import FrameInfo, masked
+from vllm_omni.model_executor.models.campplus.pooling import cam_context, frames_of_segments, statistics
 from vllm_omni.model_executor.models.campplus.segpool import seg_pool
 
 BN_EPS = 1e-5
@@ -63,9 +67,10 @@ class BasicResBlock(nn.Module):
                 nn.BatchNorm2d(planes, eps=BN_EPS, **fk),
             )
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = F.relu(self.bn1(self.conv1(x)))
-        out = self.bn2(self.conv2(out))
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """`mask` [B, 1, 1, T]: zero padded frames before each 3x3 conv (the 1x1 shortcut is per frame)."""
+        out = F.relu(self.bn1(self.conv1(masked(x, mask))))
+        out = self.bn2(self.conv2(masked(out, mask)))
         return F.relu(out + self.shortcut(x))
 
 
@@ -92,12 +97,13 @@ class FCM(nn.Module):
             self.in_planes = planes * BasicResBlock.expansion
         return nn.Sequential(*layers)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x.unsqueeze(1)
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """[B, F, T] -> [B, C * F/8, T]; `mask` [B, 1, 1, T] marks valid frames of a padded call."""
+        x = masked(x.unsqueeze(1), mask)
         out = F.relu(self.bn1(self.conv1(x)))
-        out = self.layer1(out)
-        out = self.layer2(out)
-        out = F.relu(self.bn2(self.conv2(out)))
+        for block in (*self.layer1, *self.layer2):
+            out = block(out, mask)
+        out = F.relu(self.bn2(self.conv2(masked(out, mask))))
         shape = out.shape
         return out.reshape(shape[0], shape[1] * shape[2], shape[3])
 
@@ -153,9 +159,14 @@ class CAMLayer(nn.Module):
         # "legacy" | "exact" (already resolved); set by CAMPPlus.set_seg_pool_mode.
         self.seg_pool_mode = "exact"
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = self.linear_local(x)
-        context = x.mean(-1, keepdim=True) + seg_pool(x, self.seg_pool_mode)  # type: ignore[arg-type]
+    def forward(self, x: torch.Tensor, frames: FrameInfo | None = None) -> torch.Tensor:
+        if frames is None:
+            y = self.linear_local(x)
+            context = x.mean(-1, keepdim=True) + seg_pool(x, self.seg_pool_mode)  # type: ignore[arg-type]
+        else:  # padded call: the local conv and the context see zeros on padded frames
+            x = masked(x, frames.pooled_mask)
+            y = self.linear_local(x)
+            context = frames_of_segments(cam_context(x, frames, dim=2), 2, x.shape[-1])
         context = self.relu(self.linear1(context))
         m = self.sigmoid(self.linear2(context))
         return y * m
@@ -185,9 +196,9 @@ class CAMDenseTDNNLayer(nn.Module):
             bn_channels, out_channels, kernel_size, stride=stride, padding=padding, dilation=dilation, bias=bias, **fk
         )
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, frames: FrameInfo | None = None) -> torch.Tensor:
         x = self.linear1(self.nonlinear1(x))
-        return self.cam_layer(self.nonlinear2(x))
+        return self.cam_layer(self.nonlinear2(x), frames)
 
 
 class CAMDenseTDNNBlock(nn.ModuleList):
@@ -222,9 +233,9 @@ class CAMDenseTDNNBlock(nn.ModuleList):
             # 1-based names: "tdnnd1" ... are the upstream state_dict keys.
             self.add_module(f"tdnnd{i + 1}", layer)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, frames: FrameInfo | None = None) -> torch.Tensor:
         for layer in self:
-            x = torch.cat([x, layer(x)], dim=1)
+            x = torch.cat([x, layer(x, frames)], dim=1)
         return x
 
 
@@ -259,7 +270,9 @@ class DenseLayer(nn.Module):
 class StatsPool(nn.Module):
     """concat(mean_T, std_T) with the unbiased std and no epsilon (needs T' >= 2)."""
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, frames: FrameInfo | None = None) -> torch.Tensor:
+        if frames is not None:  # padded call: pool over the valid frames only
+            return statistics(x, frames, frames.pooled_mask, dim=2)
         mean = x.mean(dim=-1)
         std = x.std(dim=-1, unbiased=True)
         return torch.cat([mean, std], dim=-1)

@@ -28,9 +28,10 @@ _REQUESTS: Final = ("fallback", "device", "tensorrt")
 
 # The one policy entry that depends on a measurement: which backend `enable_device_spk_embedding()`
 # installs when the facade's device is the CPU. "onnxruntime" or "torch".
-# Measured by `vllm-omni bench spk-embedding` (benchmarks/results/spk_embedding_cpu.txt): with equal
-# threads torch-cpu is 1.15-2.12x slower than onnxruntime at T 97-1000 on the 2-core build host, so
-# the CPU keeps onnxruntime. See docs/design/token2wav_facades.md for the numbers behind the choice.
+# Measured by `vllm-omni bench spk-embedding --threads 1,2` on the 2-core build host: at one thread
+# torch-cpu costs 0.95-1.11x onnxruntime's time at T 97-3000 (3-10 % more CPU time), at two threads
+# 0.93-1.12x at T 97-501: level at best, slower at T=97, so the CPU keeps onnxruntime. Numbers and the
+# condition for flipping this: docs/design/speaker_embedding.md ("CPU policy").
 CPU_DEVICE_PATH_BACKEND: Final[Literal["onnxruntime", "torch"]] = "onnxruntime"
 
 

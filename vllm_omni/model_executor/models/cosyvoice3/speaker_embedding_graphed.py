@@ -8,11 +8,13 @@ launch overhead. `GraphedCampplus` is `CampplusTorch` with its forward routed th
 first call of that shape (or at `warmup()`), replayed afterwards; eager where the platform has no
 graphs (CPU) or graphs are switched off (`VLLM_OMNI_DEVICE_GRAPHS=0`).
 
-Keys today are exact shapes, `(batch rows, frames)`: each distinct prompt length is its own graph,
-LRU-evicted beyond the runner's cap. This is the thin adapter the device check uses; when the
-exact-masked bucketed entry point of CAM++ lands (`forward(x, lengths)`, frames padded to
-`buckets.campplus_frame_buckets()`, rows to `buckets.batch_buckets()`), the inherited `__call__` /
-`embed_batch` hand the runner padded tensors plus lengths and a few dozen graphs cover every prompt.
+Graphs are keyed by (batch bucket, frame bucket): with graphs active, every call is an
+`embed_batch` launch (`CampplusTorch.plan`: frames padded to `buckets.campplus_frame_buckets()`,
+rows to `buckets.batch_buckets()`), run by the padded, exactly masked CAM++ forward
+(`CampplusInference(x, lengths)`, static shapes, no host reads), so a few dozen graphs cover every
+prompt length and batch; a single `__call__` is a one-row launch. Lengths above the largest frame
+bucket run at their own shape (one graph each, LRU-evicted beyond the runner's cap). Eager, a call
+runs at its exact length like `CampplusTorch`. This is the thin adapter the device check uses.
 
 Numerics are those of `CampplusTorch` (the graph replays the same kernels; the runner verifies the
 first replay of each graph against an eager run).
@@ -24,6 +26,7 @@ import os
 from collections.abc import Iterable
 from typing import Any
 
+import numpy as np
 import torch
 
 from vllm_omni.model_executor.models.campplus.dtdnn import CAMPPlus
@@ -65,22 +68,49 @@ class GraphedCampplus(CampplusTorch):
         """Load `campplus.onnx` (strict mapping, see `speaker_embedding_torch`) and wrap it."""
         return cls(load_campplus_from_onnx(onnx_path, seg_pool_mode=seg_pool_mode), device, **runner_options)
 
+    @property
+    def pads_rows(self) -> bool:
+        """Rows are padded to a batch bucket wherever graphs replay (they are part of the key)."""
+        return self.runner.graphs_active or super().pads_rows
+
+    def __call__(self, feat: torch.Tensor | np.ndarray) -> torch.Tensor:
+        """`feat` [T, 80] -> [1, E]. With graphs active a one-row bucketed launch (the graph of
+        (batch bucket 1, frame bucket of T)); eager, the exact-length call of `CampplusTorch`."""
+        if not self.runner.graphs_active:
+            return super().__call__(feat)
+        with self._threads():
+            return self._embed_prepared([self._prepare(feat)])
+
+    def launch_inputs(self, feat: torch.Tensor | np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        """The device-resident (features, lengths) of the one-row launch `self(feat)` runs (graphs
+        active): the runner called on them replays exactly that graph, without the input checks."""
+        prepared = [self._prepare(feat)]
+        (launch,) = self.plan([prepared[0].shape[0]])
+        return self._launch_inputs(launch, prepared)
+
     def warmup(self, frames: Iterable[int], batch_sizes: Iterable[int] = (1,), *, seed: int = 0) -> int:
-        """Capture the graphs of every (batch, frames) pair now; returns how many keys have a graph.
+        """Capture now the graphs that `batch_sizes` utterances of each of `frames` frames launch with
+        (their (batch bucket, frame bucket) keys, see `CampplusTorch.plan`); returns how many distinct
+        launch shapes have a graph.
 
         Example features are seeded Gaussian noise with zero mean over time (like mean-normalised
         fbank), not zeros, so the runner's verification compares meaningful values.
         """
         generator = torch.Generator().manual_seed(seed)
-        ready = 0
+        ready: set[tuple[int, int]] = set()
         for rows in batch_sizes:
             for count in frames:
                 if count < MIN_FRAMES:
                     raise ValueError(f"warmup frames must be >= {MIN_FRAMES}, got {count}")
-                example = torch.randn(rows, count, FEAT_DIM, generator=generator)
-                example -= example.mean(dim=1, keepdim=True)
-                ready += bool(self.runner.warmup(example.to(self.device)))
-        return ready
+                example = torch.randn(count, FEAT_DIM, generator=generator)
+                example -= example.mean(dim=0, keepdim=True)
+                prepared = [example.to(self.device)] * rows
+                for launch in self.plan([count] * rows):
+                    if (launch.rows, launch.frames) not in ready and self.runner.warmup(
+                        *self._launch_inputs(launch, prepared)
+                    ):
+                        ready.add((launch.rows, launch.frames))
+        return len(ready)
 
     def counters(self) -> GraphCounters:
         return self.runner.counters()

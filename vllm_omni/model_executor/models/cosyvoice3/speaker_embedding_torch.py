@@ -20,10 +20,11 @@ weights (docs/design/speaker_embedding.md, "Tolerances").
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,10 +33,14 @@ import torch
 
 from vllm_omni.file_identity import FileIdentity
 from vllm_omni.logger import init_logger
+from vllm_omni.model_executor.buckets import batch_buckets, campplus_frame_buckets
+from vllm_omni.model_executor.models.campplus.batching import Launch, plan_launches
 from vllm_omni.model_executor.models.campplus.dtdnn import CAMPPlus
 from vllm_omni.model_executor.models.campplus.inference import CampplusInference
+from vllm_omni.model_executor.models.campplus.masking import MIN_FRAMES, check_lengths
 from vllm_omni.model_executor.models.campplus.onnx_import import CampplusOnnxError, load_campplus_onnx
 from vllm_omni.model_executor.models.campplus.segpool import check_seg_pool_mode, resolve_seg_pool_mode
+from vllm_omni.platforms.cpu.threads import call_threads, intra_op_threads
 from vllm_omni.platforms.device import DeviceSpec, device_key, normalize_device
 
 logger = init_logger(__name__)
@@ -52,7 +57,6 @@ __all__ = [
 ]
 
 FEAT_DIM = 80
-MIN_FRAMES = 4  # stats pooling needs T' = ceil(T/2) >= 2; upstream TensorRT profiles start at 4
 DEFAULT_SEG_POOL_MODE = "legacy"
 
 
@@ -100,13 +104,30 @@ class CampplusTorch:
 
     fp32 on `device`, under `inference_mode`. `fast=False` serves the reference `CAMPPlus.forward`
     instead of the folded form (for debugging numerics).
+
+    Entry points, from one utterance to captured graphs:
+    - `__call__(feat)`: one utterance at its exact length (no padding work);
+    - `embed_batch(feats)`: many utterances, padded to the shared frame buckets (and, off the CPU,
+      batch buckets) by `campplus.batching.plan_launches`; row i equals `self(feats[i])` (bit for
+      bit on CPU);
+    - `embed_padded(x, lengths)`: one padded launch [B, T, 80] + lengths [B] on the device, static
+      shapes, no host synchronisation: what a CUDA / NPU graph captures per (frame, batch) bucket.
+
+    CPU threads: a call's budget is the calling thread's torch intra-op thread count; with
+    `adaptive_threads` (default) each call uses only the cores no other runnable thread holds at
+    that moment (`platforms.cpu.threads.call_threads`), because torch's statically split OpenMP
+    regions stall (3-30x measured) when a core is taken. `last_call_threads` says what the last call used.
     """
 
-    def __init__(self, model: CAMPPlus, device: DeviceSpec = None, *, fast: bool = True) -> None:
+    def __init__(
+        self, model: CAMPPlus, device: DeviceSpec = None, *, fast: bool = True, adaptive_threads: bool = True
+    ) -> None:
         self.device: torch.device = normalize_device(device)
         self.name = f"torch-{device_key(self.device)}"
         self.seg_pool_mode = model.seg_pool_mode
         self.embedding_size = model.embedding_size
+        self.adaptive_threads = adaptive_threads
+        self.last_call_threads: int | None = None  # diagnostics: intra-op threads of the last CPU call
         model = model.eval()
         if fast:
             self._impl = CampplusInference(model, self.device)
@@ -121,33 +142,102 @@ class CampplusTorch:
         return x.to(device=self.device, dtype=torch.float32)
 
     def __call__(self, feat: torch.Tensor | np.ndarray) -> torch.Tensor:
-        x = self._prepare(feat)
-        with torch.inference_mode():
-            return self._impl(x.unsqueeze(0))
+        # Threads first: the input checks run parallel ops, whose woken OpenMP workers would
+        # otherwise count as other runnable threads in the sample (`_threads`).
+        with self._threads():
+            x = self._prepare(feat)
+            with torch.inference_mode():
+                return self._impl(x.unsqueeze(0))
+
+    @contextlib.contextmanager
+    def _threads(self) -> Iterator[None]:
+        """On CPU, run the block with the threads the host can give now (see the class docstring)."""
+        if self.device.type != "cpu":
+            yield
+            return
+        budget = torch.get_num_threads()
+        threads = call_threads(budget) if self.adaptive_threads else budget
+        self.last_call_threads = threads
+        with intra_op_threads(threads):
+            yield
+
+    def embed_padded(self, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """Embed one padded launch: `x` [B, T, 80] fp32 on `device`, `lengths` [B] valid frames -> [B, E].
+
+        Frames at and beyond `lengths[b]` of row b are ignored exactly (`campplus.masking`). Shapes
+        are checked; the values of `lengths` only when it is a CPU tensor (reading a device tensor
+        would synchronise). Nothing here reads device memory on the host, so the call can be captured.
+        """
+        if x.dim() != 3 or x.shape[-1] != FEAT_DIM or x.dtype != torch.float32 or x.device != self.device:
+            raise ValueError(
+                f"embed_padded needs float32 features [B, T, {FEAT_DIM}] on {self.device}, got "
+                f"{x.dtype} {list(x.shape)} on {x.device}"
+            )
+        check_lengths(lengths, x.shape[1], x.shape[0])
+        with self._threads(), torch.inference_mode():
+            return self._impl(x, lengths.to(self.device, non_blocking=True))
 
     def embed_batch(self, feats: Sequence[torch.Tensor | np.ndarray]) -> torch.Tensor:
-        """Embed several utterances; row i equals `self(feats[i])[0]`.
+        """Embed several utterances; row i equals `self(feats[i])[0]` (to the last bit on CPU).
 
-        Utterances run batched per distinct length and never padded: zero padding would enter the
-        convolutions' receptive fields, the utterance mean and the segment means, and change results.
+        Utterances are padded to the shared frame buckets (`buckets.campplus_frame_buckets()`) and
+        launched together per bucket; off the CPU the row count is padded to a batch bucket too
+        (`buckets.batch_buckets()`), the shapes graph capture is keyed by. See `campplus.batching`.
         """
         if len(feats) == 0:
             raise ValueError("embed_batch needs at least one feature tensor, got an empty list")
-        prepared = []
-        for i, feat in enumerate(feats):
-            try:
-                prepared.append(self._prepare(feat))
-            except ValueError as exc:
-                raise ValueError(f"embed_batch item {i}: {exc}") from None
+        with self._threads():  # before the input checks' parallel ops (see `__call__`)
+            prepared = []
+            for i, feat in enumerate(feats):
+                try:
+                    prepared.append(self._prepare(feat))
+                except ValueError as exc:
+                    raise ValueError(f"embed_batch item {i}: {exc}") from None
+            return self._embed_prepared(prepared)
+
+    @property
+    def pads_rows(self) -> bool:
+        """Whether launches pad their row count to a batch bucket (off the CPU: the shapes graphs are keyed by)."""
+        return self.device.type != "cpu"
+
+    def plan(self, lengths: Sequence[int]) -> list[Launch]:
+        """The padded launches `embed_batch` makes for utterances of `lengths` frames (`campplus.batching`)."""
+        return plan_launches(lengths, campplus_frame_buckets(), batch_buckets(), pad_rows=self.pads_rows)
+
+    def _embed_prepared(self, prepared: list[torch.Tensor]) -> torch.Tensor:
+        """`embed_batch` on features already validated and on the device, inside the caller's `_threads()`
+        (one choice for all launches: back-to-back launches would see their own spinning workers)."""
+        plan = self.plan([x.shape[0] for x in prepared])
         out = torch.empty((len(prepared), self.embedding_size), dtype=torch.float32, device=self.device)
-        groups: dict[int, list[int]] = {}
-        for i, x in enumerate(prepared):
-            groups.setdefault(x.shape[0], []).append(i)
-        with torch.inference_mode():
-            for indices in groups.values():
-                batch = torch.stack([prepared[i] for i in indices])
-                out[torch.tensor(indices, device=self.device)] = self._impl(batch)
+        for launch in plan:
+            x, lengths = self._launch_inputs(launch, prepared)
+            with torch.inference_mode():
+                embeddings = self._impl(x, lengths)
+            self._scatter(out, launch.indices, embeddings[: len(launch.indices)])
         return out
+
+    def _scatter(self, out: torch.Tensor, indices: tuple[int, ...], rows: torch.Tensor) -> None:
+        """`out[indices] = rows` without waiting for the device: a slice when the indices are consecutive
+        (one utterance, or a group in request order), else an index copied to the device non-blocking
+        (`torch.tensor(indices, device=d)` would be a blocking pageable copy)."""
+        first = indices[0]
+        if indices == tuple(range(first, first + len(indices))):
+            out[first : first + len(indices)] = rows
+            return
+        index = torch.tensor(indices, dtype=torch.int64).to(self.device, non_blocking=True)
+        out.index_copy_(0, index, rows)
+
+    def _launch_inputs(self, launch: Launch, prepared: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """The padded features [rows, frames, 80] and lengths [rows] (both on the device) of one launch."""
+        x = torch.zeros((launch.rows, launch.frames, FEAT_DIM), dtype=torch.float32, device=self.device)
+        # Dummy rows (batch-bucket padding) are all-zero utterances of full length, then dropped.
+        lengths = torch.full((launch.rows,), launch.frames, dtype=torch.int64)
+        for row, index in enumerate(launch.indices):
+            frames = prepared[index].shape[0]
+            x[row, :frames] = prepared[index]
+            lengths[row] = frames
+        check_lengths(lengths, launch.frames, launch.rows)  # values: on the host, before the launch
+        return x, lengths.to(self.device, non_blocking=True)
 
     def __repr__(self) -> str:
         return f"CampplusTorch(name={self.name!r}, seg_pool_mode={self.seg_pool_mode!r})"
