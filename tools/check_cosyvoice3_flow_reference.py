@@ -112,6 +112,10 @@ def _reference_flow(reference: Path, c: CosyVoice3FlowConfig) -> torch.nn.Module
             "reg_loss_type": "l1",
         }
     )
+    # construction order of cosyvoice3.yaml (hyperpyyaml builds nested entries in document order): the
+    # pre-lookahead layer, the DiT, the CFM (reseeds 0, draws its noise), then the flow; a vocoder built
+    # next draws its noise table where CosyVoice's loader does (tools/check_cosyvoice3_e2e_reference.py)
+    pre = PreLookaheadLayer(in_channels=c.input_size, channels=c.pre_lookahead_channels, pre_lookahead_len=3)
     estimator = DiT(
         dim=c.dim,
         depth=c.depth,
@@ -132,7 +136,6 @@ def _reference_flow(reference: Path, c: CosyVoice3FlowConfig) -> torch.nn.Module
         spk_emb_dim=c.output_size,
         estimator=estimator,
     )
-    pre = PreLookaheadLayer(in_channels=c.input_size, channels=c.pre_lookahead_channels, pre_lookahead_len=3)
     return RefFlow(
         input_size=c.input_size,
         output_size=c.output_size,

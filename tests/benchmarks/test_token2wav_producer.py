@@ -3,7 +3,8 @@
 
 References are the producers' rules written out here (vLLM-Omni 0.30 `stage_input_processors`):
 MiniCPM-o sends `[3 context | 25 new]` with silence context first and context + rest last;
-Step-Audio2 sends 25 + 3 and advances by 25, then the rest.
+Step-Audio2 sends 25 + 3 and advances by 25, then the rest; CosyVoice3's talker sends the whole
+prefix `[0, offset + hop + 3)` with `left_context_size = offset`, hops 25 + pad, 50, 100, 100, ...
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import torch
 
 from vllm_omni.benchmarks.token2wav_producer import ChunkPayload, ProducerStream, all_chunks, forward_inputs
 from vllm_omni.model_executor.models.token2wav_stage.contract import SegmentKind, parse_step
-from vllm_omni.model_executor.models.token2wav_stage.families import MINICPMO_4_5, STEP_AUDIO2
+from vllm_omni.model_executor.models.token2wav_stage.families import COSYVOICE3, MINICPMO_4_5, STEP_AUDIO2
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 
@@ -75,3 +76,31 @@ def test_forward_inputs_are_what_the_runner_hands_the_stage() -> None:
     assert s2["runtime_additional_information"][0]["meta"] == {"left_context_size": 0}
     seg = parse_step(s2_ids, s2["runtime_additional_information"], s2, STEP_AUDIO2).segments[0]
     assert seg.kind is SegmentKind.CHUNK and seg.chunk is not None and seg.chunk.chunk_seq is None
+
+
+def _cosyvoice3_reference(n: int, prompt: int) -> list[tuple[int, int | None, bool]]:
+    """(prefix length, offset, last) of each chunk: talker2code2wav_async_chunk with chunk 25, max hop 100."""
+    if n == 0:
+        return [(0, None, True)]
+    out, emitted, hop, first = [], 0, 25, True
+    while True:
+        this = hop + ((-prompt) % 25 if first else 0)
+        if n - emitted < this + 3:
+            break
+        out.append((emitted + this + 3, emitted, False))
+        emitted, hop, first = emitted + this, min(100, hop * 2), False
+    out.append((n, emitted, True))
+    return out
+
+
+@pytest.mark.parametrize(("n", "prompt"), [(0, 10), (20, 0), (28, 0), (60, 7), (300, 33), (500, 75)])
+def test_cosyvoice3_chunks_follow_its_talker(n: int, prompt: int) -> None:
+    tokens = list(range(100, 100 + n))
+    embed = {"speech_token": torch.zeros(1, prompt, dtype=torch.long)}
+    chunks = all_chunks(ProducerStream("r", tokens, COSYVOICE3, embed=embed, prompt_tokens=prompt))
+    assert [(len(c.tokens), c.offset, c.last) for c in chunks] == _cosyvoice3_reference(n, prompt)
+    assert all(list(c.tokens) == tokens[: len(c.tokens)] for c in chunks)  # always the whole prefix
+    assert chunks[0].embed is embed and all(c.embed is None for c in chunks[1:])
+    _, kwargs = forward_inputs(chunks[:1], COSYVOICE3)
+    (info,) = kwargs["runtime_additional_information"]
+    assert info["meta"]["req_id"] == ["r"] and info["embed"] is not embed and "speech_token" in info["embed"]

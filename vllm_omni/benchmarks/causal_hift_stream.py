@@ -164,6 +164,15 @@ def _host(device: torch.device, threads: int) -> dict[str, Any]:
     }
 
 
+def cumulative_vocode(
+    model: Any, mel_so_far: torch.Tensor, emitted: int, *, finalize: bool
+) -> tuple[torch.Tensor, int]:
+    """Upstream CosyVoice3's streaming vocoder step (`CosyVoice3Model.token2wav`): `inference` over the whole
+    mel so far, keeping the samples past the `emitted` ones; returns (new samples, emitted after them)."""
+    speech = model.inference(mel_so_far, finalize=finalize)[:, emitted:]
+    return speech, emitted + int(speech.shape[-1])
+
+
 class CausalHiFTStreamBenchmark:
     """One run of the report. `run()` fills `self.report` as it goes (Ctrl-C keeps what was measured)."""
 
@@ -267,10 +276,8 @@ class CausalHiFTStreamBenchmark:
                     return audio
 
                 def cumulative(end: int = end, last: bool = last) -> torch.Tensor:
-                    # CosyVoice3Model.token2wav: the whole mel so far, then the samples past speech_offset.
                     nonlocal offset
-                    speech = model.inference(mel[..., :end], finalize=last)[:, offset:]
-                    offset += speech.shape[-1]
+                    speech, offset = cumulative_vocode(model, mel[..., :end], offset, finalize=last)
                     return speech
 
                 calls = {"bounded": bounded, "cumulative": cumulative}
@@ -294,4 +301,5 @@ __all__ = [
     "CausalHiFTStreamBenchmark",
     "StreamBenchConfig",
     "StreamBenchReport",
+    "cumulative_vocode",
 ]

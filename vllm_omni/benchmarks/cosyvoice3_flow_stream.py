@@ -171,7 +171,7 @@ class BenchReport:
         }
 
 
-def _cpu_timed(fn: Callable[..., _T], *args: Any, **kwargs: Any) -> tuple[_T, float]:
+def cpu_timed(fn: Callable[..., _T], *args: Any, **kwargs: Any) -> tuple[_T, float]:
     """`fn(...)` and the CPU seconds this process spent in it (all threads)."""
     start = time.process_time()
     out = fn(*args, **kwargs)
@@ -190,21 +190,23 @@ def measure_chunk_costs(
     report: list[ChunkCost],
     setup_ms: list[float],
     on_chunk: Callable[[], None] = lambda: None,
+    on_mel: Callable[[int, torch.Tensor, torch.Tensor | None], None] | None = None,
 ) -> None:
     """One stream over `tokens` with the given hops, each chunk timed; the baseline at `baseline_at` (1-based).
 
     Appends to `report` (one `ChunkCost` per chunk index, created on the first repeat) and `setup_ms`,
-    so an interrupted run keeps what it measured.
+    so an interrupted run keeps what it measured. `on_mel(index, ours, baseline or None)` gets every
+    chunk's new mel after the timed calls (the end-to-end benchmark vocodes it).
     """
     from vllm_omni.model_executor.models.cosyvoice3.flow import start_stream, stream_chunk
 
     pt, pm, spk = prompt
-    (state, seconds), _ = _cpu_timed(synced_seconds, sync, start_stream, flow, pt, pm, spk, n_timesteps=n_timesteps)
+    (state, seconds), _ = cpu_timed(synced_seconds, sync, start_stream, flow, pt, pm, spk, n_timesteps=n_timesteps)
     setup_ms.append(1000.0 * seconds)
     offset = fed = 0
     for index, hop in enumerate(hops, start=1):
         end = offset + hop + 3
-        ((mel, state), seconds), cpu = _cpu_timed(synced_seconds, sync, stream_chunk, flow, state, tokens[:, fed:end])
+        ((mel, state), seconds), cpu = cpu_timed(synced_seconds, sync, stream_chunk, flow, state, tokens[:, fed:end])
         if len(report) < index:
             report.append(ChunkCost(index, 2 * hop, 2 * (pt.size(1) + offset)))
         cost = report[index - 1]
@@ -214,7 +216,7 @@ def measure_chunk_costs(
         if index in baseline_at:
             prefix = tokens[:, :end]
             lengths = (prefix.size(1), pt, pt.size(1), pm, pm.size(1), spk)
-            (full, seconds), cpu = _cpu_timed(
+            (full, seconds), cpu = cpu_timed(
                 synced_seconds,
                 sync,
                 flow.inference,
@@ -228,6 +230,10 @@ def measure_chunk_costs(
             cost.baseline_cpu_ms.append(1000.0 * cpu)
             diff = (full[:, :, 2 * offset :] - mel).abs().max().item()
             cost.max_abs_diff = max(diff, cost.max_abs_diff or 0.0)
+            if on_mel is not None:
+                on_mel(index, mel, full[:, :, 2 * offset :])
+        elif on_mel is not None:
+            on_mel(index, mel, None)
         fed, offset = end, offset + hop
         on_chunk()
 

@@ -140,3 +140,37 @@ def test_help_lists_the_subcommand(capsys: pytest.CaptureFixture[str]) -> None:
         main(["bench", "--help"])
     assert exit_info.value.code == 0
     assert "token2wav" in capsys.readouterr().out
+
+
+def test_cosyvoice3_report_runs_as_a_user_types_it(tmp_path: Path) -> None:
+    proc = run_bench_subprocess(
+        tmp_path,
+        "token2wav",
+        *("--family", "cosyvoice3", "--device", "cpu", "--threads", "1", "--chunks", "2", "--baseline-at", "1,2,50"),
+        *("--gen-seconds", "0.6", "--prompt-seconds", "1", "--n-timesteps", "1", "--runs", "1", "--warmup", "0"),
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "CosyVoice3 code2wav" in proc.stdout and "Traceback" not in proc.stderr
+    doc = json.loads((tmp_path / "report.json").read_text())
+    assert doc["config"]["baseline_at"] == [1, 2] and doc["config"]["hop_tokens"] == 25  # indices past --chunks dropped
+    assert doc["weights"]["kind"].startswith("reduced stand-in")
+    assert (tmp_path / "report.png").read_bytes().startswith(PNG_SIGNATURE)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--family", "cosyvoice3", "--reduced"), "--reduced: not an option of --family cosyvoice3"),
+        (("--full",), "--full: not an option of --family step_audio2 (add --family cosyvoice3)"),
+        (("--family", "cosyvoice3", "--full", "--model-dir", "."), "cannot be combined with --model-dir"),
+        (("--family", "cosyvoice3", "--model-dir", "."), "missing campplus.onnx"),
+        (("--family", "cosyvoice3", "--baseline-at", "1,x"), "expected comma-separated chunk indices"),
+        (("--family", "cosyvoice3", "--chunks", "0"), "--chunks must be >= 1"),
+    ],
+)
+def test_cosyvoice3_usage_errors_exit_2_with_one_line(
+    capsys: pytest.CaptureFixture[str], args: tuple[str, ...], message: str
+) -> None:
+    code, _, err = _cli(capsys, *args)
+    assert code == 2 and message in err and "Traceback" not in err

@@ -81,3 +81,37 @@ def test_an_unusable_out_path_is_refused_before_any_work(
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("vllm-omni: error: --out")
     assert ("is a folder" in err[0]) == (out == "{tmp}") and ("not writable" in err[0]) == (out != "{tmp}")
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_cosyvoice3_writes_a_24k_wav_from_token_ids(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], stream: bool
+) -> None:
+    out = tmp_path / "reply.wav"
+    argv = ["token2wav", "--family", "cosyvoice3", "--tokens", "random:60:2", "--standin", "reduced"]
+    argv += ["--n-timesteps", "2", "--device", "cpu", "--out", str(out)]
+    assert main(argv + (["--stream"] if stream else [])) == 0
+    audio, rate = soundfile.read(out, dtype="int16")
+    assert rate == 24000 and audio.shape == (60 * 960,) and np.any(audio)
+    printed = capsys.readouterr().out
+    assert "60 tokens -> 2.40 s" in printed and "stand-in CosyVoice3 directory with RANDOM weights" in printed
+    assert ("chunk 1:" in printed) == stream
+
+
+def test_cosyvoice3_prompt_needs_its_tokens(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from vllm_omni.assets.audio import speech_sample
+
+    wav, rate = speech_sample()
+    clip = tmp_path / "voice.wav"
+    soundfile.write(clip, wav[:rate], rate)
+    common = ["token2wav", "--tokens", "1,2", "--standin", "reduced", "--out", str(tmp_path / "a.wav")]
+    assert main([*common, "--family", "cosyvoice3", "--prompt", str(clip)]) == 2
+    assert "needs the prompt's speech tokens" in capsys.readouterr().err
+    assert main([*common, "--prompt-tokens", "1,2"]) == 2
+    assert "are for --family cosyvoice3" in capsys.readouterr().err
+    assert (
+        main(
+            [*common, "--family", "cosyvoice3", "--prompt", str(clip), "--prompt-tokens", "1,2,3", "--n-timesteps", "1"]
+        )
+        == 0
+    )

@@ -40,3 +40,12 @@ def short_speech(speech: tuple[np.ndarray, int]) -> tuple[np.ndarray, int]:
     """Its first 1.5 s: enough for every check that does not compare backends numerically."""
     wav, rate = speech
     return wav[: int(1.5 * rate)].copy(), rate
+
+
+@pytest.fixture(scope="session")
+def cv3_dir() -> Path:
+    """The reduced stand-in Fun-CosyVoice3 directory (campplus.onnx full size, reduced flow.pt + causal hift.pt,
+    cosyvoice3.yaml, default_voice.wav + .tokens), built once and cached."""
+    from vllm_omni.model_executor.models.cosyvoice3.standin import ensure_standin_cosyvoice3_dir
+
+    return ensure_standin_cosyvoice3_dir(reduced=True)

@@ -336,19 +336,6 @@ def test_a_prompt_too_long_for_the_streaming_caches_is_rejected_at_setup(
     assert core(_tokens(4), long_prompt).shape == (1, 4 * SAMPLES_PER_TOKEN)  # whole utterances have no such cap
 
 
-def test_cosyvoice3_has_no_in_tree_synthesis(tmp_path: Path) -> None:
-    from tests.helpers.token2wav import make_token2wav_dir
-    from vllm_omni.model_executor.models.cosyvoice3.cosyvoice3_token2wav import CosyVoice3Token2Wav
-
-    directory = make_token2wav_dir(tmp_path / "cv3", files=("speech_tokenizer_v3.onnx", "flow.pt", "hift.pt"))
-    facade = CosyVoice3Token2Wav(directory)
-    facade._ensure_models_loaded()  # the speaker path only
-    with pytest.raises(NotImplementedError, match="not in-tree"):
-        facade([1, 2, 3], (np.zeros(16000, dtype=np.float32), 16000))
-    with pytest.raises(NotImplementedError, match="not in-tree"):
-        facade.set_stream_cache((np.zeros(16000, dtype=np.float32), 16000))
-
-
 def test_float16_flow_still_gives_fp32_audio_on_both_paths(token2wav_dir: Path, prompt: tuple[np.ndarray, int]) -> None:
     half = StepAudio2Token2WavCore(token2wav_dir, device="cpu", n_timesteps=N_STEPS, float16=True)
     tokens = _tokens(33, seed=8)

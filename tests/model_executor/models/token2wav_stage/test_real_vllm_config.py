@@ -26,6 +26,7 @@ import torch
 
 from tests.model_executor.models.token2wav_stage.conftest import FAST_OPTIONS
 from vllm_omni.benchmarks.token2wav_producer import ProducerStream, all_chunks, forward_inputs
+from vllm_omni.model_executor.models.cosyvoice3.cosyvoice3_code2wav import CosyVoice3Code2Wav
 from vllm_omni.model_executor.models.minicpmo_4_5.minicpmo_4_5_code2wav import MiniCPMO45Code2Wav
 from vllm_omni.model_executor.models.step_audio2.step_audio2_token2wav_stage import (
     StepAudio2Token2WavForConditionalGeneration,
@@ -72,7 +73,7 @@ def vllm_config_module() -> Iterator[ModuleType]:
         vllm.config.VllmConfig(device_config=vllm.config.DeviceConfig(device="cpu"))
     except ModuleNotFoundError as exc:
         _skip_or_fail(f"vllm is installed without its CPU requirements (no module {exc.name!r})")
-    for cls in (MiniCPMO45Code2Wav, StepAudio2Token2WavForConditionalGeneration):
+    for cls in (MiniCPMO45Code2Wav, StepAudio2Token2WavForConditionalGeneration, CosyVoice3Code2Wav):
         ModelRegistry.register_model(cls.__name__, cls)
     yield vllm.config
     os.environ.clear()
@@ -114,3 +115,27 @@ def test_a_real_vllm_config_builds_and_serves_the_stage(
     out = stage(input_ids, torch.arange(input_ids.numel()), **kwargs).multimodal_outputs
     assert out["errors"] == [None] and out["model_outputs"][0].dtype == torch.float32
     assert out["model_outputs"][0].numel() == 25 * 960 - 3840
+
+
+def test_a_real_vllm_config_builds_and_serves_the_cosyvoice3_stage(
+    vllm_config_module: ModuleType, cv3_dir: Path, tmp_path: Path
+) -> None:
+    from vllm.utils.torch_utils import set_default_torch_dtype
+
+    folder = tmp_path / "Fun-CosyVoice3"
+    folder.mkdir()
+    for item in cv3_dir.iterdir():
+        if not item.name.startswith("."):
+            (folder / item.name).symlink_to(item)
+    cfg = _vllm_config(vllm_config_module, folder, CosyVoice3Code2Wav.__name__)
+    with set_default_torch_dtype(cfg.model_config.dtype):  # type: ignore[attr-defined]
+        stage = CosyVoice3Code2Wav(vllm_config=cfg, prefix="", n_timesteps=2)
+    assert stage.token2wav.model_path == folder and not stage.token2wav._models_loaded
+    prompt_tokens = stage.default_voice.tokens.shape[1]
+    chunks = all_chunks(ProducerStream("r", list(range(10, 50)), stage.family, prompt_tokens=prompt_tokens))
+    input_ids, kwargs = forward_inputs(chunks[:1], stage.family)
+    out = stage(input_ids, torch.arange(input_ids.numel()), **kwargs).multimodal_outputs
+    assert out["errors"] == [None] and out["model_outputs"][0].dtype == torch.float32
+    assert stage.token2wav.flow.dtype == torch.float32  # built fp32 although vLLM's default dtype was bf16
+    hop = 25 + (-prompt_tokens) % 25
+    assert out["model_outputs"][0].numel() == (2 * hop - 8) * 480

@@ -23,7 +23,7 @@ DEFAULT_JSON = str(common.DEFAULT_REPORT_DIR / "cosyvoice3_flow_stream.json")
 DEFAULT_PLOT = str(common.DEFAULT_REPORT_DIR / "cosyvoice3_flow_stream.png")
 
 
-def _indices(text: str) -> tuple[int, ...]:
+def parse_indices(text: str) -> tuple[int, ...]:
     try:
         values = tuple(sorted({int(part) for part in text.split(",") if part.strip()}))
     except ValueError:
@@ -54,7 +54,7 @@ def build_config(args: argparse.Namespace):  # type: ignore[no-untyped-def]
         chunks=args.chunks,
         n_timesteps=args.n_timesteps,
         repeats=args.repeats,
-        baseline_at=tuple(k for k in _indices(args.baseline_at) if k <= args.chunks) or (1,),
+        baseline_at=tuple(k for k in parse_indices(args.baseline_at) if k <= args.chunks) or (1,),
         seed=args.seed,
     )
     try:

@@ -11,6 +11,10 @@ Sizes follow the issue on an accelerator (10 s of speech tokens, 10 Euler steps,
 the full-size flow runs several times slower than real time, so the CPU default is 2 s and 5 steps
 (3 runs), and the table and JSON say which defaults applied. Explicit options always win.
 
+`--family cosyvoice3` runs the CosyVoice3 code2wav report instead (`token2wav_cosyvoice3.py` here,
+`vllm_omni.benchmarks.token2wav_cosyvoice3`): whole and streaming RTF, first audio, and the cost per
+chunk vs chunk index against upstream's prefix re-run, on the reduced stand-in unless `--full`.
+
 Exit codes: 0 done; 2 usage error (bad option, unusable directory or device); 130 interrupted
 (the partial report is printed and its JSON written).
 
@@ -25,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from vllm_omni.benchmarks import common
+from vllm_omni.entrypoints.cli.bench import token2wav_cosyvoice3
 from vllm_omni.entrypoints.cli.types import CLIUsageError
 
 DEFAULT_JSON = str(common.DEFAULT_REPORT_DIR / "token2wav_rtf_report.json")
@@ -119,6 +124,12 @@ class Token2WavSubcommand:
 
     def add_cli_args(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument(
+            "--family",
+            choices=("step_audio2", "cosyvoice3"),
+            default="step_audio2",
+            help="step_audio2 (also MiniCPM-o's assets; this page's report) or cosyvoice3 (its code2wav report)",
+        )
+        parser.add_argument(
             "--model-dir",
             metavar="DIR",
             help="token2wav directory (campplus.onnx, speech_tokenizer_v2_25hz.onnx, flow.yaml, flow.pt, hift.pt); "
@@ -148,6 +159,7 @@ class Token2WavSubcommand:
         common.add_threads_option(parser)
         parser.add_argument("--seed", type=int, default=0, help="stand-in weights, speech tokens and NSF noise seed")
         common.add_report_file_options(parser, DEFAULT_JSON, DEFAULT_PLOT)
+        token2wav_cosyvoice3.add_cli_args(parser)
         parser.add_argument(
             "--fast",
             action="store_true",
@@ -155,6 +167,9 @@ class Token2WavSubcommand:
         )
 
     def run(self, args: argparse.Namespace) -> int:
+        if args.family == "cosyvoice3":
+            return token2wav_cosyvoice3.run(args)
+        token2wav_cosyvoice3.check_family_options(args)
         config = build_config(args)
         from vllm_omni.benchmarks import token2wav_rtf_report
         from vllm_omni.benchmarks.token2wav_rtf import BenchSetupError, Token2WavBenchmark

@@ -32,7 +32,7 @@ class PromptFeatures:
     - `speaker_embedding`: CAM++ embedding `[1, 192]` float32 of the 16 kHz prompt (fbank minus
       its per-utterance mean), NOT L2-normalised (the flow model normalises it).
     - `prompt_mel`: log-mel of the 24 kHz prompt `[1, T, 80]` float32 at 50 frames/s (n_fft 1920,
-      hop 480, fmin 0, fmax 8000, center False).
+      hop 480, fmin 0, center False; fmax 8000, or 12000 for CosyVoice3: the facade's `prompt_mel_config`).
     - `prompt_mel_len`: `[1]` int32 tensor holding T.
     - `digest`: content key of the decoded prompt waveform (see `waveform_digest`).
     - `backend`: `name` of the speaker-embedding backend that produced the embedding.

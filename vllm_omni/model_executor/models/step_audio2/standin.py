@@ -40,6 +40,7 @@ import json
 import os
 import shutil
 import wave
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -158,25 +159,25 @@ def write_standin_token2wav_dir(
 ) -> Path:
     """Fill `directory` with a complete stand-in token2wav set (existing files of those names are replaced)."""
     directory = Path(directory)
-    _fill(
-        directory,
-        _component_files(reduced=reduced, seed=seed, layout=layout),
-        _generated_files(reduced=reduced, layout=layout),
-    )
+    files = {**_generated_files(reduced=reduced, layout=layout), **_voice_files()}
+    fill_standin_dir(directory, _component_files(reduced=reduced, seed=seed, layout=layout), files)
     size = "reduced" if reduced else "full"
     logger.info("wrote %s stand-in token2wav directory (%s, seed %d) to %s", size, layout, seed, directory)
     return directory
 
 
-def _fill(directory: Path, sources: dict[str, Path], generated: dict[str, bytes] | None = None) -> None:
+def _voice_files() -> dict[str, bytes]:
+    """The default voice clips (`DEFAULT_VOICE_FILES`), all the shipped speech sample at 24 kHz."""
+    return dict.fromkeys(DEFAULT_VOICE_FILES, default_voice_wav())
+
+
+def fill_standin_dir(directory: Path, sources: dict[str, Path], files: dict[str, bytes] | None = None) -> None:
+    """Place `sources` (hard link or copy) and write `files` (default: the default voices) into `directory`."""
     directory.mkdir(parents=True, exist_ok=True)
     for name, source in sources.items():
         _place(source, directory / name)
-    for name, data in (generated or {}).items():
+    for name, data in (_voice_files() if files is None else files).items():
         write_bytes_atomic(directory / name, data)
-    voice = default_voice_wav()
-    for name in DEFAULT_VOICE_FILES:
-        write_bytes_atomic(directory / name, voice)
 
 
 def standin_token2wav_dir(*, reduced: bool, seed: int = 0, layout: str = STEP_AUDIO2_LAYOUT) -> Path:
@@ -190,54 +191,87 @@ def standin_token2wav_dir(*, reduced: bool, seed: int = 0, layout: str = STEP_AU
 
 
 def ensure_standin_token2wav_dir(*, reduced: bool, seed: int = 0, layout: str = STEP_AUDIO2_LAYOUT) -> Path:
-    """The cached stand-in token2wav directory, assembled first if missing or stale (safe across processes).
-
-    The component caches are versioned by their own generators; the directory's manifest records
-    which component files it was assembled from and is written after every asset, so a reader never
-    sees a half-assembled directory and a regenerated component (new version) is picked up.
-    """
-    from filelock import FileLock  # a torch dependency: always installed alongside torch
-
+    """The cached stand-in token2wav directory, assembled first if missing or stale (safe across processes)."""
     directory = standin_token2wav_dir(reduced=reduced, seed=seed, layout=layout)
     sources = _component_files(reduced=reduced, seed=seed, layout=layout)
     generated = _generated_files(reduced=reduced, layout=layout)
-    manifest = json.dumps(
-        {
-            **{name: str(path) for name, path in sources.items()},
-            **{name: hashlib.sha256(data).hexdigest() for name, data in generated.items()},
-            "voices": list(DEFAULT_VOICE_FILES),
-        },
-        sort_keys=True,
-    )
+    recipe: dict[str, object] = {name: hashlib.sha256(data).hexdigest() for name, data in generated.items()}
+    recipe["voices"] = list(DEFAULT_VOICE_FILES)
+    return ensure_assembled(directory, sources, recipe, lambda: {**generated, **_voice_files()})
+
+
+def ensure_assembled(
+    directory: Path,
+    sources: dict[str, Path],
+    recipe: dict[str, object],
+    files: Callable[[], dict[str, bytes] | None],
+) -> Path:
+    """`directory` assembled from component files `sources` plus generated `files()`, unless already current.
+
+    The component caches are versioned by their own generators; the directory's manifest (the source
+    paths and `recipe`) is written after every asset, so a reader never sees a half-assembled directory
+    and a regenerated component (new version) is picked up. Safe across processes (file lock).
+    `files()` returning None writes the default voices.
+    """
+    from filelock import FileLock  # a torch dependency: always installed alongside torch
+
+    manifest = json.dumps({**{name: str(path) for name, path in sources.items()}, **recipe}, sort_keys=True)
     marker = directory / _MANIFEST
     if marker.is_file() and marker.read_text() == manifest:
         return directory
+    directory.mkdir(parents=True, exist_ok=True)
     with FileLock(str(directory / ".write.lock")):
         if not (marker.is_file() and marker.read_text() == manifest):
-            _fill(directory, sources, generated)
+            fill_standin_dir(directory, sources, files())
             write_bytes_atomic(marker, manifest.encode())
             logger.info("assembled stand-in token2wav directory %s", directory)
     return directory
 
 
-def main(argv: list[str] | None = None) -> int:
+def standin_main(
+    argv: list[str] | None,
+    *,
+    prog: str,
+    what: str,
+    write: Callable[..., Path],
+    ensure: Callable[..., Path],
+    layouts: tuple[str, ...] = (),
+) -> int:
+    """The stand-in modules' command line: write `--out DIR` (or find the cached directory) and print its path.
+
+    `layouts` (first = default) adds `--layout`, passed on to `write` / `ensure`.
+    """
     parser = argparse.ArgumentParser(
-        prog="python -m vllm_omni.model_executor.models.step_audio2.standin",
-        description="Write (or find in the cache) a deterministic stand-in token2wav directory and print its path.",
+        prog=prog, description=f"Write (or find in the cache) a deterministic stand-in {what} and print its path."
     )
     parser.add_argument("--reduced", action="store_true", help="reduced widths/depths (fast tests)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument(
-        "--layout", choices=LAYOUTS, default=STEP_AUDIO2_LAYOUT, help="file set (MiniCPM-o 1.0.7: causal vocoder)"
-    )
+    if layouts:
+        parser.add_argument(
+            "--layout", choices=layouts, default=layouts[0], help="file set (MiniCPM-o 1.0.7: causal vocoder)"
+        )
     parser.add_argument("--out", type=Path, default=None, help="directory to fill (default: the cache)")
     args = parser.parse_args(argv)
+    options: dict[str, object] = {"reduced": args.reduced, "seed": args.seed}
+    if layouts:
+        options["layout"] = args.layout
     if args.out is not None:
-        path = write_standin_token2wav_dir(args.out, reduced=args.reduced, seed=args.seed, layout=args.layout)
+        path = write(args.out, **options)
     else:
-        path = ensure_standin_token2wav_dir(reduced=args.reduced, seed=args.seed, layout=args.layout)
+        path = ensure(**options)
     print(path)
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return standin_main(
+        argv,
+        prog="python -m vllm_omni.model_executor.models.step_audio2.standin",
+        what="token2wav directory",
+        write=write_standin_token2wav_dir,
+        ensure=ensure_standin_token2wav_dir,
+        layouts=LAYOUTS,
+    )
 
 
 if __name__ == "__main__":

@@ -57,6 +57,7 @@ import numpy as np
 import torch
 
 from vllm_omni.logger import init_logger
+from vllm_omni.model_executor.models.audio.mel import PROMPT_MEL_CONFIG, MelConfig
 from vllm_omni.model_executor.models.cosyvoice2.flow import ConformerTrim, Lookahead
 from vllm_omni.model_executor.models.cosyvoice2.flow.batched import FlowRowState, project_speaker
 from vllm_omni.model_executor.models.cosyvoice2.flow.streaming import CACHE_TAIL_FRAMES
@@ -161,6 +162,8 @@ class StepAudio2Token2WavCore:
     supports_synthesis: ClassVar[bool] = True
 
     assets: ClassVar[Token2WavAssets] = STEP_AUDIO2_ASSETS
+    #: The flow's prompt mel recipe (fmax 8 kHz here; CosyVoice3 uses Nyquist, 12 kHz).
+    prompt_mel_config: ClassVar[MelConfig] = PROMPT_MEL_CONFIG
 
     def __init__(
         self,
@@ -571,7 +574,7 @@ class StepAudio2Token2WavCore:
         if not isinstance(feat, torch.Tensor):  # only batched calls with lengths return a tuple
             raise TypeError(f"speaker_features returned {type(feat).__name__} for a single waveform")
         emb = self._embed(backend, feat)
-        mel = frontend.prompt_mel_24k(wav_24k).to(device=device, dtype=torch.float32)
+        mel = frontend.log_mel_spectrogram(wav_24k, self.prompt_mel_config).to(device=device, dtype=torch.float32)
         tokens = token_len = None
         if tokenizer is not None:
             codes, count = tokenizer.tokenize(wav_16k)

@@ -9,14 +9,15 @@ voices and caches as opaque, immutable values it stores and hands back.
 
 Every Token2Wav family is flow (tokens -> mel) then vocoder (mel -> audio), so a chunk is two
 launches, planned separately because their batching constraints differ (the flow is ragged over
-rows of any length; a vocoder launch needs equal mel lengths). A backend for another family (the
-CosyVoice3 DiT flow with its causal HiFT) implements the same methods:
+rows of any length; a vocoder launch needs equal mel lengths). The CosyVoice3 DiT flow with its
+causal HiFT (`cosyvoice3_backend.py`) implements the same methods:
 
 | method                              | contract                                                       |
 |-------------------------------------|----------------------------------------------------------------|
 | `ensure_loaded()`                   | idempotent; builds the models (fp32 by explicit dtype)          |
 | `prepare_voice(key, wav_24k)`       | a prepared voice (prompt features, post-prompt state) for a    |
-|                                     | normalised 24 kHz reference; may be slow the first time         |
+|                                     | normalised 24 kHz reference (or what the engine's `load_voice` |
+|                                     | returns, e.g. CosyVoice3's prompt); may be slow the first time  |
 | `open_stream(voice, seed)`          | a new stream's caches                                           |
 | `shape(caches, tokens, last)`       | the chunk's `ChunkShape` (host integers only); raises           |
 |                                     | ValueError, naming the limit, if the chunk cannot run           |

@@ -17,7 +17,9 @@ values may be Python scalars, 1-element lists or 0-d/1-element tensors):
 |                | true count (0: the runner inserted a placeholder token, so no tokens)            |
 | chunk position | `meta.chunk_seq`, `meta.cache_epoch` (absent: the stream's next chunk / epoch)   |
 | last chunk     | the family's marker (`meta.last_chunk`, or Step-Audio2's `left_context_size`)    |
+| prefix offset  | CosyVoice3: `meta.left_context_size`; the chunk keeps `tokens[offset:]`           |
 | voice          | `codes.ref` + `meta.ref_audio_sr`, else `meta.prompt_wav` (absent: keep/default) |
+|                | (CosyVoice3: the family's `voice_reader`, `embed.*` prompt conditioning)          |
 | noise seed     | `meta.seed` (absent: derived from the request id and epoch)                      |
 
 Which kind a segment is (`SegmentKind`):
@@ -28,7 +30,8 @@ Which kind a segment is (`SegmentKind`):
   `req_id`, `generated_len`, a `meta` without producer keys) and no codes: the async-chunk pre-warm
   step before the first codec window. Step-Audio2's sync mode is the exception: its tokens arrive
   in `input_ids` with such a dict, so non-zero tokens there are a whole utterance;
-- CHUNK: a producer payload with stream meta (or, for MiniCPM-o, any producer payload);
+- CHUNK: a producer payload with stream meta (or, for MiniCPM-o, any producer payload; for
+  CosyVoice3 also a token-less payload with `finished`, the terminal chunk);
 - WHOLE: Step-Audio2's payload without stream meta.
 
 A segment whose dict cannot be read gets `error` set; the engine returns the message for it and
@@ -61,6 +64,7 @@ PRODUCER_META_KEYS = frozenset(
         "code_flat_numel",
         "last_chunk",
         "left_context_size",
+        "stream_finished",
         "prompt_cache_id",
         "prompt_wav",
         "ref_audio_sr",
@@ -210,15 +214,32 @@ def _parse_segment(index: int, key: str | None, ids: list[int], info: Any, famil
                 tokens = []  # the runner's placeholder token for an empty chunk
             elif numel != len(tokens):
                 raise ValueError(f"meta.code_flat_numel says {numel} tokens but the segment carries {len(tokens)}")
-        voice = requested_voice(
-            codes_value(info, "ref"), scalar(meta_value(info, "ref_audio_sr")), scalar(meta_value(info, "prompt_wav"))
-        )
+        offset = scalar(meta_value(info, family.prefix_offset_key)) if family.prefix_offset_key else None
+        if offset is not None:
+            offset = int(offset)
+            if not 0 <= offset <= len(tokens):
+                raise ValueError(
+                    f"meta.{family.prefix_offset_key} is {offset} but the chunk's prefix has {len(tokens)} tokens"
+                )
+            tokens = tokens[offset:]  # the prefix's tokens before the offset were sent with earlier chunks
+        if family.voice_reader is not None:
+            voice = family.voice_reader(info)
+        else:
+            voice = requested_voice(
+                codes_value(info, "ref"),
+                scalar(meta_value(info, "ref_audio_sr")),
+                scalar(meta_value(info, "prompt_wav")),
+            )
         seed = scalar(meta_value(info, "seed"))
         seed = None if seed is None else int(seed)
         marker = meta_value(info, family.last_chunk_key)
         seq = scalar(meta_value(info, "chunk_seq"))
         epoch = scalar(meta_value(info, "cache_epoch"))
-        stream_meta = marker is not None or seq is not None or epoch is not None
+        stream_meta = marker is not None or seq is not None or epoch is not None or offset is not None
+        ended = family.end_marker_key is not None and bool(scalar(meta_value(info, family.end_marker_key), False))
+        if not stream_meta and not tokens and ended:
+            chunk = ChunkMeta(chunk_seq=None, epoch=None, last=True)  # a terminal chunk without tokens
+            return Segment(index, key, request_id, SegmentKind.CHUNK, (), chunk, voice, seed)
         if not stream_meta and family.whole_without_stream_meta:
             return Segment(index, key, request_id, SegmentKind.WHOLE, tokens=tuple(tokens), voice=voice, seed=seed)
         last = family.is_last(scalar(marker)) if marker is not None else not stream_meta

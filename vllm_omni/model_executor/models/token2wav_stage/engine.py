@@ -53,6 +53,9 @@ class EngineConfig:
     seed: int = 0
     reference_seconds: float = 6.0
     voice_cache_size: int = 16
+    #: What `backend.prepare_voice` gets for a voice source (request's or default) and `reference_seconds`;
+    #: None: `voice.normalize_reference` (24 kHz mono, fixed length). CosyVoice3 passes sources through.
+    load_voice: Callable[[object, float], object] | None = None
 
 
 @dataclass
@@ -105,8 +108,8 @@ class Token2WavEngine:
             source = request.source
             if source is None:
                 source = str(self._default_voice) if isinstance(self._default_voice, Path) else self._default_voice
-            wav = normalize_reference(source, self.config.reference_seconds)
-            prepared = self.backend.prepare_voice(request.key, wav)
+            load = self.config.load_voice or normalize_reference
+            prepared = self.backend.prepare_voice(request.key, load(source, self.config.reference_seconds))
             self._voices[request.key] = prepared
             while len(self._voices) > max(self.config.voice_cache_size, 1):
                 self._voices.popitem(last=False)

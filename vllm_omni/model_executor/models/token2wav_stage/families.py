@@ -20,6 +20,17 @@ machine and the planner are written once; a `FamilySpec` carries the differences
 (MiniCPM-o's producer also sends `left_context_size`, meaning the number of context tokens it
 prepended; only Step-Audio2's uses it as the last-chunk marker, hence a per-family key.)
 
+CosyVoice3 (`COSYVOICE3`, vLLM-Omni 0.30's talker -> code2wav; its own flow and vocoder, see
+`cosyvoice3_backend.py`): last chunk `stream_finished`; every chunk carries the whole token prefix
+with `left_context_size` = where the new part starts (`prefix_offset_key`: the contract keeps
+`prefix[left_context_size:]`, i.e. the 3 lookahead tokens again plus the new ones, the window the
+other families send); a token-less payload with `finished` ends the stream (`end_marker_key`);
+without stream meta a payload is a whole utterance (the sync path); the voice is the talker's
+`embed.{speech_token, speech_feat, embedding}` or reference audio + `embed.speech_token`
+(`voice_reader`); assets in M itself (`cosyvoice3.yaml`-less folders work too: `flow.pt`, `hift.pt`,
+`campplus.onnx`); default voice `default_voice.wav` + its tokens `default_voice.tokens`, or
+`$COSYVOICE3_DEFAULT_PROMPT_WAV` (+ the `.tokens` file beside it).
+
 Where the token2wav assets are (`resolve_token2wav_dir`), for `model_config.model` = M: M itself
 when it holds the asset files, else `M/token2wav` (Step-Audio2's layout), else `M/assets/token2wav`
 (MiniCPM-o's). Default voice candidates, in order: the `prompt_wav` stage option, the family's
@@ -30,10 +41,15 @@ environment variable (if set and the file exists), then `M/assets/<name>`, `M/<n
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from vllm_omni.model_executor.models.cosyvoice2.flow import ConformerTrim, Lookahead
+
+if TYPE_CHECKING:
+    from vllm_omni.model_executor.models.token2wav_stage.voice import VoiceRequest
 
 #: Files whose presence makes a folder a token2wav folder (the flow config and weights).
 TOKEN2WAV_MARKERS = ("flow.yaml", "flow.pt", "hift.pt")
@@ -53,6 +69,17 @@ class FamilySpec:
     conformer_trim: ConformerTrim
     default_voice_names: tuple[str, ...]
     default_voice_env: str | None = None
+    #: Files whose presence makes a folder this family's asset folder (`resolve_token2wav_dir`).
+    asset_markers: tuple[str, ...] = ("flow.yaml", "flow.pt", "hift.pt")
+    #: Chunks carry the whole token prefix and this meta key is where the new part starts (CosyVoice3's
+    #: talker: `left_context_size`); the contract cuts the prefix there. None: chunks are sent as windows.
+    prefix_offset_key: str | None = None
+    #: A payload without tokens whose meta flag of this name is true ends the stream (CosyVoice3's
+    #: terminal `finished`), even without stream meta.
+    end_marker_key: str | None = None
+    #: Reads a segment's voice from its dict instead of `voice.requested_voice` (CosyVoice3: prompt
+    #: conditioning tensors or reference audio + its speech tokens).
+    voice_reader: Callable[[Mapping[str, Any]], VoiceRequest | None] | None = None
 
     def is_last(self, value: object) -> bool:
         """Interpret this family's last-chunk marker (bool, or Step-Audio2's 0/1 `left_context_size`)."""
@@ -83,24 +110,47 @@ STEP_AUDIO2 = FamilySpec(
 )
 
 
-def resolve_token2wav_dir(model: str | os.PathLike[str]) -> Path:
+def _cosyvoice3_voice(info: Mapping[str, Any]) -> VoiceRequest | None:
+    from vllm_omni.model_executor.models.token2wav_stage.cosyvoice3_voice import read_voice
+
+    return read_voice(info)
+
+
+COSYVOICE3 = FamilySpec(
+    name="cosyvoice3",
+    last_chunk_key="stream_finished",
+    whole_without_stream_meta=True,
+    tokens_without_payload=False,
+    # Not used: CosyVoice3's flow has neither a conformer nor a prompt lookahead at set-up.
+    lookahead=Lookahead.PROMPT_HEAD,
+    conformer_trim=ConformerTrim.NONE,
+    default_voice_names=("default_voice.wav",),
+    default_voice_env="COSYVOICE3_DEFAULT_PROMPT_WAV",
+    asset_markers=("flow.pt", "hift.pt", "campplus.onnx"),
+    prefix_offset_key="left_context_size",
+    end_marker_key="finished",
+    voice_reader=_cosyvoice3_voice,
+)
+
+
+def resolve_token2wav_dir(model: str | os.PathLike[str], markers: tuple[str, ...] = TOKEN2WAV_MARKERS) -> Path:
     """The token2wav folder for `model_config.model`: the folder itself, `token2wav/` or `assets/token2wav/`.
 
-    The first of them holding the flow and HiFT files wins; when none does, the first existing
-    `token2wav/` or `assets/token2wav/` folder is returned (the core's asset check then names the
-    missing file), else FileNotFoundError listing the places.
+    The first of them holding the flow and HiFT files (`markers`, the family's `asset_markers`) wins;
+    when none does, the first existing `token2wav/` or `assets/token2wav/` folder is returned (the
+    core's asset check then names the missing file), else FileNotFoundError listing the places.
     """
     root = Path(model)
     candidates = [root, root / "token2wav", root / "assets" / "token2wav"]
     for folder in candidates:
-        if folder.is_dir() and all((folder / name).is_file() for name in TOKEN2WAV_MARKERS):
+        if folder.is_dir() and all((folder / name).is_file() for name in markers):
             return folder
     for folder in candidates[1:]:
         if folder.is_dir():
             return folder
     looked = ", ".join(str(c) for c in candidates)
     raise FileNotFoundError(
-        f"no token2wav assets for model {root}: looked for {', '.join(TOKEN2WAV_MARKERS)} in {looked}; point "
+        f"no token2wav assets for model {root}: looked for {', '.join(markers)} in {looked}; point "
         "model_config.model at the model folder (Step-Audio2: token2wav/ inside it, MiniCPM-o: assets/token2wav/)"
     )
 
@@ -142,6 +192,7 @@ def find_default_voice(
 
 
 __all__ = [
+    "COSYVOICE3",
     "MINICPMO_4_5",
     "STEP_AUDIO2",
     "TOKEN2WAV_MARKERS",

@@ -20,6 +20,10 @@ config on its model config; a plain vLLM config has none and the defaults apply)
 | `kv_cache_dtype`    | `extra["token2wav_kv_cache_dtype"]` ("bfloat16", "float16", "float32")  | the flow's dtype |
 | `pad_to_buckets`    | `extra["token2wav_pad_to_buckets"]` (graph-capture shapes)              | False            |
 | `setup_cache_size`  | `extra["token2wav_setup_cache_size"]` (post-prompt flow states kept)    | 4                |
+| `batch_vocoder`     | `extra["token2wav_batch_vocoder"]` (CosyVoice3: rows at equal stream    | False            |
+|                     | positions share a causal-HiFT launch, ~1e-6 from solo)                  |                  |
+| `final_chunk`       | `extra["token2wav_final_chunk"]` (CosyVoice3: "block_causal" or         | "block_causal"   |
+|                     | "full_attention", how a stream's last chunk attends)                    |                  |
 | `device_graphs`     | `extra["token2wav_device_graphs"]` (true / false / auto, `graphs.py`)   | auto (None)      |
 | `device_graph_api`  | keyword only: the graph runtime (tests pass a fake)                     | the platform's   |
 | `variant`           | `extra["token2wav_variant"]` (MiniCPM-o: "vllm-omni-0.30" or            | the family's     |
@@ -67,6 +71,8 @@ class StageOptions:
     pad_to_buckets: bool = False
     setup_cache_size: int = 4
     load_format: str | None = None
+    batch_vocoder: bool = False
+    final_chunk: str = "block_causal"
     device_graphs: bool | None = None
     device_graph_api: Any = FROM_PLATFORM
     variant: str | None = None
@@ -79,6 +85,10 @@ class StageOptions:
             raise ValueError(f"max_num_seqs (rows per launch) must be >= 1, got {self.max_rows}")
         if self.max_streams is not None and self.max_streams < 1:
             raise ValueError(f"token2wav_max_streams must be >= 1, got {self.max_streams}")
+        if self.final_chunk not in ("block_causal", "full_attention"):
+            raise ValueError(
+                f"token2wav_final_chunk must be 'block_causal' or 'full_attention', got {self.final_chunk!r}"
+            )
 
     @property
     def stream_limit(self) -> int:
@@ -157,6 +167,8 @@ def stage_options(vllm_config: Any, overrides: Mapping[str, Any]) -> StageOption
         "pad_to_buckets": bool(extra.get("token2wav_pad_to_buckets", False)),
         "setup_cache_size": int(extra.get("token2wav_setup_cache_size", 4)),
         "load_format": _attr(vllm_config, "load_config", "load_format"),
+        "batch_vocoder": bool(extra.get("token2wav_batch_vocoder", False)),
+        "final_chunk": str(extra.get("token2wav_final_chunk", "block_causal")),
         "device_graphs": graphs_switch(extra.get("token2wav_device_graphs")),
         "variant": extra.get("token2wav_variant"),
     }

@@ -29,7 +29,7 @@ no logits.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
@@ -42,6 +42,7 @@ from vllm_omni.model_executor.models.cosyvoice2.flow import ConformerTrim, Looka
 from vllm_omni.model_executor.models.output_templates import OmniOutput
 from vllm_omni.model_executor.models.step_audio2.step_audio2_token2wav import StepAudio2Token2WavCore
 from vllm_omni.model_executor.models.step_audio2.stream_vocoder import VocoderKind
+from vllm_omni.model_executor.models.token2wav_stage.backend import Token2WavBackend
 from vllm_omni.model_executor.models.token2wav_stage.contract import (
     SegmentKind,
     SegmentResult,
@@ -86,14 +87,39 @@ class Token2WavStageModel(nn.Module):
         if opts.token2wav_path is not None:
             folder = Path(opts.token2wav_path)
         elif opts.model is not None:
-            folder = resolve_token2wav_dir(opts.model)
+            folder = resolve_token2wav_dir(opts.model, self.family.asset_markers)
         else:
             raise ValueError(
                 f"{type(self).__name__} needs vllm_config.model_config.model (the model folder), "
                 "hf_config.token2wav_path, or the option token2wav_path="
             )
+        self.token2wav = self._build_core(folder, opts)
+        self.token2wav.check_assets()
+        self.default_voice: Any = self._default_voice(opts, folder)
+        if platforms.current_omni_platform.is_npu():
+            name = self.token2wav.enable_device_spk_embedding()
+            logger.info("%s: NPU platform, speaker embedding on the device (%s)", type(self).__name__, name)
+        self.backend = self._build_backend(opts)
+        self.streams = StreamStore(max_streams=opts.stream_limit, idle_timeout_s=opts.idle_timeout_s)
+        self.engine = Token2WavEngine(
+            self.backend,
+            self.streams,
+            self.default_voice,
+            EngineConfig(
+                max_rows=opts.max_rows,
+                pad_to_buckets=opts.pad_to_buckets,
+                seed=opts.seed,
+                reference_seconds=opts.reference_seconds,
+                load_voice=self._voice_loader(),
+            ),
+        )
+
+    # ---- what a family's subclass may replace ----------------------------------------------------
+
+    def _build_core(self, folder: Path, opts: StageOptions) -> StepAudio2Token2WavCore:
+        """The Token2Wav core over the asset folder (models stay unloaded until `load_weights`)."""
         lookahead, conformer_trim, vocoder = self.stream_rules(opts)
-        self.token2wav = StepAudio2Token2WavCore(
+        return StepAudio2Token2WavCore(
             folder,
             float16=opts.float16,
             device=opts.device,
@@ -105,27 +131,16 @@ class Token2WavStageModel(nn.Module):
             kv_cache_dtype=opts.kv_cache_dtype,
             vocoder=vocoder,
         )
-        self.token2wav.check_assets()
-        self.default_voice: Any = self._default_voice(opts, folder)
-        if platforms.current_omni_platform.is_npu():
-            name = self.token2wav.enable_device_spk_embedding()
-            logger.info("%s: NPU platform, speaker embedding on the device (%s)", type(self).__name__, name)
+
+    def _build_backend(self, opts: StageOptions) -> Token2WavBackend:
         graphs = None
         if opts.device_graphs is not False:
             graphs = GraphSettings(max_rows=opts.max_rows, enabled=opts.device_graphs, graph_api=opts.device_graph_api)
-        self.backend = CosyVoice2Backend(self.token2wav, graphs, equal_vocoder_shapes=opts.pad_to_buckets)
-        self.streams = StreamStore(max_streams=opts.stream_limit, idle_timeout_s=opts.idle_timeout_s)
-        self.engine = Token2WavEngine(
-            self.backend,
-            self.streams,
-            self.default_voice,
-            EngineConfig(
-                max_rows=opts.max_rows,
-                pad_to_buckets=opts.pad_to_buckets,
-                seed=opts.seed,
-                reference_seconds=opts.reference_seconds,
-            ),
-        )
+        return CosyVoice2Backend(self.token2wav, graphs, equal_vocoder_shapes=opts.pad_to_buckets)
+
+    def _voice_loader(self) -> Callable[[object, float], object] | None:
+        """`EngineConfig.load_voice` (None: the fixed-length 24 kHz normalisation of every reference)."""
+        return None
 
     def stream_rules(self, opts: StageOptions) -> tuple[Lookahead, ConformerTrim, VocoderKind]:
         """Stream set-up lookahead, conformer trim and vocoder: the family's (MiniCPM-o: its `variant`)."""

@@ -3,8 +3,9 @@
 
 Whole utterance (`CausalMaskedDiffWithDiT.inference`, full or block-causal attention) and streaming at
 constant cost per chunk (`start_stream` / `stream_chunk`: per-request caches instead of upstream's
-prefix re-runs). Entry points: `load_flow` (real or stand-in files), `ensure_standin_flow`
-(deterministic stand-ins), `stream_calls` (upstream's chunk schedule).
+prefix re-runs; `stream_chunks`: the chunks of several streams in one launch). Entry points:
+`load_flow` (real or stand-in files), `ensure_standin_flow` (deterministic stand-ins), `stream_calls`
+(upstream's chunk schedule).
 Design notes: docs/design/cosyvoice3.md.
 """
 
@@ -31,6 +32,7 @@ from vllm_omni.model_executor.models.cosyvoice3.flow.streaming import (
     plan_chunk,
     start_stream,
     stream_chunk,
+    stream_chunks,
 )
 
 __all__ = [
@@ -54,6 +56,7 @@ __all__ = [
     "start_stream",
     "stream_calls",
     "stream_chunk",
+    "stream_chunks",
     "upstream_hops",
     "write_standin_flow",
 ]

@@ -19,10 +19,11 @@ Quirks reproduced exactly (each differs from Step-Audio2's DiT, see docs/design/
 - final layer modulation chunks in the order (scale, shift), not (shift, scale).
 
 Two ways to run it. `forward`: a whole sequence with full attention or the block-causal streaming mask
-(chunks of `static_chunk_size` frames, every earlier chunk visible). `forward_chunk`: frames
-`[start, start + n)` of a stream, where the caller's `attend` callback supplies the keys and values of
-the earlier frames and the conv position embedding gets their last 30 input frames as history; all
-other operations are per frame, so the chunk's output equals the whole sequence's for those frames.
+(chunks of `static_chunk_size` frames, every earlier chunk visible). `forward_frames`: new frames of
+one or several streams laid end to end, where the caller's `attend` callback supplies the keys and
+values of each stream's earlier frames and its `pos_embed` runs the conv position embedding with each
+stream's last 30 input frames as left context; all other operations are per frame, so a stream's
+frames come out as the whole sequence's would (`batched.py` drives it).
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ from vllm_omni.model_executor.models.cosyvoice3.flow.config import (
 
 #: attend(q, k, v) -> attention output, all `(B, heads, frames, dim_head)`; q and k already rotated.
 Attend = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+#: pos_embed(h `(B, frames, dim)`) -> the conv position embedding `(B, frames, dim)` (with the caller's left context).
+PosEmbed = Callable[[torch.Tensor], torch.Tensor]
 
 TIME_EMBED_DIM = 256
 TIME_SCALE = 1000.0
@@ -269,18 +272,16 @@ class DiT(nn.Module):
         x: torch.Tensor,
         mu: torch.Tensor,
         t: torch.Tensor,
-        spks: torch.Tensor,
+        spk_frames: torch.Tensor,
         cond: torch.Tensor,
         positions: torch.Tensor,
-        history: tuple[torch.Tensor, torch.Tensor] | None,
+        pos_embed: PosEmbed,
         attend: Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor],
         valid: torch.Tensor | None = None,
-    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+    ) -> torch.Tensor:
         emb = self.time_embed(t)
-        spk = spks[:, :, None].expand(-1, -1, x.size(2))
-        h = self.input_embed.proj(torch.cat([x, cond, mu, spk], dim=1).transpose(1, 2))
-        pos, conv_inputs = self.input_embed.conv_pos_embed(h, history)
-        h = pos + h
+        h = self.input_embed.proj(torch.cat([x, cond, mu, spk_frames], dim=1).transpose(1, 2))
+        h = pos_embed(h) + h
         angles = self.rotary_embed.angles(positions)
         for index, block in enumerate(self.transformer_blocks):
 
@@ -288,7 +289,7 @@ class DiT(nn.Module):
                 return attend(index, q, k, v)
 
             h = cast(DiTBlock, block)(h, emb, angles, block_attend, valid)
-        return self.proj_out(self.norm_out(h, emb)).transpose(1, 2), conv_inputs
+        return self.proj_out(self.norm_out(h, emb)).transpose(1, 2)
 
     def forward(
         self,
@@ -315,28 +316,34 @@ class DiT(nn.Module):
         def attend(index: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
             return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)
 
-        positions = torch.arange(frames, device=x.device)
-        out, _ = self._run(x, mu, t, spks, cond, positions, None, attend, None if valid is None else valid[..., None])
-        return out
+        def pos_embed(h: torch.Tensor) -> torch.Tensor:
+            return self.input_embed.conv_pos_embed(h)[0]
 
-    def forward_chunk(
+        positions = torch.arange(frames, device=x.device)
+        spk_frames = spks[:, :, None].expand(-1, -1, frames)
+        return self._run(
+            x, mu, t, spk_frames, cond, positions, pos_embed, attend, None if valid is None else valid[..., None]
+        )
+
+    def forward_frames(
         self,
         x: torch.Tensor,
         mu: torch.Tensor,
         t: torch.Tensor,
-        spks: torch.Tensor,
+        spk_frames: torch.Tensor,
         cond: torch.Tensor,
         *,
-        start: int,
-        history: tuple[torch.Tensor, torch.Tensor] | None,
+        positions: torch.Tensor,
+        pos_embed: PosEmbed,
         attend: Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor],
-    ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
-        """Frames `[start, start + n)` of a stream (x, mu, cond `(B, 80, n)`), no padding.
+    ) -> torch.Tensor:
+        """Frames of one or more streams laid end to end (x, mu, cond, spk_frames `(B, 80, N)`), no padding mask.
 
-        `history`: each conv position-embedding layer's input at the 30 frames before `start` (None
-        at the stream start: zeros). `attend(block, q, k, v)` gets this chunk's rotated q / k / v and
-        returns the attention output over the earlier frames and this chunk (the caller's mask rule).
-        Returns (velocity `(B, 80, n)`, the two conv inputs with history, `(B, dim, 30 + n)`).
+        Everything but the conv position embedding and attention is per frame, so the caller decides
+        which frames belong together: `positions (N,)` are each frame's absolute RoPE position,
+        `pos_embed(h (B, N, dim)) -> (B, N, dim)` runs the causal convs with each stream's own left
+        context, and `attend(block, q, k, v)` gets the rotated q / k / v `(B, heads, N, dim_head)` and
+        returns the attention output (each frame over its own stream's earlier frames and chunk).
+        Returns the velocity `(B, 80, N)`. Streaming (`streaming.py`, `batched.py`) runs through here.
         """
-        positions = torch.arange(start, start + x.size(2), device=x.device)
-        return self._run(x, mu, t, spks, cond, positions, history, attend)
+        return self._run(x, mu, t, spk_frames, cond, positions, pos_embed, attend)

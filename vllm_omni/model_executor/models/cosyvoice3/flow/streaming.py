@@ -35,22 +35,24 @@ same as upstream's own streaming self-test `finalize=True, streaming=True`); `Fi
 reproduces upstream exactly with one full re-run of everything (O(N) once, keeps all token ids).
 
 State is a frozen dataclass: a chunk returns a new state and a failed chunk leaves the old one usable.
-The kernel (`ChunkPlan` + `_run_chunk`) is one chunk for one request; its per-frame ops take no
-request-specific shapes, so a batched stage can later run them ragged across requests.
+A call is planned per stream (`ChunkPlan`) and computed by the kernel of `batched.py`, which runs the
+chunks of one or several streams in one launch (`stream_chunks`); `stream_chunk` is one row of it.
+`start_stream(..., run_prompt=False)` defers the prompt's frames to the first chunk, so a serving stage
+computes them inside that chunk's (batched) launch instead of when the request is admitted.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
-import torch.nn.functional as F
 
-from vllm_omni.model_executor.models.cosyvoice2.flow.euler import cfg_pair, euler_cfg
 from vllm_omni.model_executor.models.cosyvoice2.flow.pre_lookahead import HISTORY
+from vllm_omni.model_executor.models.cosyvoice3.flow.batched import ChunkRow, RowOutput, run_rows
 from vllm_omni.model_executor.models.cosyvoice3.flow.config import CosyVoice3FlowConfig
 from vllm_omni.model_executor.models.cosyvoice3.flow.kv_cache import KVArena
 from vllm_omni.model_executor.models.cosyvoice3.flow.noise import UPSTREAM_NOISE_SEED, check_noise
@@ -178,6 +180,13 @@ class FlowStreamState:
     kv: KVArena
     replay: FullReplay | None = None
     finished: bool = False
+    #: prompt ids not run yet (`start_stream(..., run_prompt=False)`): the first chunk feeds them first
+    unfed_prompt: torch.Tensor | None = None
+
+    @property
+    def generated_tokens(self) -> int:
+        """Generated token ids received so far (the prompt's are not counted)."""
+        return self.known_tokens if self.unfed_prompt is not None else self.known_tokens - self.prompt_tokens
 
     @property
     def cache_bytes(self) -> int:
@@ -204,11 +213,13 @@ def start_stream(
     noise_seed: int = UPSTREAM_NOISE_SEED,
     noise: torch.Tensor | None = None,
     final_chunk: FinalChunk = FinalChunk.BLOCK_CAUSAL,
+    run_prompt: bool = True,
 ) -> FlowStreamState:
     """Set up a stream for a prompt (tokens `(1, P)`, mel `(1, 2P, 80)` aligned, CAM++ embedding `(1, 192)`).
 
-    Runs the prompt's complete chunks through the estimator once (their caches are final already);
-    emits nothing.
+    `run_prompt=True` runs the prompt's complete chunks through the estimator now (their caches are final
+    already); `False` only checks the inputs and leaves the prompt to the first chunk (same results, the
+    work moves into that chunk's launch). Emits nothing.
     """
     where = "start_stream"
     if n_timesteps < 1:
@@ -243,8 +254,10 @@ def start_stream(
             dtype=flow.dtype,
         ),
         replay=FullReplay(prompt_ids[:, :0], prompt_mel) if final_chunk is FinalChunk.FULL_ATTENTION else None,
+        unfed_prompt=prompt_ids,
     )
-    _, state = _advance(flow, state, prompt_ids, final=False, where=where)
+    if run_prompt:
+        ((_, state),) = _run(flow, [_prepare(flow, state, prompt_ids[:, :0], final=False, where=where)], 0)
     return state
 
 
@@ -257,25 +270,63 @@ def stream_chunk(
     Non-final: mel of all tokens but the last `pre_lookahead_len` not yet returned (F may be 0).
     Final: mel of everything not yet returned; the stream is finished afterwards.
     """
+    return stream_chunks(flow, [(state, tokens, final)])[0]
+
+
+@torch.inference_mode()
+def stream_chunks(
+    flow: CausalMaskedDiffWithDiT,
+    rows: Sequence[tuple[FlowStreamState, torch.Tensor, bool]],
+    *,
+    pad_frames: int = 0,
+) -> list[tuple[torch.Tensor, FlowStreamState]]:
+    """`stream_chunk(state, tokens, final=final)` of several streams in one launch (`batched.run_rows`).
+
+    Rows are `(state, tokens, final)` of different streams sharing `n_timesteps`; results come back in
+    row order. Every row is checked before anything runs; `pad_frames` pads the launch's frame axis
+    (graph-capture shapes, see `batched.py`). `FinalChunk.FULL_ATTENTION` last chunks re-run their
+    whole utterance one by one.
+    """
     where = "stream_chunk"
-    if not isinstance(state, FlowStreamState):
-        raise TypeError(f"flow.{where}: state must be a FlowStreamState from start_stream, got {type(state).__name__}")
-    if state.finished:
-        raise ValueError(f"flow.{where}: this stream already had its final chunk; start a new stream")
-    ids = _check_new_tokens(flow, tokens, where)
-    if final and state.known_tokens + ids.size(1) == state.prompt_tokens:
-        raise ValueError(f"flow.{where}: final chunk of a stream that never received a generated token")
-    if final and state.final_chunk is FinalChunk.FULL_ATTENTION:
-        return _full_final(flow, state, ids, where)
-    return _advance(flow, state, ids, final=final, where=where)
+    prepared: list[_Prepared | None] = []
+    results: list[tuple[torch.Tensor, FlowStreamState] | None] = [None] * len(rows)
+    for i, (state, tokens, final) in enumerate(rows):
+        if not isinstance(state, FlowStreamState):
+            raise TypeError(
+                f"flow.{where}: state must be a FlowStreamState from start_stream, got {type(state).__name__}"
+            )
+        if state.finished:
+            raise ValueError(f"flow.{where}: this stream already had its final chunk; start a new stream")
+        ids = _check_new_tokens(flow, tokens, where)
+        if final and state.generated_tokens + ids.size(1) == 0:
+            raise ValueError(f"flow.{where}: final chunk of a stream that never received a generated token")
+        if final and state.final_chunk is FinalChunk.FULL_ATTENTION:
+            prepared.append(None)
+            results[i] = _full_final(flow, state, ids, where)
+        else:
+            prepared.append(_prepare(flow, state, ids, final=final, where=where))
+    todo = [p for p in prepared if p is not None]
+    done = iter(_run(flow, todo, pad_frames))
+    return [result if result is not None else next(done) for result in results]
 
 
-def _advance(
+@dataclass(frozen=True)
+class _Prepared:
+    """A checked call: its plan, its token window and the next replay record (nothing computed yet)."""
+
+    state: FlowStreamState
+    plan: ChunkPlan
+    window: torch.Tensor
+    replay: FullReplay | None
+
+
+def _prepare(
     flow: CausalMaskedDiffWithDiT, state: FlowStreamState, ids: torch.Tensor, *, final: bool, where: str
-) -> tuple[torch.Tensor, FlowStreamState]:
-    config = flow.config
+) -> _Prepared:
+    if state.unfed_prompt is not None:
+        ids = torch.cat([state.unfed_prompt, ids], dim=1)
     plan = plan_chunk(
-        config,
+        flow.config,
         known_tokens=state.known_tokens,
         new_tokens=ids.size(1),
         prompt_tokens=state.prompt_tokens,
@@ -283,14 +334,31 @@ def _advance(
         emitted=state.emitted_frames,
         final=final,
     )
-    check_noise(state.noise, config.output_size, plan.compute_end, where)
+    check_noise(state.noise, flow.config.output_size, plan.compute_end, where)
     window = torch.cat([state.window_tokens, ids], dim=1)  # ids from (committed / ratio - history)
     replay = state.replay
     if replay is not None:
         replay = FullReplay(torch.cat([replay.ids, ids], dim=1), replay.prompt_mel)
-    if plan.frames > 0:
-        x, kv, conv_history = _run_chunk(flow, state, plan, window)
-        mel = x[:, :, plan.emit_start - plan.compute_start : plan.emit_end - plan.compute_start].float()
+    return _Prepared(state, plan, window, replay)
+
+
+def _run(
+    flow: CausalMaskedDiffWithDiT, prepared: Sequence[_Prepared], pad_frames: int
+) -> list[tuple[torch.Tensor, FlowStreamState]]:
+    """Compute the prepared calls (those with frames in one launch) and build their next states."""
+    computing = [p for p in prepared if p.plan.frames > 0]
+    outputs = iter(run_rows(flow, [ChunkRow(p.state, p.plan, p.window) for p in computing], pad_frames=pad_frames))
+    return [_finish(flow, p, next(outputs) if p.plan.frames > 0 else None) for p in prepared]
+
+
+def _finish(
+    flow: CausalMaskedDiffWithDiT, prepared: _Prepared, output: RowOutput | None
+) -> tuple[torch.Tensor, FlowStreamState]:
+    state, plan, window = prepared.state, prepared.plan, prepared.window
+    config = flow.config
+    if output is not None:
+        kv, conv_history = output.kv, output.conv_history
+        mel = output.x[:, :, plan.emit_start - plan.compute_start : plan.emit_end - plan.compute_start].float()
     else:
         kv, conv_history = state.kv, state.conv_history
         mel = torch.zeros(1, config.output_size, 0, device=flow.device)
@@ -306,56 +374,11 @@ def _advance(
         prompt_mel_rest=state.prompt_mel_rest[:, plan.commit_end - plan.compute_start :],
         conv_history=conv_history,
         kv=kv,
-        replay=replay,
-        finished=final,
+        replay=prepared.replay,
+        finished=plan.final,
+        unfed_prompt=None,
     )
     return mel, next_state
-
-
-def _run_chunk(
-    flow: CausalMaskedDiffWithDiT, state: FlowStreamState, plan: ChunkPlan, window: torch.Tensor
-) -> tuple[torch.Tensor, KVArena, torch.Tensor | None]:
-    """The kernel: frames `[compute_start, compute_end)` of one request through every Euler step.
-
-    Returns (x at t=1 `(1, 80, n)`, the arena holding the committed frames, the new conv history).
-    """
-    config = flow.config
-    est = flow.estimator
-    start, end, n = plan.compute_start, plan.compute_end, plan.frames
-    chunk = config.static_chunk_size
-    ids = window[:, : plan.token_end - plan.token_start]
-    mu = flow.mu(ids, history=plan.history, lookahead_pad=plan.lookahead_pad)
-    cond = torch.zeros_like(mu)
-    prompt_part = state.prompt_mel_rest[:, :n]
-    cond[:, :, : prompt_part.size(1)] = prompt_part.transpose(1, 2)
-    mu_in, spks_in, cond_in = cfg_pair(mu), cfg_pair(state.spk), cfg_pair(cond)
-    # the last chunk sizes the arena exactly: nothing will be appended after it
-    kv = state.kv.for_chunk(start, end, granule=chunk, limit=end if plan.final else state.noise.size(2))
-    commit = plan.commit_end - start
-    context = est.conv_context
-    histories: list[torch.Tensor] = []
-
-    def velocity(step: int, x_in: torch.Tensor, t_in: torch.Tensor) -> torch.Tensor:
-        def attend(block: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-            kv.write(step, block, start, k, v)
-            outs = []
-            for a in range(start, end, chunk):  # start is a chunk boundary: each piece is one chunk
-                b = min(a + chunk, end)
-                keys, values = kv.read(step, block, b)
-                outs.append(F.scaled_dot_product_attention(q[:, :, a - start : b - start], keys, values))
-            return outs[0] if len(outs) == 1 else torch.cat(outs, dim=2)
-
-        previous = None if state.conv_history is None else (state.conv_history[step, 0], state.conv_history[step, 1])
-        v, (in1, in2) = est.forward_chunk(
-            x_in, mu_in, t_in, spks_in, cond_in, start=start, history=previous, attend=attend
-        )
-        # each conv's input at the 30 frames before the new committed end (in1/in2 start 30 frames before `start`)
-        histories.append(torch.stack([in1[..., commit : commit + context], in2[..., commit : commit + context]]))
-        return v
-
-    x = euler_cfg(state.noise[:, :, start:end], state.n_timesteps, config.inference_cfg_rate, velocity)
-    kv.commit(plan.commit_end)
-    return x, kv, torch.stack(histories)
 
 
 def _full_final(
@@ -363,6 +386,8 @@ def _full_final(
 ) -> tuple[torch.Tensor, FlowStreamState]:
     """Upstream's last call: everything again with full attention (finalize=True), the unreturned frames kept."""
     assert state.replay is not None  # internal invariant: FULL_ATTENTION streams carry their replay
+    if state.unfed_prompt is not None:
+        ids = torch.cat([state.unfed_prompt, ids], dim=1)
     all_ids = torch.cat([state.replay.ids, ids], dim=1)
     frames = flow.config.token_mel_ratio * all_ids.size(1)
     check_noise(state.noise, flow.config.output_size, frames, where)
@@ -372,5 +397,5 @@ def _full_final(
     emit_start = max(state.emitted_frames, state.replay.prompt_mel.size(1))
     mel = feat[:, :, emit_start:].float()
     return mel, dataclasses.replace(
-        state, known_tokens=all_ids.size(1), emitted_frames=frames, finished=True, replay=None
+        state, known_tokens=all_ids.size(1), emitted_frames=frames, finished=True, replay=None, unfed_prompt=None
     )

@@ -13,12 +13,19 @@ is how far the causal vocoder looks ahead, which fixes when a streamed frame bec
 So after N mel frames, the first N - 5 frames of audio are final (`MIN_EMIT_LAG_FRAMES`); the
 reference's non-final `inference` cuts the F0 look-ahead off before conv_pre's and returns N - 8
 (`REFERENCE_EMIT_LAG_FRAMES`, also minicpmo-utils 1.0.7's "delay 8").
+
+The `hift:` section of a Fun-CosyVoice3 `cosyvoice3.yaml` (`!new:...CausalHiFTGenerator` with its
+`CausalConvRNNF0Predictor`) is read as data by `hift_config_from_yaml` and checked against the
+vocoder built from `hift.pt` (`check_hift_yaml`); `render_hift_section` writes it for stand-ins.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any
 
+from vllm_omni.model_executor.model_loader.tagged_yaml import Tagged, read_tagged_yaml, resolve_refs
 from vllm_omni.model_executor.models.cosyvoice2.hift.config import FULL_HIFT_CONFIG, HiFTConfig
 
 
@@ -61,3 +68,110 @@ FULL_CAUSAL_HIFT_NUM_PARAMS = 20_779_887
 # What the reference's non-final inference returns after N frames: (N - 8) * 480 samples.
 REFERENCE_EMIT_LAG_FRAMES = FULL_CAUSAL_HIFT_CONFIG.reference_emit_lag_frames
 MIN_EMIT_LAG_FRAMES = FULL_CAUSAL_HIFT_CONFIG.min_emit_lag_frames
+
+
+# ---- the `hift:` section of cosyvoice3.yaml ---------------------------------------------------------
+
+TAG_CAUSAL_HIFT = "!new:cosyvoice.hifigan.generator.CausalHiFTGenerator"
+TAG_CAUSAL_F0 = "!new:cosyvoice.hifigan.f0_predictor.CausalConvRNNF0Predictor"
+
+
+def render_hift_section(config: CausalHiFTConfig) -> str:
+    """The `hift:` entry of a cosyvoice3.yaml for `config` (the shipped file's layout; `!ref <sample_rate>`)."""
+    c = config
+
+    def nested(values: tuple[tuple[int, ...], ...]) -> str:
+        return "[" + ", ".join("[" + ", ".join(str(v) for v in row) + "]" for row in values) + "]"
+
+    def flat(values: tuple[int, ...]) -> str:
+        return "[" + ", ".join(str(v) for v in values) + "]"
+
+    return f"""hift: {TAG_CAUSAL_HIFT}
+    in_channels: {c.in_channels}
+    base_channels: {c.base_channels}
+    nb_harmonics: {c.nb_harmonics}
+    sampling_rate: !ref <sample_rate>
+    nsf_alpha: {c.nsf_alpha:g}
+    nsf_sigma: {c.nsf_sigma:g}
+    nsf_voiced_threshold: {c.nsf_voiced_threshold:g}
+    upsample_rates: {flat(c.upsample_rates)}
+    upsample_kernel_sizes: {flat(c.upsample_kernel_sizes)}
+    istft_params:
+        n_fft: {c.istft_n_fft}
+        hop_len: {c.istft_hop}
+    resblock_kernel_sizes: {flat(c.resblock_kernel_sizes)}
+    resblock_dilation_sizes: {nested(c.resblock_dilation_sizes)}
+    source_resblock_kernel_sizes: {flat(c.source_resblock_kernel_sizes)}
+    source_resblock_dilation_sizes: {nested(c.source_resblock_dilation_sizes)}
+    lrelu_slope: {c.lrelu_slope:g}
+    audio_limit: {c.audio_limit:g}
+    conv_pre_look_right: {c.conv_pre_look_right}
+    f0_predictor: {TAG_CAUSAL_F0}
+        num_class: 1
+        in_channels: {c.in_channels}
+        cond_channels: {c.f0_channels}
+"""
+
+
+def hift_config_from_yaml(text_or_path: str | Path) -> CausalHiFTConfig | None:
+    """The `hift:` section of a cosyvoice3.yaml as a `CausalHiFTConfig`; None when the file has none.
+
+    Read as data (`model_loader.tagged_yaml`); a section tagged with another class, or missing a
+    size, is an error naming the file and line.
+    """
+    source, doc = read_tagged_yaml(text_or_path, "cosyvoice3.yaml")
+    if not isinstance(doc, dict) or "hift" not in doc:
+        return None
+    node = resolve_refs(doc["hift"], doc, source)
+    if not isinstance(node, Tagged) or node.tag != TAG_CAUSAL_HIFT or not isinstance(node.value, dict):
+        got = node.tag if isinstance(node, Tagged) else type(node).__name__
+        raise ValueError(f"{source}: 'hift:' must be tagged {TAG_CAUSAL_HIFT} with a mapping, got {got}")
+    args = node.value
+    f0 = args.get("f0_predictor")
+    if not isinstance(f0, Tagged) or f0.tag != TAG_CAUSAL_F0 or not isinstance(f0.value, dict):
+        raise ValueError(f"{source}: hift.f0_predictor must be tagged {TAG_CAUSAL_F0} (line {node.line})")
+    istft = args.get("istft_params", {})
+
+    def need(mapping: dict[str, Any], key: str, where: str) -> Any:
+        if key not in mapping:
+            raise ValueError(f"{source}: {where} lacks {key!r} (line {node.line})")
+        return mapping[key]
+
+    def ints(value: Any) -> tuple[int, ...]:
+        return tuple(int(v) for v in value)
+
+    return CausalHiFTConfig(
+        in_channels=int(need(args, "in_channels", "hift")),
+        base_channels=int(need(args, "base_channels", "hift")),
+        f0_channels=int(need(f0.value, "cond_channels", "hift.f0_predictor")),
+        nb_harmonics=int(need(args, "nb_harmonics", "hift")),
+        sampling_rate=int(need(args, "sampling_rate", "hift")),
+        nsf_alpha=float(need(args, "nsf_alpha", "hift")),
+        nsf_sigma=float(need(args, "nsf_sigma", "hift")),
+        nsf_voiced_threshold=float(need(args, "nsf_voiced_threshold", "hift")),
+        upsample_rates=ints(need(args, "upsample_rates", "hift")),
+        upsample_kernel_sizes=ints(need(args, "upsample_kernel_sizes", "hift")),
+        istft_n_fft=int(need(istft, "n_fft", "hift.istft_params")),
+        istft_hop=int(need(istft, "hop_len", "hift.istft_params")),
+        resblock_kernel_sizes=ints(need(args, "resblock_kernel_sizes", "hift")),
+        resblock_dilation_sizes=tuple(ints(r) for r in need(args, "resblock_dilation_sizes", "hift")),
+        source_resblock_kernel_sizes=ints(need(args, "source_resblock_kernel_sizes", "hift")),
+        source_resblock_dilation_sizes=tuple(ints(r) for r in need(args, "source_resblock_dilation_sizes", "hift")),
+        lrelu_slope=float(need(args, "lrelu_slope", "hift")),
+        audio_limit=float(need(args, "audio_limit", "hift")),
+        conv_pre_look_right=int(args.get("conv_pre_look_right", 4)),
+    )
+
+
+def check_hift_yaml(declared: CausalHiFTConfig, loaded: CausalHiFTConfig, source: str) -> None:
+    """The yaml's `hift:` section describes the vocoder actually loaded (ValueError listing what differs)."""
+    differ = [
+        f"{f.name}: yaml {getattr(declared, f.name)!r}, hift.pt / in-tree {getattr(loaded, f.name)!r}"
+        for f in fields(CausalHiFTConfig)
+        if f.name not in ("noise_table_seconds", "f0_layers") and getattr(declared, f.name) != getattr(loaded, f.name)
+    ]
+    if differ:
+        raise ValueError(
+            f"{source}: the hift: section does not describe the causal HiFT in hift.pt (" + "; ".join(differ) + "); "
+            "the in-tree vocoder implements CosyVoice3's 24 kHz configuration; is this the model's own cosyvoice3.yaml?"
+        )

@@ -1,0 +1,118 @@
+# SPDX-License-Identifier: Apache-2.0
+"""CosyVoice3 flow, several streams per launch (`stream_chunks`): every row as if it ran alone.
+
+Rows differ in prompt length, position, chunk size, deferred or run prompt, final or not. Each row's
+mel must equal (a) the same chunk run alone (measured bit-identical on CPU fp32, asserted <= 1e-6) and
+(b) the independent prefix re-run reference (`reference.reference_mel`, <= 1e-5), for every chunk.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from tests.model_executor.models.cosyvoice2.flow.inputs import make_prompt, make_tokens
+from tests.model_executor.models.cosyvoice3.flow.reference import reference_mel
+from vllm_omni.model_executor.models.cosyvoice3.flow import (
+    REDUCED_FLOW_CONFIG,
+    CausalMaskedDiffWithDiT,
+    FlowStreamState,
+    noise_table,
+    start_stream,
+    stream_chunk,
+    stream_chunks,
+)
+
+pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
+
+N_STEPS = 2
+SOLO_ATOL = 1e-6
+REFERENCE_ATOL = 1e-5
+
+
+def _streams(flow: CausalMaskedDiffWithDiT) -> list[dict]:  # type: ignore[type-arg]
+    out = []
+    for i, prompt_tokens in enumerate((7, 33, 25, 0)):
+        prompt = make_prompt(prompt_tokens, seed=20 + i)
+        state = start_stream(flow, *prompt, n_timesteps=N_STEPS, noise_seed=i + 1, run_prompt=i % 2 == 0)
+        out.append({"prompt": prompt, "state": state, "tokens": make_tokens(160, seed=30 + i), "fed": 0, "seed": i + 1})
+    return out
+
+
+def test_rows_of_one_launch_equal_each_row_alone_and_the_prefix_rerun(
+    cv3_flow: CausalMaskedDiffWithDiT, cv3_weights: dict[str, torch.Tensor]
+) -> None:
+    streams = _streams(cv3_flow)
+    rng = random.Random(0)
+    for round_ in range(4):
+        final = round_ == 3
+        rows = []
+        for s in streams:
+            hop = rng.choice([2, 11, 28, 53])
+            rows.append((s["state"], s["tokens"][:, s["fed"] : s["fed"] + hop], final))
+        solo = [stream_chunk(cv3_flow, state, tokens, final=final) for state, tokens, final in rows]
+        batched = stream_chunks(cv3_flow, rows)
+        for s, (state, tokens, _), (mel_solo, next_solo), (mel, next_state) in zip(
+            streams, rows, solo, batched, strict=True
+        ):
+            assert mel.shape == mel_solo.shape
+            assert (mel - mel_solo).abs().max().item() <= SOLO_ATOL if mel.numel() else True
+            assert next_state.emitted_frames == next_solo.emitted_frames
+            fed = s["fed"] + tokens.size(1)
+            if mel.numel():
+                pt, pm, spk = s["prompt"]
+                ref = reference_mel(
+                    cv3_weights,
+                    REDUCED_FLOW_CONFIG,
+                    prompt_ids=pt,
+                    prompt_mel=pm,
+                    embedding=spk,
+                    ids=s["tokens"][:, :fed],
+                    noise=noise_table(s["seed"]),
+                    n_timesteps=N_STEPS,
+                    streaming=True,
+                    finalize=final,
+                )
+                new = ref[:, :, state.emitted_frames - 2 * pt.size(1) if state.emitted_frames else 0 :]
+                assert new.shape == mel.shape
+                assert (new - mel).abs().max().item() <= REFERENCE_ATOL
+            s["state"], s["fed"] = next_state, fed
+
+
+def test_a_deferred_prompt_gives_the_same_chunks_as_one_run_at_setup(cv3_flow: CausalMaskedDiffWithDiT) -> None:
+    prompt, tokens = make_prompt(61, seed=5), make_tokens(90, seed=6)
+    out = []
+    for run_prompt in (True, False):
+        state = start_stream(cv3_flow, *prompt, n_timesteps=N_STEPS, run_prompt=run_prompt)
+        assert (state.committed_frames > 0) == run_prompt and (state.unfed_prompt is None) == run_prompt
+        mels = []
+        for start, end, final in ((0, 30, False), (30, 80, False), (80, 90, True)):
+            mel, state = stream_chunk(cv3_flow, state, tokens[:, start:end], final=final)
+            mels.append(mel)
+        out.append(torch.cat(mels, dim=2))
+    assert out[0].shape == out[1].shape == (1, 80, 180)
+    assert (out[0] - out[1]).abs().max().item() <= SOLO_ATOL
+
+
+def test_padding_frames_change_no_row(cv3_flow: CausalMaskedDiffWithDiT) -> None:
+    prompts = [make_prompt(9, seed=1), make_prompt(30, seed=2)]
+    tokens = [make_tokens(40, seed=3), make_tokens(31, seed=4)]
+    states = [start_stream(cv3_flow, *p, n_timesteps=N_STEPS) for p in prompts]
+    rows = [(s, t, False) for s, t in zip(states, tokens, strict=True)]
+    plain = stream_chunks(cv3_flow, rows)
+    padded = stream_chunks(cv3_flow, rows, pad_frames=37)
+    for (a, _), (b, _) in zip(plain, padded, strict=True):
+        assert a.shape == b.shape and (a - b).abs().max().item() <= SOLO_ATOL
+
+
+def test_rows_that_cannot_share_a_launch_are_refused_before_anything_runs(cv3_flow: CausalMaskedDiffWithDiT) -> None:
+    prompt, tokens = make_prompt(12, seed=1), make_tokens(30, seed=2)
+    state = start_stream(cv3_flow, *prompt, n_timesteps=N_STEPS)
+    with pytest.raises(ValueError, match="two rows continue the same stream state"):
+        stream_chunks(cv3_flow, [(state, tokens, False), (state, tokens, False)])
+    other = start_stream(cv3_flow, *prompt, n_timesteps=N_STEPS + 1)
+    with pytest.raises(ValueError, match=r"different n_timesteps \[2, 3\]"):
+        stream_chunks(cv3_flow, [(state, tokens, False), (other, tokens, False)])
+    assert isinstance(state, FlowStreamState) and state.kv.length == state.committed_frames
