@@ -92,6 +92,23 @@ def test_a_regenerated_component_refreshes_the_cached_directory(
     assert (directory / "hift.pt").read_bytes() == b"v2"
 
 
+def test_voices_written_with_another_resampler_are_rebuilt(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A directory assembled where the front end resampled differently (the device check's soxr stand-in on
+    an image without python-soxr) must not be served as current where python-soxr resamples."""
+    monkeypatch.setenv("VLLM_OMNI_CACHE_DIR", str(tmp_path / "cache"))
+    sources = {}
+    for name in FILES - VOICES:
+        sources[name] = tmp_path / name
+        sources[name].write_bytes(name.encode())
+    monkeypatch.setattr(standin, "_component_files", lambda *, reduced, seed, layout: dict(sources))
+    monkeypatch.setattr(standin, "_voice_files", lambda: dict.fromkeys(VOICES, b"resampled by scipy"))
+    directory = standin.ensure_standin_token2wav_dir(reduced=True, seed=5)
+    assert {(directory / name).read_bytes() for name in VOICES} == {b"resampled by scipy"}
+    monkeypatch.setattr(standin, "_voice_files", lambda: dict.fromkeys(VOICES, b"resampled by soxr"))
+    assert standin.ensure_standin_token2wav_dir(reduced=True, seed=5) == directory
+    assert {(directory / name).read_bytes() for name in VOICES} == {b"resampled by soxr"}
+
+
 def test_cli_prints_the_directory(tmp_path: Path) -> None:
     out = tmp_path / "cli"
     proc = subprocess.run(

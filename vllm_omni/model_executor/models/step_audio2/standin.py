@@ -196,8 +196,11 @@ def ensure_standin_token2wav_dir(*, reduced: bool, seed: int = 0, layout: str = 
     sources = _component_files(reduced=reduced, seed=seed, layout=layout)
     generated = _generated_files(reduced=reduced, layout=layout)
     recipe: dict[str, object] = {name: hashlib.sha256(data).hexdigest() for name, data in generated.items()}
-    recipe["voices"] = list(DEFAULT_VOICE_FILES)
-    return ensure_assembled(directory, sources, recipe, lambda: {**generated, **_voice_files()})
+    # The voices' bytes depend on the resampler the front end finds (python-soxr, or the device check's
+    # stand-in for it on images without soxr): their digests make a directory built by one stale for the other.
+    voices = _voice_files()
+    recipe["voices"] = {name: hashlib.sha256(data).hexdigest() for name, data in voices.items()}
+    return ensure_assembled(directory, sources, recipe, lambda: {**generated, **voices})
 
 
 def ensure_assembled(
