@@ -22,17 +22,15 @@ flow-shaped stand-in mel. `vllm_omni.benchmarks.causal_hift_stream_report` rende
 
 from __future__ import annotations
 
-import os
 import statistics
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Final
 
 import torch
 
-from vllm_omni.benchmarks.common import cpu_model, load_average, resolve_device, timed_ms, torch_threads, usable_cores
+from vllm_omni.benchmarks.common import load_average, resolve_device, run_environment, timed_ms, torch_threads
 from vllm_omni.benchmarks.progress import progress
 from vllm_omni.logger import init_logger
 
@@ -145,25 +143,6 @@ class StreamBenchReport:
         }
 
 
-def _host(device: torch.device, threads: int) -> dict[str, Any]:
-    from vllm_omni import platforms
-
-    platform = platforms.current_omni_platform
-    cpu = cpu_model()
-    return {
-        "cpu": cpu,
-        "usable_cores": usable_cores(),
-        "cpu_count": os.cpu_count(),
-        "torch": torch.__version__,
-        "device": str(device),
-        "device_name": platform.get_device_name(device.index) if device.type != "cpu" else cpu,
-        "threads": threads,
-        "loadavg_start": load_average(),
-        "loadavg_end": None,
-        "timestamp_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-    }
-
-
 def cumulative_vocode(
     model: Any, mel_so_far: torch.Tensor, emitted: int, *, finalize: bool
 ) -> tuple[torch.Tensor, int]:
@@ -225,7 +204,7 @@ class CausalHiFTStreamBenchmark:
             device = resolve_device(cfg.device)
         except ValueError as exc:
             raise BenchSetupError(str(exc)) from None
-        self.report.environment = _host(device, cfg.threads)
+        self.report.environment = run_environment(device, cfg.threads)
         model = self._model(device)
         platform = platforms.current_omni_platform
 
