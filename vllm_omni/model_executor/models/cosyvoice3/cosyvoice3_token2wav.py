@@ -52,6 +52,7 @@ from vllm_omni.model_executor.models.cosyvoice3.synthesis import (
     synthesize_whole,
 )
 from vllm_omni.model_executor.models.step_audio2.step_audio2_token2wav import (
+    DEFAULT_PROMPT_CACHE_SIZE,
     PromptWav,
     StepAudio2Token2WavCore,
     Token2WavAssets,
@@ -110,7 +111,7 @@ class CosyVoice3Token2Wav(StepAudio2Token2WavCore):
         float16: bool = False,
         device: DeviceSpec = None,
         n_timesteps: int = 10,
-        prompt_cache_size: int = 16,
+        prompt_cache_size: int = DEFAULT_PROMPT_CACHE_SIZE,
         ort_intra_op_threads: int = 1,
         spk_seg_pool_mode: str = "legacy",
         seed: int = 0,
