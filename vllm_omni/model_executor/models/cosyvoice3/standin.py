@@ -28,7 +28,6 @@ CLI: `python -m vllm_omni.model_executor.models.cosyvoice3.standin [--reduced] [
 
 from __future__ import annotations
 
-import hashlib
 import io
 from pathlib import Path
 
@@ -119,15 +118,9 @@ def ensure_standin_cosyvoice3_dir(*, reduced: bool, seed: int = 0) -> Path:
     from vllm_omni.model_executor.models.step_audio2.standin import ensure_assembled
 
     directory = standin_cosyvoice3_dir(reduced=reduced, seed=seed)
-    from vllm_omni.model_executor.models.step_audio2.standin import default_voice_wav
-
-    # The voice's bytes depend on the resampler found (see `ensure_standin_token2wav_dir`): part of the recipe.
-    voice_digest = hashlib.sha256(default_voice_wav()).hexdigest()
     recipe = {"family": "cosyvoice3", "version": STANDIN_DIR_VERSION, "reduced": reduced, "seed": seed}
-    recipe["voice"] = voice_digest
-    return ensure_assembled(
-        directory, _component_files(reduced=reduced, seed=seed), recipe, lambda: _generated_files(reduced, seed)
-    )
+    sources = _component_files(reduced=reduced, seed=seed)
+    return ensure_assembled(directory, sources, recipe, _generated_files(reduced, seed))
 
 
 def main(argv: list[str] | None = None) -> int:

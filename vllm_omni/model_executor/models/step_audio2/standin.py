@@ -194,38 +194,37 @@ def ensure_standin_token2wav_dir(*, reduced: bool, seed: int = 0, layout: str = 
     """The cached stand-in token2wav directory, assembled first if missing or stale (safe across processes)."""
     directory = standin_token2wav_dir(reduced=reduced, seed=seed, layout=layout)
     sources = _component_files(reduced=reduced, seed=seed, layout=layout)
-    generated = _generated_files(reduced=reduced, layout=layout)
-    recipe: dict[str, object] = {name: hashlib.sha256(data).hexdigest() for name, data in generated.items()}
-    # The voices' bytes depend on the resampler the front end finds (python-soxr, or the device check's
-    # stand-in for it on images without soxr): their digests make a directory built by one stale for the other.
-    voices = _voice_files()
-    recipe["voices"] = {name: hashlib.sha256(data).hexdigest() for name, data in voices.items()}
-    return ensure_assembled(directory, sources, recipe, lambda: {**generated, **voices})
+    files = {**_generated_files(reduced=reduced, layout=layout), **_voice_files()}
+    return ensure_assembled(directory, sources, {}, files)
 
 
 def ensure_assembled(
     directory: Path,
     sources: dict[str, Path],
     recipe: dict[str, object],
-    files: Callable[[], dict[str, bytes] | None],
+    files: dict[str, bytes],
 ) -> Path:
-    """`directory` assembled from component files `sources` plus generated `files()`, unless already current.
+    """`directory` assembled from component files `sources` plus generated `files`, unless already current.
 
     The component caches are versioned by their own generators; the directory's manifest (the source
-    paths and `recipe`) is written after every asset, so a reader never sees a half-assembled directory
-    and a regenerated component (new version) is picked up. Safe across processes (file lock).
-    `files()` returning None writes the default voices.
+    paths, `recipe` and the digest of every generated file) is written after every asset, so a reader
+    never sees a half-assembled directory, and a regenerated component (new version) or generated file
+    is picked up. The default voices' bytes depend on the resampler the front end finds (python-soxr,
+    or the device check's stand-in for it on images without soxr): their digests make a directory built
+    by one stale for the other. Safe across processes (file lock).
     """
     from filelock import FileLock  # a torch dependency: always installed alongside torch
 
-    manifest = json.dumps({**{name: str(path) for name, path in sources.items()}, **recipe}, sort_keys=True)
+    digests = {name: hashlib.sha256(data).hexdigest() for name, data in files.items()}
+    sourced = {name: str(path) for name, path in sources.items()}
+    manifest = json.dumps({**sourced, **recipe, "generated": digests}, sort_keys=True)
     marker = directory / _MANIFEST
     if marker.is_file() and marker.read_text() == manifest:
         return directory
     directory.mkdir(parents=True, exist_ok=True)
     with FileLock(str(directory / ".write.lock")):
         if not (marker.is_file() and marker.read_text() == manifest):
-            fill_standin_dir(directory, sources, files())
+            fill_standin_dir(directory, sources, files)
             write_bytes_atomic(marker, manifest.encode())
             logger.info("assembled stand-in token2wav directory %s", directory)
     return directory
