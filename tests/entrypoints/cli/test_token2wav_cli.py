@@ -83,6 +83,34 @@ def test_an_unusable_out_path_is_refused_before_any_work(
     assert ("is a folder" in err[0]) == (out == "{tmp}") and ("not writable" in err[0]) == (out != "{tmp}")
 
 
+def _forbid_synthesis(monkeypatch: pytest.MonkeyPatch) -> None:
+    from vllm_omni.entrypoints.cli import token2wav
+
+    def must_not_run(*args: object) -> int:
+        raise AssertionError("synthesis started although the command line should have been refused")
+
+    monkeypatch.setattr(token2wav, "_synthesise", must_not_run)
+    monkeypatch.setattr(token2wav, "_synthesise_cosyvoice3", must_not_run)
+
+
+@pytest.mark.parametrize("family", ["step_audio2", "cosyvoice3"])
+def test_a_click_as_the_prompt_is_refused_before_any_work(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, family: str
+) -> None:
+    _forbid_synthesis(monkeypatch)
+    click = np.zeros(16000, np.float32)
+    click[8000] = 0.5
+    prompt = tmp_path / "click.wav"
+    soundfile.write(prompt, click, 16000, subtype="PCM_16")
+    argv = ["token2wav", "--family", family, "--tokens", "1,2", "--standin", "reduced", "--prompt", str(prompt)]
+    argv += ["--prompt-tokens", "1,2,3"] if family == "cosyvoice3" else []
+    assert main([*argv, "--out", str(tmp_path / "a.wav")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"vllm-omni: error: --prompt: {prompt}: prompt has 0.03 s of sustained")
+    assert "below the 0.3 s minimum for a reference voice" in err[0]
+    assert not (tmp_path / "a.wav").exists()
+
+
 @pytest.mark.parametrize("stream", [False, True])
 def test_cosyvoice3_writes_a_24k_wav_from_token_ids(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], stream: bool

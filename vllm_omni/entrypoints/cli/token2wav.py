@@ -19,6 +19,10 @@ the `<prompt>.tokens` file beside it; without `--prompt`, the directory's `defau
 `--standin reduced|full` uses the family's deterministic stand-in directory (random weights:
 noise-like audio, real costs). The WAV (24 kHz, 16-bit) is written atomically. Heavy imports happen
 inside `run`.
+
+Refused before any work (exit 2, one `vllm-omni: error:` line): an `--out` that cannot be written
+(a folder, a missing or read-only folder), and a `--prompt` the audio front end refuses as a voice
+(missing, undecodable, silent, a click or a beep, too short or long).
 """
 
 from __future__ import annotations
@@ -105,6 +109,8 @@ class Token2WavCommand:
         if args.prompt_tokens_file is not None and not args.prompt_tokens_file.is_file():
             raise CLIUsageError(f"--prompt-tokens-file {args.prompt_tokens_file} does not exist")
         _check_out(args.out)
+        if args.prompt is not None:
+            _check_prompt(args.prompt)
         if args.family == "cosyvoice3":
             return _synthesise_cosyvoice3(args, tokens)
         return _synthesise(args, tokens)
@@ -127,6 +133,22 @@ def _check_out(out: Path) -> None:
         raise CLIUsageError(f"--out: folder {folder} does not exist")
     if not os.access(folder, os.W_OK | os.X_OK):
         raise CLIUsageError(f"--out: folder {folder} is not writable")
+
+
+def _check_prompt(prompt: Path) -> None:
+    """Refuse a `--prompt` the front end refuses as a voice (the rules of `load_prompt_audio`), before any
+    model or stand-in directory is built; the facades would raise the same error at the first request."""
+    from vllm_omni.model_executor.models import audio as frontend
+
+    try:
+        frontend.load_prompt_audio(str(prompt))
+    except frontend.AudioTooLongError as exc:
+        raise CLIUsageError(
+            f"--prompt {exc.origin}: {exc.seconds:.2f} s long, over the {exc.max_seconds:g} s prompt limit; "
+            f"cut it to at most {exc.max_seconds:g} s"
+        ) from None
+    except (ValueError, FileNotFoundError) as exc:
+        raise CLIUsageError(f"--prompt: {exc}") from None
 
 
 def _synthesise(args: argparse.Namespace, tokens: list[int]) -> int:

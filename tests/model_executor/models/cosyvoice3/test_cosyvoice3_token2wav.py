@@ -166,6 +166,19 @@ def test_bad_input_is_an_error_naming_the_problem(core: CosyVoice3Token2Wav, pro
     assert state.caches.received == 0  # the failed chunk left the stream as it was
 
 
+def test_a_click_in_silence_is_not_a_reference_voice(core: CosyVoice3Token2Wav) -> None:
+    click = np.zeros(16000, np.float32)
+    click[8000] = 0.5
+    for call in (
+        lambda: core.prompt((click, 16000), list(range(25))),
+        lambda: core.speaker_embedding((click, 16000)),
+        lambda: core.set_stream_cache((click, 16000), prompt_tokens=list(range(25))),
+        lambda: core([1, 2, 3], (click, 16000), prompt_tokens=list(range(25))),
+    ):
+        with pytest.raises(ValueError, match=r"<array>: prompt has 0\.03 s of sustained signal .* below the 0\.3 s"):
+            call()
+
+
 def test_a_hift_section_that_does_not_describe_hift_pt_is_an_error(cv3_dir: Path, tmp_path: Path) -> None:
     for name in ("campplus.onnx", "flow.pt", "hift.pt"):
         (tmp_path / name).symlink_to(cv3_dir / name)
