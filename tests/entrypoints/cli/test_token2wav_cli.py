@@ -94,6 +94,34 @@ def _forbid_synthesis(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.parametrize("family", ["step_audio2", "cosyvoice3"])
+@pytest.mark.parametrize(
+    ("name", "kind"), [("x.mp9", "'.mp9' name"), ("reply.mp3", "'.mp3' name"), ("reply", "without")]
+)
+def test_an_out_name_that_is_not_wav_is_refused_before_any_work(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    family: str,
+    name: str,
+    kind: str,
+) -> None:
+    _forbid_synthesis(monkeypatch)
+    argv = ["token2wav", "--family", family, "--tokens", "1,2", "--standin", "reduced", "--out", str(tmp_path / name)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"vllm-omni: error: --out {tmp_path / name}: ") and kind in err[0]
+    assert "the output is a WAV file" in err[0] and f"(e.g. {tmp_path / Path(name).stem}.wav)" in err[0]
+    assert not any(tmp_path.iterdir())
+
+
+def test_a_wav_name_in_any_case_is_a_usable_out(tmp_path: Path) -> None:
+    from vllm_omni.entrypoints.cli.token2wav import _check_out
+
+    for name in ("reply.wav", "REPLY.WAV", "take.2.Wav"):
+        _check_out(tmp_path / name)  # no error
+
+
+@pytest.mark.parametrize("family", ["step_audio2", "cosyvoice3"])
 def test_a_click_as_the_prompt_is_refused_before_any_work(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, family: str
 ) -> None:
