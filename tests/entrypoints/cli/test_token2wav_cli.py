@@ -83,6 +83,62 @@ def test_an_unusable_out_path_is_refused_before_any_work(
     assert ("is a folder" in err[0]) == (out == "{tmp}") and ("not writable" in err[0]) == (out != "{tmp}")
 
 
+def _forbid_synthesis(monkeypatch: pytest.MonkeyPatch) -> None:
+    from vllm_omni.entrypoints.cli import token2wav
+
+    def must_not_run(*args: object) -> int:
+        raise AssertionError("synthesis started although the command line should have been refused")
+
+    monkeypatch.setattr(token2wav, "_synthesise", must_not_run)
+    monkeypatch.setattr(token2wav, "_synthesise_cosyvoice3", must_not_run)
+
+
+@pytest.mark.parametrize("family", ["step_audio2", "cosyvoice3"])
+@pytest.mark.parametrize(
+    ("name", "kind"), [("x.mp9", "'.mp9' name"), ("reply.mp3", "'.mp3' name"), ("reply", "without")]
+)
+def test_an_out_name_that_is_not_wav_is_refused_before_any_work(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    family: str,
+    name: str,
+    kind: str,
+) -> None:
+    _forbid_synthesis(monkeypatch)
+    argv = ["token2wav", "--family", family, "--tokens", "1,2", "--standin", "reduced", "--out", str(tmp_path / name)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"vllm-omni: error: --out {tmp_path / name}: ") and kind in err[0]
+    assert "the output is a WAV file" in err[0] and f"(e.g. {tmp_path / Path(name).stem}.wav)" in err[0]
+    assert not any(tmp_path.iterdir())
+
+
+def test_a_wav_name_in_any_case_is_a_usable_out(tmp_path: Path) -> None:
+    from vllm_omni.entrypoints.cli.token2wav import _check_out
+
+    for name in ("reply.wav", "REPLY.WAV", "take.2.Wav"):
+        _check_out(tmp_path / name)  # no error
+
+
+@pytest.mark.parametrize("family", ["step_audio2", "cosyvoice3"])
+def test_a_click_as_the_prompt_is_refused_before_any_work(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, family: str
+) -> None:
+    _forbid_synthesis(monkeypatch)
+    click = np.zeros(16000, np.float32)
+    click[8000] = 0.5
+    prompt = tmp_path / "click.wav"
+    soundfile.write(prompt, click, 16000, subtype="PCM_16")
+    argv = ["token2wav", "--family", family, "--tokens", "1,2", "--standin", "reduced", "--prompt", str(prompt)]
+    argv += ["--prompt-tokens", "1,2,3"] if family == "cosyvoice3" else []
+    assert main([*argv, "--out", str(tmp_path / "a.wav")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"vllm-omni: error: --prompt: {prompt}: prompt has 0.03 s of sustained")
+    assert "below the 0.3 s minimum for a reference voice" in err[0]
+    assert not (tmp_path / "a.wav").exists()
+
+
 @pytest.mark.parametrize("stream", [False, True])
 def test_cosyvoice3_writes_a_24k_wav_from_token_ids(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], stream: bool

@@ -19,6 +19,11 @@ the `<prompt>.tokens` file beside it; without `--prompt`, the directory's `defau
 `--standin reduced|full` uses the family's deterministic stand-in directory (random weights:
 noise-like audio, real costs). The WAV (24 kHz, 16-bit) is written atomically. Heavy imports happen
 inside `run`.
+
+Refused before any work (exit 2, one `vllm-omni: error:` line): an `--out` that cannot be written
+(a folder, a missing or read-only folder) or whose name does not end in `.wav` (only WAV is
+written: `reply.mp3` would be a WAV under a name that says otherwise), and a `--prompt` the audio
+front end refuses as a voice (missing, undecodable, silent, a click or a beep, too short or long).
 """
 
 from __future__ import annotations
@@ -84,7 +89,7 @@ class Token2WavCommand:
         prompt_tokens = parser.add_mutually_exclusive_group()
         prompt_tokens.add_argument("--prompt-tokens", help="cosyvoice3: the prompt's speech token ids")
         prompt_tokens.add_argument("--prompt-tokens-file", type=Path, help="cosyvoice3: file of the prompt's ids")
-        parser.add_argument("--out", type=Path, required=True, help="output WAV path")
+        parser.add_argument("--out", type=Path, required=True, help="output WAV path (*.wav)")
         parser.add_argument("--stream", action="store_true", help="use the streaming path (25-token chunks)")
         parser.add_argument("--n-timesteps", type=int, default=10, help="flow-matching steps (default 10)")
         parser.add_argument("--device", default=None, help="device (default: the serving platform's)")
@@ -105,6 +110,8 @@ class Token2WavCommand:
         if args.prompt_tokens_file is not None and not args.prompt_tokens_file.is_file():
             raise CLIUsageError(f"--prompt-tokens-file {args.prompt_tokens_file} does not exist")
         _check_out(args.out)
+        if args.prompt is not None:
+            _check_prompt(args.prompt)
         if args.family == "cosyvoice3":
             return _synthesise_cosyvoice3(args, tokens)
         return _synthesise(args, tokens)
@@ -119,14 +126,37 @@ class Token2WavCommand:
 
 
 def _check_out(out: Path) -> None:
-    """Refuse an unusable `--out` before any model is loaded (a folder, a missing or read-only folder)."""
+    """Refuse an unusable `--out` before any model is loaded (a folder, a missing or read-only folder, a
+    name that does not end in .wav: the file is always WAV)."""
     if out.is_dir():
         raise CLIUsageError(f"--out {out}: is a folder; give the WAV file name to write (e.g. {out / 'reply.wav'})")
+    if out.suffix.lower() != ".wav":
+        kind = f"a {out.suffix!r} name" if out.suffix else "a name without an extension"
+        raise CLIUsageError(
+            f"--out {out}: {kind}, but the output is a WAV file (24 kHz, 16-bit PCM); name it *.wav "
+            f"(e.g. {out.with_name(out.stem + '.wav')})"
+        )
     folder = out.parent
     if not folder.is_dir():
         raise CLIUsageError(f"--out: folder {folder} does not exist")
     if not os.access(folder, os.W_OK | os.X_OK):
         raise CLIUsageError(f"--out: folder {folder} is not writable")
+
+
+def _check_prompt(prompt: Path) -> None:
+    """Refuse a `--prompt` the front end refuses as a voice (the rules of `load_prompt_audio`), before any
+    model or stand-in directory is built; the facades would raise the same error at the first request."""
+    from vllm_omni.model_executor.models import audio as frontend
+
+    try:
+        frontend.load_prompt_audio(str(prompt))
+    except frontend.AudioTooLongError as exc:
+        raise CLIUsageError(
+            f"--prompt {exc.origin}: {exc.seconds:.2f} s long, over the {exc.max_seconds:g} s prompt limit; "
+            f"cut it to at most {exc.max_seconds:g} s"
+        ) from None
+    except (ValueError, FileNotFoundError) as exc:
+        raise CLIUsageError(f"--prompt: {exc}") from None
 
 
 def _synthesise(args: argparse.Namespace, tokens: list[int]) -> int:

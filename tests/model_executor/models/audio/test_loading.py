@@ -191,7 +191,107 @@ def test_speech_below_the_floor_is_rejected_and_quiet_real_speech_passes(
 def test_prompt_shorter_than_four_fbank_frames_is_rejected() -> None:
     with pytest.raises(ValueError, match=r"50.0 ms long; the speaker model needs at least 55 ms"):
         load_prompt_audio((_tone(300.0, 16000, seconds=0.05), 16000))
-    assert load_prompt_audio((_tone(300.0, 16000, seconds=0.055), 16000)).wav_16k.shape == (880,)
+    # 55 ms passes the length check; 55 ms of anything is then too little signal to describe a voice.
+    with pytest.raises(ValueError, match=r"0.04 s of sustained signal in its 0.06 s, below the 0.3 s minimum"):
+        load_prompt_audio((_tone(300.0, 16000, seconds=0.055), 16000))
+
+
+def _active_seconds(x: np.ndarray, rate: int) -> float:
+    """The test's own activity measure, frame by frame: 25 ms frames every 10 ms of x minus its mean
+    (the last zero-padded), active when mean(x^2) is within 40 dB of the loudest frame and >= -80 dBFS."""
+    x = np.asarray(x, dtype=np.float64) - np.mean(x, dtype=np.float64)
+    width, hop, start, levels = int(0.025 * rate), int(0.010 * rate), 0, []
+    while True:
+        frame = x[start : start + width]
+        power = float(np.sum(frame * frame)) / width
+        levels.append(10 * np.log10(power) if power > 0 else -np.inf)
+        if start + width >= len(x):
+            break
+        start += hop
+    threshold = max(max(levels) - 40.0, -80.0)
+    return 0.01 * sum(level >= threshold for level in levels)
+
+
+def _in_silence(events: list[tuple[float, np.ndarray]], seconds: float = 1.0, rate: int = 16000) -> np.ndarray:
+    x = np.zeros(int(seconds * rate), dtype=np.float64)
+    for at, event in events:
+        x[int(at * rate) : int(at * rate) + event.shape[0]] += event
+    return x
+
+
+_CLICK = np.array([0.5])
+_DITHER = (np.random.default_rng(3).triangular(-1.0, 0.0, 1.0, 16000) * 2.0**-16 * np.sqrt(6.0)).astype(np.float64)
+
+
+@pytest.mark.parametrize(
+    "wave",
+    [
+        pytest.param(_in_silence([(0.5, _CLICK)]), id="click-in-1s-of-zeros"),
+        pytest.param(_in_silence([(0.5, _CLICK)]) + _DITHER, id="click-on-16bit-dither"),
+        pytest.param(_in_silence([(0.5, _CLICK * 10 ** (-44 / 20))]) + _DITHER, id="click-at-minus-50dBFS-on-dither"),
+        pytest.param(_in_silence([(t, _CLICK) for t in (0.1, 0.3, 0.5, 0.7, 0.9)]), id="five-clicks"),
+        pytest.param(_in_silence([(0.3, _tone(1000.0, 16000, 0.1))]), id="beep-100ms"),
+        pytest.param(_in_silence([(0.3, _tone(1000.0, 16000, 0.25))]), id="beep-250ms"),
+        pytest.param(_in_silence([(t, _tone(1000.0, 16000, 0.06)) for t in (0.1, 0.45, 0.8)]), id="three-60ms-beeps"),
+        pytest.param(_in_silence([(t, _tone(1000.0, 16000, 0.1)) for t in (0.1, 0.6)]), id="two-100ms-beeps"),
+    ],
+)
+def test_a_click_or_beep_in_silence_is_refused_with_its_measured_active_duration(wave: np.ndarray) -> None:
+    active = _active_seconds(wave.astype(np.float32), 16000)
+    assert active < 0.3
+    with pytest.raises(ValueError, match="below the 0.3 s minimum for a reference voice") as exc:
+        load_prompt_audio((wave.astype(np.float32), 16000))
+    assert str(exc.value).startswith(f"<array>: prompt has {active:.2f} s of sustained signal in its 1.00 s")
+    assert "within 40 dB of the loudest frame" in str(exc.value) and "at least -80 dBFS" in str(exc.value)
+
+
+def test_the_issues_click_is_refused_from_a_file_too(tmp_path: Path) -> None:
+    x = np.zeros(16000, np.float32)
+    x[8000] = 0.5
+    path = tmp_path / "click.wav"
+    soundfile.write(path, x, 16000, subtype="PCM_16")
+    with pytest.raises(ValueError, match=rf"^{path}: prompt has 0.03 s of sustained signal"):
+        load_prompt_audio(str(path))
+
+
+@pytest.mark.parametrize("attenuation_db", [0, 20, 30, 40, 50])
+def test_real_speech_passes_the_activity_rule_also_much_quieter(speech_int16: np.ndarray, attenuation_db: int) -> None:
+    x = speech_int16.astype(np.float64) * 10 ** (-attenuation_db / 20)
+    quiet = np.round(x).astype(np.int16)  # stored as int16, as a quiet recording would be
+    active = _active_seconds(quiet / 32768.0, 16000)
+    assert active >= 2.2  # of 4.0 s (docs/design/audio_frontend.md "Prompt activity": 3.95 .. 2.29 s)
+    assert load_prompt_audio((quiet, 16000)).num_samples == len(quiet)
+
+
+def test_speech_at_the_level_floor_and_every_short_window_the_tests_use_pass(speech_int16: np.ndarray) -> None:
+    at_floor = _speech_at(speech_int16, -59.9)  # just above the -60 dBFS peak floor
+    assert 1.5 <= _active_seconds(at_floor, 16000) < 2.0
+    load_prompt_audio((at_floor, 16000))
+    x = speech_int16.astype(np.float32) / 32768.0
+    for i in range(16):  # the 0.5 s voices of the facade tests, the first starting in 0.4 s of room tone
+        window = x[i * 800 : i * 800 + 8000]
+        assert _active_seconds(window, 16000) >= 0.45
+        load_prompt_audio((window, 16000))
+
+
+def test_prompt_activity_agrees_with_the_frame_by_frame_measure(speech_int16: np.ndarray) -> None:
+    from vllm_omni.model_executor.models.audio import prompt_activity
+
+    x = speech_int16.astype(np.float32) / 32768.0
+    for wave, rate in (
+        (x, 16000),
+        (x[:8000] * np.float32(0.01), 16000),
+        (_in_silence([(0.3, _tone(1000.0, 16000, 0.25))]).astype(np.float32), 16000),
+        (_tone(200.0, 44100, 0.7).astype(np.float32), 44100),
+    ):
+        assert prompt_activity(wave, rate).active_seconds == pytest.approx(_active_seconds(wave, rate), abs=1e-9)
+
+
+def test_a_sustained_tone_passes_the_activity_rule() -> None:
+    """The rule measures energy over time, not speech: 300 ms of a tone is sustained signal."""
+    beep = _in_silence([(0.3, _tone(1000.0, 16000, 0.3))]).astype(np.float32)
+    assert _active_seconds(beep, 16000) >= 0.3
+    load_prompt_audio((beep, 16000))
 
 
 @pytest.mark.parametrize(

@@ -13,17 +13,19 @@ relative L2 instead.
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
+from tests.helpers.stream_race import race
 from tests.helpers.token2wav import SessionCounter, assert_embeddings_close, make_token2wav_dir
 from tests.model_executor.models.cosyvoice3.flow.reference import reference_mel
 from tests.model_executor.models.cosyvoice3.hift.reference import reference_inference, reference_noise
 from vllm_omni.assets.audio import speech_sample
-from vllm_omni.model_executor.models.cosyvoice3 import speaker_embedding
+from vllm_omni.model_executor.models.cosyvoice3 import cosyvoice3_token2wav, speaker_embedding
 from vllm_omni.model_executor.models.cosyvoice3.cosyvoice3_token2wav import (
     COSYVOICE3_ASSETS,
     CosyVoice3Token2Wav,
@@ -31,6 +33,7 @@ from vllm_omni.model_executor.models.cosyvoice3.cosyvoice3_token2wav import (
 )
 from vllm_omni.model_executor.models.cosyvoice3.prompt import CosyVoice3Prompt, read_prompt_tokens, voice_tokens_path
 from vllm_omni.model_executor.models.cosyvoice3.synthesis import StreamRow, flow_rows, open_stream, vocoder_rows
+from vllm_omni.model_executor.models.step_audio2.token2wav_stream import StreamInUseError
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu, pytest.mark.usefixtures("cpu_platform")]
 
@@ -164,6 +167,56 @@ def test_bad_input_is_an_error_naming_the_problem(core: CosyVoice3Token2Wav, pro
     with pytest.raises(ValueError, match="speech token id 7000"):
         core.stream([1, 7000], state=state)
     assert state.caches.received == 0  # the failed chunk left the stream as it was
+
+
+def test_a_click_in_silence_is_not_a_reference_voice(core: CosyVoice3Token2Wav) -> None:
+    click = np.zeros(16000, np.float32)
+    click[8000] = 0.5
+    for call in (
+        lambda: core.prompt((click, 16000), list(range(25))),
+        lambda: core.speaker_embedding((click, 16000)),
+        lambda: core.set_stream_cache((click, 16000), prompt_tokens=list(range(25))),
+        lambda: core([1, 2, 3], (click, 16000), prompt_tokens=list(range(25))),
+    ):
+        with pytest.raises(ValueError, match=r"<array>: prompt has 0\.03 s of sustained signal .* below the 0\.3 s"):
+            call()
+
+
+def test_a_chunk_while_another_chunk_of_the_same_stream_runs_is_refused(
+    core: CosyVoice3Token2Wav, prompt: CosyVoice3Prompt, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """8 threads call `stream(state=one_stream)` at once, the first chunk held until the others returned
+    (tests/helpers/stream_race.py): one gets its solo audio, seven the clear error, the stream stays intact."""
+    ids = _tokens(130, seed=6)
+    parts = list(upstream_chunks(130, prompt.num_tokens))
+    solo_state = core.set_stream_cache(prompt=prompt, seed=5)
+    solo = [core.stream(ids[0, part], last_chunk=last, return_waveform=True, state=solo_state) for part, last in parts]
+    shared = core.set_stream_cache(prompt=prompt, seed=5)
+    first = ids[0, parts[0][0]]
+    result = race(
+        [lambda: core.stream(first, last_chunk=False, return_waveform=True, state=shared)] * 8,
+        module=cosyvoice3_token2wav,
+        computation="stream_rows",
+        monkeypatch=monkeypatch,
+    )
+    winners = [out for out in result.outputs if out is not None]
+    refused = [exc for exc in result.errors if exc is not None]
+    assert len(winners) == 1 and torch.equal(winners[0], solo[0])
+    assert len(refused) == 7 and all(isinstance(exc, StreamInUseError) for exc in refused), refused
+    assert all("set_stream_cache(prompt_wav)" in str(exc) and "state=" in str(exc) for exc in refused)
+    assert shared.chunks_done == 1
+    rest: list[torch.Tensor] = []  # sequential use from another thread (a worker pool) stays fine
+
+    def finish() -> None:
+        for part, last in parts[1:]:
+            piece = core.stream(ids[0, part], last_chunk=last, return_waveform=True, state=shared)
+            assert isinstance(piece, torch.Tensor)
+            rest.append(piece)
+
+    worker = threading.Thread(target=finish)
+    worker.start()
+    worker.join()
+    assert len(rest) == len(solo) - 1 and all(torch.equal(a, b) for a, b in zip(rest, solo[1:], strict=True))
 
 
 def test_a_hift_section_that_does_not_describe_hift_pt_is_an_error(cv3_dir: Path, tmp_path: Path) -> None:

@@ -161,6 +161,21 @@ def test_stage_prompt_features_of_a_given_voice_are_normalised_like_the_default(
     assert features.speaker_embedding.shape == (1, 192) and features.prompt_mel.shape == (1, 100, 80)
 
 
+def test_a_click_in_silence_is_not_a_voice_for_the_facade_or_the_stage(token2wav_dir: Path) -> None:
+    click = np.zeros(16000, np.float32)
+    click[8000] = 0.5
+    facade = MiniCPMO45Token2wav(token2wav_dir, device="cpu")
+    with pytest.raises(ValueError, match=r"<array>: prompt has 0\.03 s of sustained signal in its 1\.00 s"):
+        facade.speaker_embedding((click, 16000))
+    with pytest.raises(ValueError, match=r"0\.03 s of sustained signal in its 1\.00 s"):
+        facade.set_stream_cache((click, 16000))
+    # The stage's API uses the voice as it normalises it (24 kHz, zero-padded to 2 s here): still 0.03 s.
+    stage = MiniCPMO45Code2Wav(model=str(token2wav_dir), reference_seconds=2.0, device="cpu")
+    for call in (lambda: stage.prompt_features((click, 16000)), lambda: stage.start_stream((click, 16000))):
+        with pytest.raises(ValueError, match=r"0\.0\d s of sustained signal in its 2\.00 s, below the 0\.3 s"):
+            call()
+
+
 # ---- synthesis ----------------------------------------------------------------------------------
 
 

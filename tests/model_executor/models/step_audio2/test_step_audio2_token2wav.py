@@ -482,6 +482,7 @@ def test_missing_speaker_model_is_named_with_the_directory_listing(tmp_path: Pat
             id="near-silent-noise",
         ),
         pytest.param(lambda tmp: (np.full(16000, 0.25, dtype=np.float32), 16000), id="dc-offset-only"),
+        pytest.param(lambda tmp: (np.eye(1, 16000, 8000, dtype=np.float32)[0] * 0.5, 16000), id="a-click-in-silence"),
         pytest.param(lambda tmp: (np.full(16000, 3.0, dtype=np.float32), 16000), id="float-out-of-range"),
         pytest.param(lambda tmp: (np.ones(100, dtype=np.float32) * 0.1, 16000), id="too-short"),
         pytest.param(lambda tmp: (np.ones(16000, dtype=np.float32) * 0.1, 0), id="bad-rate"),
@@ -496,6 +497,23 @@ def test_prompt_audio_errors_surface_unchanged(token2wav_dir: Path, tmp_path: Pa
         core.prepare_prompt(source)
     # identical message (object addresses in decoder messages differ between two calls)
     assert re.sub(r"0x[0-9a-f]+", "0x", str(got.value)) == re.sub(r"0x[0-9a-f]+", "0x", str(expected.value))
+    assert core.prompt_cache_stats.size == 0
+
+
+def test_a_click_in_silence_is_not_a_voice(token2wav_dir: Path) -> None:
+    """The issue's probe: one sample of 0.5 in a second of zeros (a -6 dBFS peak) used to give an embedding."""
+    x = np.zeros(16000, np.float32)
+    x[8000] = 0.5
+    core = StepAudio2Token2WavCore(token2wav_dir, device="cpu", n_timesteps=2)
+    message = r"<array>: prompt has 0\.03 s of sustained signal in its 1\.00 s, below the 0\.3 s minimum"
+    for call in (
+        lambda: core.speaker_embedding((x, 16000)),
+        lambda: core.prepare_prompt((x, 16000), with_tokens=True),
+        lambda: core.set_stream_cache((x, 16000)),
+        lambda: core([1, 2, 3], (x, 16000)),
+    ):
+        with pytest.raises(ValueError, match=message):
+            call()
     assert core.prompt_cache_stats.size == 0
 
 

@@ -16,10 +16,18 @@ import numpy as np
 import pytest
 import torch
 
+from tests.helpers.stream_race import race
+from tests.helpers.torch_state import one_intra_op_thread
 from vllm_omni.model_executor.models import audio as frontend
+from vllm_omni.model_executor.models.minicpmo_4_5.minicpmo_4_5_token2wav import MiniCPMO45Token2wav
+from vllm_omni.model_executor.models.step_audio2 import step_audio2_token2wav
 from vllm_omni.model_executor.models.step_audio2.prompt_features import fit_mel_to_tokens
 from vllm_omni.model_executor.models.step_audio2.step_audio2_token2wav import StepAudio2Token2WavCore
-from vllm_omni.model_executor.models.step_audio2.token2wav_stream import Token2WavStream, stream_chunks
+from vllm_omni.model_executor.models.step_audio2.token2wav_stream import (
+    StreamInUseError,
+    Token2WavStream,
+    stream_chunks,
+)
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu, pytest.mark.usefixtures("cpu_platform")]
 
@@ -277,6 +285,138 @@ def test_the_upstream_single_stream_api_uses_the_last_set_up_stream(
     assert state.finished
     explicit = _run_stream(fresh, fresh.set_stream_cache(prompt), tokens)
     assert all(torch.equal(a, b) for a, b in zip(via_default, explicit, strict=True))  # type: ignore[arg-type]
+
+
+# ---- concurrent misuse of one stream ---------------------------------------------------------------
+
+
+def _is_clear_refusal(exc: BaseException | None) -> bool:
+    """The error concurrent misuse must get: StreamInUseError naming the fix."""
+    text = str(exc)
+    return isinstance(exc, StreamInUseError) and "set_stream_cache(prompt_wav)" in text and "state=" in text
+
+
+@pytest.mark.parametrize("facade_type", [StepAudio2Token2WavCore, MiniCPMO45Token2wav])
+def test_eight_threads_on_a_facades_default_stream_get_their_solo_audio_or_a_clear_error(
+    token2wav_dir: Path,
+    prompt: tuple[np.ndarray, int],
+    other_prompt: tuple[np.ndarray, int],
+    facade_type: type[StepAudio2Token2WavCore | MiniCPMO45Token2wav],
+) -> None:
+    """Upstream-style callers in 8 threads: `set_stream_cache(voice)`, then `stream(chunk, voice)` without
+    `state=`. Each call returns exactly the audio of its request run alone, or raises the clear error
+    (and its caller stops); never another request's audio."""
+    with one_intra_op_thread():  # 8 callers on 2 cores without OpenMP peers spinning on top of them
+        _eight_callers_on_the_default_stream(
+            facade_type(token2wav_dir, device="cpu", n_timesteps=N_STEPS), [prompt, other_prompt]
+        )
+
+
+def _eight_callers_on_the_default_stream(
+    facade: StepAudio2Token2WavCore | MiniCPMO45Token2wav, voices: list[tuple[np.ndarray, int]]
+) -> None:
+    jobs = [(voices[i % 2], _tokens(40, seed=30 + i)) for i in range(8)]  # 2 chunks each
+    solo = []
+    for p, t in jobs:
+        state = facade.set_stream_cache(p)
+        solo.append([facade.stream(c, None, last, True, state=state) for c, last in stream_chunks(t)])
+    barrier = threading.Barrier(len(jobs))
+    got: list[list[object]] = [[] for _ in jobs]
+    errors: list[BaseException | None] = [None] * len(jobs)
+
+    def run(i: int) -> None:
+        p, t = jobs[i]
+        barrier.wait()
+        try:
+            facade.set_stream_cache(p)
+            for chunk, last in stream_chunks(t):
+                got[i].append(facade.stream(chunk, p, last, True))
+        except BaseException as exc:  # noqa: BLE001 - every outcome is checked below
+            errors[i] = exc
+
+    threads = [threading.Thread(target=run, args=(i,), name=f"caller-{i}") for i in range(len(jobs))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for i in range(len(jobs)):
+        assert errors[i] is None or _is_clear_refusal(errors[i]), (i, errors[i])
+        assert len(got[i]) == len(solo[i]) if errors[i] is None else len(got[i]) < len(solo[i])
+        for k, audio in enumerate(got[i]):
+            assert isinstance(audio, torch.Tensor) and torch.equal(audio, solo[i][k]), f"thread {i} chunk {k}"
+    assert errors.count(None) >= 1  # the last thread to set up the default stream keeps it to the end
+    # Sequential use of the default stream, in the thread that set it up, stays fine.
+    p, t = jobs[3]
+    facade.set_stream_cache(p)
+    again = [facade.stream(c, p, last, True) for c, last in stream_chunks(t)]
+    assert all(torch.equal(a, b) for a, b in zip(again, solo[3], strict=True))  # type: ignore[arg-type]
+
+
+def test_the_default_stream_serves_the_thread_that_set_it_up(
+    token2wav_dir: Path, prompt: tuple[np.ndarray, int]
+) -> None:
+    fresh = StepAudio2Token2WavCore(token2wav_dir, device="cpu", n_timesteps=N_STEPS)
+    state = fresh.set_stream_cache(prompt)
+    chunk = _tokens(28, seed=8)
+    caught: list[BaseException] = []
+
+    def other() -> None:
+        try:
+            fresh.stream(chunk, prompt)
+        except BaseException as exc:  # noqa: BLE001
+            caught.append(exc)
+
+    thread = threading.Thread(target=other, name="not-the-owner")
+    thread.start()
+    thread.join()
+    assert len(caught) == 1 and _is_clear_refusal(caught[0])
+    assert "in thread 'not-the-owner'" in str(caught[0]) and f"in thread {threading.current_thread().name!r}" in str(
+        caught[0]
+    )
+    assert state.chunks_done == 0  # refused before anything ran
+    fresh.stream(chunk, prompt)  # the thread that set it up streams on
+    assert state.chunks_done == 1
+
+
+def test_a_chunk_while_another_chunk_of_the_same_stream_runs_is_refused(
+    core: StepAudio2Token2WavCore, prompt: tuple[np.ndarray, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """8 threads call `stream(state=one_stream)` at once; the first chunk is held until the others
+    returned (tests/helpers/stream_race.py), so they meet a running chunk for certain."""
+    tokens = _tokens(60, seed=40)
+    chunks = list(stream_chunks(tokens))
+    solo = _run_stream(core, core.set_stream_cache(prompt), tokens)
+    shared = core.set_stream_cache(prompt)
+    first = chunks[0][0]
+    result = race(
+        [lambda: core.stream(first, last_chunk=False, return_waveform=True, state=shared)] * 8,
+        module=step_audio2_token2wav,
+        computation="stream_chunk",
+        monkeypatch=monkeypatch,
+    )
+    winners = [out for out in result.outputs if out is not None]
+    refused = [exc for exc in result.errors if exc is not None]
+    assert len(winners) == 1 and torch.equal(winners[0], solo[0])
+    assert len(refused) == 7 and all(_is_clear_refusal(exc) for exc in refused), refused
+    assert all("already running a chunk in thread 'race-" in str(exc) for exc in refused)
+    assert shared.chunks_done == 1
+    # The refused calls left the stream intact; between chunks it may move to another thread (a pool).
+    rest: list[torch.Tensor] = []
+    worker = threading.Thread(target=lambda: rest.extend(_run_stream_from(core, shared, chunks[1:])))
+    worker.start()
+    worker.join()
+    assert len(rest) == len(solo) - 1 and all(torch.equal(a, b) for a, b in zip(rest, solo[1:], strict=True))
+
+
+def _run_stream_from(
+    core: StepAudio2Token2WavCore, state: Token2WavStream, chunks: list[tuple[list[int], bool]]
+) -> list[torch.Tensor]:
+    out = []
+    for chunk, last in chunks:
+        piece = core.stream(chunk, last_chunk=last, return_waveform=True, state=state)
+        assert isinstance(piece, torch.Tensor)
+        out.append(piece)
+    return out
 
 
 # ---- bad input -----------------------------------------------------------------------------------

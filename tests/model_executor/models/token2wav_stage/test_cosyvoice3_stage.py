@@ -224,6 +224,25 @@ def test_bad_input_fails_its_own_segment_only(stages: tuple[CosyVoice3Code2Wav, 
     assert torch.equal(torch.cat(rest), twin_audio)
 
 
+def test_a_click_as_reference_audio_fails_its_own_segment(
+    stages: tuple[CosyVoice3Code2Wav, CosyVoice3Code2Wav],
+) -> None:
+    stage = stages[0]
+    click = np.zeros(16000, np.float32)
+    click[8000] = 0.5
+    good = _talker_request(stage, "click-neighbour", list(range(300, 360)), 0)
+    bad = ChunkPayload(
+        "click-ref", tuple(range(28)), False, offset=0, voice=(click, 16000), embed={"speech_token": _clip_tokens(1, 9)}
+    )
+    audio, errors = _forward(stage, [bad, good.chunks[0]])
+    assert errors[1] is None and audio[1].numel() > 0
+    assert errors[0] is not None and errors[0].startswith(
+        "request click-ref: ValueError: reference audio (16000 samples"
+    )
+    assert "<array>: prompt has 0.03 s of sustained signal in its 1.00 s, below the 0.3 s minimum" in errors[0]
+    assert audio[0].numel() == 0
+
+
 def test_the_vocoder_may_batch_rows_at_equal_positions(cv3_dir: Path) -> None:
     stage = CosyVoice3Code2Wav(model=str(cv3_dir), batch_vocoder=True, **OPTIONS)
     solo = CosyVoice3Code2Wav(model=str(cv3_dir), **OPTIONS)

@@ -167,6 +167,26 @@ def test_a_bad_segment_fails_alone_and_the_rest_of_its_step_is_bit_equal(
     _assert_equal_to_solo(requests, solo)
 
 
+def test_a_click_as_a_requests_voice_fails_that_request_only(
+    minicpmo: tuple[MiniCPMO45Code2Wav, MiniCPMO45Code2Wav], voices: list[tuple[np.ndarray, int]]
+) -> None:
+    """A click in a second of silence sent as reference audio (`codes.ref`) is refused with the measured
+    active duration; the other request of the step is served."""
+    batched, _ = minicpmo
+    click = np.zeros(16000, np.float32)
+    click[8000] = 0.5
+    family = MiniCPMO45Code2Wav.family
+    bad = all_chunks(ProducerStream("click-voice", list(range(200, 240)), family, voice=(click, 16000)))
+    good = all_chunks(ProducerStream("click-neighbour", list(range(100, 140)), family, voice=voices[1]))
+    audio, errors = _forward(batched, [bad[0], good[0]])
+    assert errors[1] is None and audio[1].numel() > 0
+    assert errors[0] is not None and errors[0].startswith(
+        "request click-voice: ValueError: reference audio (16000 samples at 16000 Hz): <array>: prompt has 0.0"
+    )
+    assert "s of sustained signal in its 1.50 s, below the 0.3 s minimum for a reference voice" in errors[0]
+    assert audio[0].numel() == 0 and batched.streams.get("click-voice") is None
+
+
 def assert_a_failing_launch_costs_only_its_culprit(
     prefix: str,
     batched: Token2WavStageModel,

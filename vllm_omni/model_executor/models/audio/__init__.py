@@ -13,15 +13,18 @@ Formulas, references and measured agreement: docs/design/audio_frontend.md.
 from vllm_omni.model_executor.models.audio.kaldi_fbank import FLT_EPSILON, FbankOptions, kaldi_fbank
 from vllm_omni.model_executor.models.audio.loading import (
     DEFAULT_MAX_PROMPT_SECONDS,
+    MIN_ACTIVE_SECONDS,
     MIN_PROMPT_PEAK_DBFS,
     AudioSource,
     AudioTooLongError,
     DecodedAudio,
+    PromptActivity,
     PromptAudio,
     decode_audio,
     load_audio,
     load_prompt_audio,
     peak_dbfs_after_dc_removal,
+    prompt_activity,
 )
 from vllm_omni.model_executor.models.audio.mel import PROMPT_MEL_CONFIG, MelConfig, log_mel_spectrogram, prompt_mel_24k
 from vllm_omni.model_executor.models.audio.resample import MAX_SAMPLE_RATE, MIN_SAMPLE_RATE, resample
@@ -36,6 +39,7 @@ __all__ = [
     "DEFAULT_MAX_PROMPT_SECONDS",
     "FLT_EPSILON",
     "MAX_SAMPLE_RATE",
+    "MIN_ACTIVE_SECONDS",
     "MIN_PROMPT_PEAK_DBFS",
     "MIN_SAMPLE_RATE",
     "MIN_SPEAKER_FRAMES",
@@ -46,6 +50,7 @@ __all__ = [
     "DecodedAudio",
     "FbankOptions",
     "MelConfig",
+    "PromptActivity",
     "PromptAudio",
     "decode_audio",
     "kaldi_fbank",
@@ -54,6 +59,7 @@ __all__ = [
     "log_mel_spectrogram",
     "min_speaker_samples",
     "peak_dbfs_after_dc_removal",
+    "prompt_activity",
     "prompt_mel_24k",
     "resample",
     "speaker_features",

@@ -32,6 +32,23 @@ fbank with its FLT_EPSILON log floor, docs/design/audio_frontend.md "Prompt leve
   same speech recorded 50 dB quieter (-54 dBFS peak) still passes.
 Prompts between -60 and -40 dBFS pass with a warning: the fbank floor already flattens their quiet
 bands, so their embedding drifts from that of the same voice at a normal level.
+
+A peak says nothing about duration: one sample of 0.5 in a second of zeros peaks at -6 dBFS and
+used to yield an embedding without a word. Prompts must therefore also carry sustained signal
+(`prompt_activity`): cut into the fbank's frames (25 ms every 10 ms, DC offset removed), a frame
+is active when its RMS is within `ACTIVE_WITHIN_DB` = 40 dB of the loudest frame and at least
+`ACTIVE_FLOOR_DBFS` = -80 dBFS; a prompt needs `MIN_ACTIVE_SECONDS` = 0.3 s of active frames.
+Measured (docs/design/audio_frontend.md "Prompt activity", the tests assert each row):
+- refused: a click (0.03 s active), five clicks (0.15 s), a 250 ms beep (0.27 s), three 60 ms beeps
+  (0.24 s), a -50 dBFS click on 16-bit dither (0.03 s: the dither is under the -80 dBFS floor);
+- accepted: the shipped clip (3.95 s of its 4.0 s), the same clip 20 / 30 / 40 / 50 dB quieter
+  (3.95 / 3.71 / 2.85 / 2.29 s) and with its peak at the -60 dBFS floor (1.56 s), every 0.5 s window
+  of it the tests use as a voice (0.49 s).
+The relative limit makes the measure independent of the level; 40 dB spans speech and the room
+tone of its pauses (28-39 dB under the loudest frame in the shipped clip), so a short prompt that
+starts in a pause still counts as the recording it is. The absolute floor stops a quiet transient
+from counting the quantisation noise around it as signal: 16-bit dither is at -96 dBFS RMS.
+This is a rule on energy over time, not a speech detector: a tone, hum or noise lasting 0.3 s passes.
 """
 
 from __future__ import annotations
@@ -63,6 +80,15 @@ _FLOAT_PEAK_TOLERANCE = 1e-4
 MIN_PROMPT_PEAK_DBFS = -60.0
 #: Prompts below this (but above the floor) are accepted with a warning: the fbank floor clips them.
 QUIET_PROMPT_PEAK_DBFS = -40.0
+#: Frames of the activity rule: the fbank's (25 ms windows every 10 ms).
+ACTIVITY_FRAME_SECONDS = 0.025
+ACTIVITY_HOP_SECONDS = 0.010
+#: A frame is active when its RMS is within this many dB of the prompt's loudest frame ...
+ACTIVE_WITHIN_DB = 40.0
+#: ... and at least this level (RMS, dB re full scale 1.0); reasons in the module docstring.
+ACTIVE_FLOOR_DBFS = -80.0
+#: Prompts with less active signal than this are refused (a click, a beep, a few transients).
+MIN_ACTIVE_SECONDS = 0.3
 
 AudioSource = str | os.PathLike[str] | bytes | bytearray | memoryview | tuple[Any, int]
 
@@ -303,6 +329,60 @@ def _check_prompt_level(decoded: DecodedAudio) -> None:
     )
 
 
+@dataclass(frozen=True)
+class PromptActivity:
+    """How much sustained signal a prompt carries (`prompt_activity`)."""
+
+    active_frames: int
+    frames: int
+    loudest_dbfs: float  # RMS of the loudest frame; -inf when every frame is zero
+    threshold_dbfs: float  # the level a frame needed to count: max(loudest - 40 dB, -80 dBFS)
+
+    @property
+    def active_seconds(self) -> float:
+        return self.active_frames * ACTIVITY_HOP_SECONDS
+
+
+def prompt_activity(waveform: np.ndarray, sample_rate: int) -> PromptActivity:
+    """Active frames of `waveform` (module docstring: the rule and why its limits).
+
+    Frames are `ACTIVITY_FRAME_SECONDS` long every `ACTIVITY_HOP_SECONDS` at the native rate, over
+    the waveform minus its mean; the last frame is zero-padded so that every sample is in a frame.
+    A frame's level is `10 log10(mean(x^2))` (a full-scale sine: -3 dBFS); it is active when that is
+    at least `max(loudest - ACTIVE_WITHIN_DB, ACTIVE_FLOOR_DBFS)`.
+    """
+    x = np.asarray(waveform, dtype=np.float64).reshape(-1)
+    width = max(1, round(ACTIVITY_FRAME_SECONDS * sample_rate))
+    hop = max(1, round(ACTIVITY_HOP_SECONDS * sample_rate))
+    count = 1 + -(-max(0, x.shape[0] - width) // hop)
+    padded = np.zeros((count - 1) * hop + width, dtype=np.float64)
+    padded[: x.shape[0]] = x - (x.mean() if x.size else 0.0)  # (count - 1) * hop + width >= len(x)
+    frames = np.lib.stride_tricks.sliding_window_view(padded, width)[::hop]
+    power = np.einsum("ij,ij->i", frames, frames) / width
+    loudest = float(power.max())
+    if loudest <= 0.0:
+        return PromptActivity(0, count, float("-inf"), ACTIVE_FLOOR_DBFS)
+    loudest_db = 10.0 * float(np.log10(loudest))
+    threshold = max(loudest_db - ACTIVE_WITHIN_DB, ACTIVE_FLOOR_DBFS)
+    active = int(np.count_nonzero(power >= 10.0 ** (threshold / 10.0)))
+    return PromptActivity(active, count, loudest_db, threshold)
+
+
+def _check_prompt_activity(decoded: DecodedAudio) -> None:
+    """Reject a prompt without `MIN_ACTIVE_SECONDS` of sustained signal (module docstring: why)."""
+    activity = prompt_activity(decoded.waveform, decoded.sample_rate)
+    if activity.active_seconds >= MIN_ACTIVE_SECONDS:
+        return
+    raise ValueError(
+        f"{decoded.origin}: prompt has {activity.active_seconds:.2f} s of sustained signal in its "
+        f"{decoded.seconds:.2f} s, below the {MIN_ACTIVE_SECONDS:g} s minimum for a reference voice "
+        f"({activity.active_frames} of {activity.frames} frames of 25 ms every 10 ms reach "
+        f"{activity.threshold_dbfs:.1f} dBFS RMS: within {ACTIVE_WITHIN_DB:g} dB of the loudest frame "
+        f"({activity.loudest_dbfs:.1f} dBFS) and at least {ACTIVE_FLOOR_DBFS:g} dBFS). A click, a beep or a few "
+        "transients in silence do not describe a voice; send a recording of the voice speaking"
+    )
+
+
 def _at_rate(decoded: DecodedAudio, target_rate: int) -> torch.Tensor:
     out = resample(decoded.waveform, decoded.sample_rate, target_rate)
     np.clip(out, -1.0, 1.0, out=out)
@@ -336,8 +416,9 @@ def load_prompt_audio(
 
     On top of `load_audio`'s checks, rejects prompts the speaker model cannot use: prompts without
     signal (peak after DC removal below `MIN_PROMPT_PEAK_DBFS`: digital silence, a DC offset, noise
-    at the level of rounding; their fbank is the constant log floor) and prompts shorter than the
-    4 fbank frames CAM++ needs (55 ms).
+    at the level of rounding; their fbank is the constant log floor), prompts shorter than the
+    4 fbank frames CAM++ needs (55 ms), and prompts with less than `MIN_ACTIVE_SECONDS` of sustained
+    signal (`prompt_activity`: a click, a beep or a few transients in silence).
     """
     decoded = decode_audio(source, max_seconds=max_seconds, truncate=truncate)
     need = min_speaker_samples() / SPEAKER_SAMPLE_RATE
@@ -347,6 +428,7 @@ def load_prompt_audio(
             f"{1000.0 * need:.0f} ms (4 fbank frames of 25 ms every 10 ms)"
         )
     _check_prompt_level(decoded)
+    _check_prompt_activity(decoded)
     wav_16k = _at_rate(decoded, SPEAKER_SAMPLE_RATE)
     if wav_16k.shape[0] < min_speaker_samples():
         raise ValueError(

@@ -18,7 +18,9 @@ Requests:
 - `__call__(tokens, prompt_wav, prompt_tokens=...)`: a whole utterance, `(1, 960 T)`;
 - `set_stream_cache(prompt_wav, prompt_tokens=...)` -> `CosyVoice3Stream`, then
   `stream(new_tokens, state=..., last_chunk=...)` per chunk: the ids received since the previous call
-  (no re-sent lookahead; `upstream_chunks` cuts a token sequence on upstream's schedule).
+  (no re-sent lookahead; `upstream_chunks` cuts a token sequence on upstream's schedule). `state=` is
+  required (there is no default stream), and a chunk of a stream while another chunk of it runs in
+  another thread raises `StreamInUseError` (`token2wav_stream.StepGuard`) instead of interleaving them.
 The stage (`token2wav_stage/cosyvoice3_backend.py`) runs the same kernels for many requests per launch.
 
 `seed` picks the flow's noise table per request (default: the facade's `seed`, 0 = upstream's table);
@@ -28,7 +30,6 @@ The stage (`token2wav_stage/cosyvoice3_backend.py`) runs the same kernels for ma
 from __future__ import annotations
 
 import hashlib
-import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,7 +58,7 @@ from vllm_omni.model_executor.models.step_audio2.step_audio2_token2wav import (
     StepAudio2Token2WavCore,
     Token2WavAssets,
 )
-from vllm_omni.model_executor.models.step_audio2.token2wav_stream import waveform_to_pcm16
+from vllm_omni.model_executor.models.step_audio2.token2wav_stream import StepGuard, waveform_to_pcm16
 from vllm_omni.platforms import DeviceSpec
 
 if TYPE_CHECKING:
@@ -77,13 +78,14 @@ COSYVOICE3_ASSETS = Token2WavAssets(
 
 @dataclass
 class CosyVoice3Stream:
-    """One streaming request of the facade (`set_stream_cache`); `caches` is replaced after each chunk."""
+    """One streaming request of the facade (`set_stream_cache`); `caches` is replaced after each chunk,
+    `guard` refuses a chunk while another chunk of this stream runs (`StreamInUseError`)."""
 
     prompt: CosyVoice3Prompt
     caches: StreamCaches
     chunks_done: int = 0
     samples_emitted: int = 0
-    lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    guard: StepGuard = field(default_factory=StepGuard, repr=False, compare=False)
 
     @property
     def finished(self) -> bool:
@@ -278,7 +280,8 @@ class CosyVoice3Token2Wav(StepAudio2Token2WavCore):
 
         Non-final chunks return audio up to 8 mel frames before the newest; the last chunk returns the
         rest. A failing chunk leaves `state` unchanged. `prompt_wav` is accepted for upstream-style
-        callers and must not be given (the stream's prompt is fixed at `set_stream_cache`).
+        callers and must not be given (the stream's prompt is fixed at `set_stream_cache`). A chunk
+        while another chunk of the same stream runs raises `StreamInUseError` (one stream per caller).
         """
         if not isinstance(state, CosyVoice3Stream):
             raise TypeError(
@@ -288,7 +291,7 @@ class CosyVoice3Token2Wav(StepAudio2Token2WavCore):
         if prompt_wav is not None:
             raise ValueError("stream(): the stream keeps the prompt of set_stream_cache(); do not pass prompt_wav")
         ids = token_ids(tokens, "stream tokens")
-        with state.lock:
+        with state.guard.step("stream()"):
             if state.finished:
                 raise RuntimeError("stream(): this stream already had its last chunk; set up a new one")
             ((audio, caches),) = stream_rows(self.flow, self.streamer, [StreamRow(state.caches, ids, last_chunk)])

@@ -37,6 +37,9 @@ Request paths (computation in `token2wav_synthesis.py`, stream state in `token2w
   chunk (25 tokens + 3 lookahead; `stream_chunks()` does the reference's chunking). The flow's
   post-prompt cache is computed once per prompt and shared (it is never modified). A chunk runs as
   one row of the batched kernels the serving stage uses for many requests (`token2wav_stage/`).
+  Concurrent misuse is refused, never computed (`StreamInUseError`): a chunk of a stream while
+  another chunk of it runs, and `stream()` without `state=` (the default stream, upstream's
+  single-stream API) from a thread other than the one whose `set_stream_cache` set it up.
 
 The vocoder is chosen at construction (`vocoder=VocoderKind...`, table in `stream_vocoder.py`):
 Step-Audio2's HiFT (`hift.pt`, streamed with a cross-fade), or MiniCPM-o's causal HiFT in the
@@ -83,7 +86,9 @@ from vllm_omni.model_executor.models.step_audio2.stream_vocoder import (
 )
 from vllm_omni.model_executor.models.step_audio2.token2wav_stream import (
     CHUNK_TOKENS,
+    OWN_STREAM_ADVICE,
     PRE_LOOKAHEAD_TOKENS,
+    StreamInUseError,
     Token2WavStream,
     crossfade_window,
     waveform_to_pcm16,
@@ -111,6 +116,14 @@ DEFAULT_PROMPT_CACHE_SIZE = 16
 DEFAULT_STREAM_SETUP_CACHE_SIZE = 4
 #: Token ids the flow model accepts (25 Hz FSQ codes).
 SPEECH_VOCAB_SIZE = 6561
+
+
+@dataclass(frozen=True)
+class DefaultStream:
+    """The facade's default stream and the thread whose `set_stream_cache` made it (the one it serves)."""
+
+    stream: Token2WavStream
+    thread: threading.Thread
 
 
 @dataclass(frozen=True)
@@ -230,8 +243,9 @@ class StepAudio2Token2WavCore:
         self._window: torch.Tensor | None = None
         # The flow state after a prompt is immutable (chunks return new states): shared, not copied.
         self._setup_cache: ContentLruCache[FlowRowState] = ContentLruCache(stream_setup_cache_size, lambda c: c)
-        # The stream of the last `set_stream_cache` call, for callers of the upstream single-stream API.
-        self._default_stream: Token2WavStream | None = None
+        # The stream of the last `set_stream_cache` call, for callers of the upstream single-stream API,
+        # with the thread it serves (replaced as a whole: readers see a consistent pair without a lock).
+        self._default_stream: DefaultStream | None = None
 
     # ---- configuration ---------------------------------------------------------------------
 
@@ -620,7 +634,8 @@ class StepAudio2Token2WavCore:
 
         The flow's post-prompt cache is computed once per prompt and shared between streams. The
         returned stream also becomes the facade's default stream, used by `stream()` without
-        `state=` (the upstream single-stream API; concurrent requests must pass their own state).
+        `state=` (the upstream single-stream API) in this thread only: concurrent requests pass
+        their own state, and `stream()` without it in another thread raises `StreamInUseError`.
         """
         self._require_synthesis("set_stream_cache")
         features = self.prepare_prompt(prompt_wav, with_tokens=True)
@@ -628,8 +643,23 @@ class StepAudio2Token2WavCore:
             self.flow, self.stream_setup(features), features, self.seed if seed is None else seed, self.stream_vocoder
         )
         state = Token2WavStream.start(features, caches, prompt_wav)
-        self._default_stream = state
+        self._default_stream = DefaultStream(state, threading.current_thread())
         return state
+
+    def _default_state(self) -> Token2WavStream:
+        """The default stream, if this thread set it up (else `StreamInUseError`, see `set_stream_cache`)."""
+        default = self._default_stream
+        if default is None:
+            raise RuntimeError("stream(): no stream is set up; call set_stream_cache(prompt_wav) first")
+        current = threading.current_thread()
+        if default.thread is not current:
+            raise StreamInUseError(
+                f"stream() without state= in thread {current.name!r}: the default stream was set up by "
+                f"set_stream_cache() in thread {default.thread.name!r} and serves that thread only (upstream's "
+                "single-stream API: another thread's chunks would run on its state and get its audio); "
+                f"{OWN_STREAM_ADVICE}"
+            )
+        return default.stream
 
     def stream_setup(self, features: PromptFeatures) -> FlowRowState:
         """The flow state right after the prompt of `features` (computed once per prompt, shared, read-only)."""
@@ -680,12 +710,12 @@ class StepAudio2Token2WavCore:
         open the next chunk), at least 4 emitted tokens; the final chunk is just its tokens
         (`last_chunk=True`). `stream_chunks()` yields exactly this from a whole token sequence.
         `prompt_wav`, if given, must be the prompt the stream was set up with (upstream passes it on
-        every call). A failing chunk leaves `state` unchanged.
+        every call). A failing chunk leaves `state` unchanged. A chunk of a stream while another chunk
+        of it runs, and a call without `state=` from a thread other than the one that set the default
+        stream up, raise `StreamInUseError` before computing anything.
         """
         if state is None:
-            state = self._default_stream
-            if state is None:
-                raise RuntimeError("stream(): no stream is set up; call set_stream_cache(prompt_wav) first")
+            state = self._default_state()
         elif not isinstance(state, Token2WavStream):
             raise TypeError(
                 f"stream(): state must be the Token2WavStream that set_stream_cache() returned, "
@@ -696,7 +726,7 @@ class StepAudio2Token2WavCore:
             # minicpmo-utils 1.0.7's Token2wav.stream: an empty final call only flushes the vocoder.
             if prompt_wav is not None:
                 self._check_stream_prompt(prompt_wav, state)
-            with state.lock:
+            with state.guard.step("stream()"):
                 if state.finished:
                     raise RuntimeError("stream(): this stream already had its last chunk; set up a new one")
                 speech = vocoder.flush(state.caches.vocoder)
@@ -719,7 +749,7 @@ class StepAudio2Token2WavCore:
             )
         if prompt_wav is not None:
             self._check_stream_prompt(prompt_wav, state)
-        with state.lock:
+        with state.guard.step("stream()"):
             if state.finished:
                 raise RuntimeError("stream(): this stream already had its last chunk; set up a new one")
             result = stream_chunk(self.flow, vocoder, state.caches, ids, last_chunk=last_chunk)
@@ -827,7 +857,9 @@ __all__ = [
     "STEP_AUDIO2_ASSETS",
     "PromptFeatures",
     "PromptWav",
+    "DefaultStream",
     "StepAudio2Token2WavCore",
+    "StreamInUseError",
     "Token2WavAssets",
     "Token2WavStream",
 ]

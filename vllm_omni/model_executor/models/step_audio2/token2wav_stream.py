@@ -9,6 +9,13 @@ completely, so a failing chunk leaves the request resumable and can never touch 
 The serving stage (`token2wav_stage/`) keeps the same `StreamCaches` per request id and runs the
 chunks of many requests through the same batched kernels.
 
+One stream is one request: its chunks must run one at a time, in its caller's order. Two threads
+feeding one stream object would interleave their chunks; a blocking lock only serialises that
+interleaving, so every call gets audio computed from another call's state: silently wrong audio.
+`StepGuard` therefore takes the stream's lock without waiting and raises `StreamInUseError`
+(naming the fix: one stream per concurrent caller, passed as `state=`) when a chunk of the stream
+is already running. A stream may still move between threads between chunks (a worker pool).
+
 The streaming geometry is the reference's (Step-Audio2 `token2wav.py`, MiniCPM-o code2wav):
 
 | constant                 | value | meaning                                                             |
@@ -28,6 +35,7 @@ exactly `480 * sum(m_i)` samples: the same length as the whole-utterance path.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -80,13 +88,51 @@ def crossfade_rows(head: torch.Tensor, tail: torch.Tensor, window: torch.Tensor)
     return out
 
 
+class StreamInUseError(RuntimeError):
+    """A stream was used concurrently: a chunk while another chunk of it runs, or a facade's default
+    stream from a thread other than the one that set it up. The message names the fix (`state=`)."""
+
+
+#: The fix every `StreamInUseError` names.
+OWN_STREAM_ADVICE = (
+    "each concurrent caller needs its own stream from set_stream_cache(prompt_wav), passed as state=... "
+    "to every stream() call of its request"
+)
+
+
+class StepGuard:
+    """Runs one chunk of a stream at a time and refuses (never queues) a concurrent one (module docstring)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._holder: str | None = None  # name of the thread running a chunk (for the message)
+
+    @contextlib.contextmanager
+    def step(self, what: str) -> Iterator[None]:
+        """Hold the stream for one chunk; raise `StreamInUseError` at once if another chunk of it is running."""
+        if not self._lock.acquire(blocking=False):
+            holder = self._holder
+            raise StreamInUseError(
+                f"{what}: this stream is already running a chunk"
+                f"{f' in thread {holder!r}' if holder else ''}, and thread {threading.current_thread().name!r} "
+                "called it concurrently: a stream is one request's state and takes its chunks one at a time, in "
+                f"order, so the two calls would get each other's audio; {OWN_STREAM_ADVICE}"
+            )
+        self._holder = threading.current_thread().name
+        try:
+            yield
+        finally:
+            self._holder = None
+            self._lock.release()
+
+
 @dataclass
 class Token2WavStream:
     """One streaming request of the facade; create it with `set_stream_cache(prompt_wav)`.
 
-    `caches` is replaced (never modified) after each successful chunk. `lock` serialises the chunks
-    of this request; different requests share nothing mutable (the post-prompt flow cache they
-    start from is shared and read-only).
+    `caches` is replaced (never modified) after each successful chunk. `guard` lets one chunk of this
+    request run at a time and refuses a concurrent one (`StreamInUseError`); different requests share
+    nothing mutable (the post-prompt flow cache they start from is shared and read-only).
     """
 
     features: PromptFeatures
@@ -96,7 +142,7 @@ class Token2WavStream:
     chunks_done: int = 0
     samples_emitted: int = 0
     finished: bool = False
-    lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    guard: StepGuard = field(default_factory=StepGuard, repr=False, compare=False)
 
     @classmethod
     def start(cls, features: PromptFeatures, caches: StreamCaches, prompt_ref: object) -> Token2WavStream:
@@ -142,9 +188,12 @@ __all__ = [
     "CHUNK_TOKENS",
     "MEL_CACHE_FRAMES",
     "OUTPUT_SAMPLE_RATE",
+    "OWN_STREAM_ADVICE",
     "PRE_LOOKAHEAD_TOKENS",
     "SAMPLES_PER_FRAME",
     "SOURCE_CACHE_SAMPLES",
+    "StepGuard",
+    "StreamInUseError",
     "Token2WavStream",
     "crossfade",
     "crossfade_rows",

@@ -109,7 +109,10 @@ class Token2WavEngine:
             if source is None:
                 source = str(self._default_voice) if isinstance(self._default_voice, Path) else self._default_voice
             load = self.config.load_voice or normalize_reference
-            prepared = self.backend.prepare_voice(request.key, load(source, self.config.reference_seconds))
+            try:
+                prepared = self.backend.prepare_voice(request.key, load(source, self.config.reference_seconds))
+            except ValueError as exc:  # e.g. the front end's prompt checks: say which voice was refused
+                raise ValueError(f"{request.label}: {exc}") from exc
             self._voices[request.key] = prepared
             while len(self._voices) > max(self.config.voice_cache_size, 1):
                 self._voices.popitem(last=False)
