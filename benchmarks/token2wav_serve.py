@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
-"""Record one `vllm-omni bench token2wav-serve` run under `benchmarks/results/`.
+"""Record one `vllm-omni-token2wav bench token2wav-serve` run under `benchmarks/results/`.
 
 Why: the recorded concurrency table (quoted by docs/benchmarks/token2wav_serve.md, README and the
 issue's closing note) must come from the same command an operator runs; this script runs exactly
@@ -28,7 +28,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 def stem_for(argv: list[str]) -> str:
     """`token2wav_serve[_full][_talker<T>][_<N>threads][_cpuclock]`: the default command keeps the plain name."""
-    from vllm_omni.benchmarks.common import option_value, thread_clock_suffix
+    from vllm_omni_token2wav.benchmarks.common import option_value, thread_clock_suffix
 
     stem = "token2wav_serve_full" if "--full" in argv else "token2wav_serve"
     talker = option_value(argv, "--talker-rate")
@@ -38,7 +38,7 @@ def stem_for(argv: list[str]) -> str:
 
 
 def main(argv: list[str]) -> int:
-    from vllm_omni.benchmarks.common import record_main
+    from vllm_omni_token2wav.benchmarks.common import record_main
 
     return record_main(argv, script=Path(__file__).name, bench="token2wav-serve", stem=stem_for(argv), results=RESULTS)
 

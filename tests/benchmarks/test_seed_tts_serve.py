@@ -19,8 +19,8 @@ import pytest
 import soundfile as sf
 
 from tests.helpers.asr import KeyedASR
-from vllm_omni.benchmarks.data_modules.seed_tts_dataset import load_seed_tts_meta
-from vllm_omni.benchmarks.seed_tts_serve import REQUESTS_FILE, ServeConfig, run_requests, serve_and_score
+from vllm_omni_token2wav.benchmarks.data_modules.seed_tts_dataset import load_seed_tts_meta
+from vllm_omni_token2wav.benchmarks.seed_tts_serve import REQUESTS_FILE, ServeConfig, run_requests, serve_and_score
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 
@@ -371,7 +371,7 @@ def test_bodies_that_are_not_the_requested_audio_are_never_saved_as_audio(
 def test_bad_bodies_are_counted_shown_and_kept_out_of_scoring_and_rtf(
     server, odd_bodies_meta: Path, tmp_path: Path
 ) -> None:
-    from vllm_omni.benchmarks.seed_tts_eval import format_summary_table
+    from vllm_omni_token2wav.benchmarks.seed_tts_eval import format_summary_table
 
     texts = [it.target_text for it in load_seed_tts_meta(odd_bodies_meta).items]
     asr = word_count_asr({len(t.split()): t for t in texts})
@@ -395,7 +395,7 @@ def test_elapsed_covers_the_request_phase(server, meta: Path, tmp_path: Path) ->
     # The "slow" item alone keeps the request phase open for the client timeout.
     assert summary["requests_elapsed_s"] >= CLIENT_TIMEOUT_S
     assert summary["elapsed_s"] >= summary["requests_elapsed_s"] + summary["asr_seconds_total"]
-    from vllm_omni.benchmarks.seed_tts_eval import format_summary_table
+    from vllm_omni_token2wav.benchmarks.seed_tts_eval import format_summary_table
 
     assert f"requests {summary['requests_elapsed_s']:.1f} s" in format_summary_table(summary)
 
@@ -403,7 +403,7 @@ def test_elapsed_covers_the_request_phase(server, meta: Path, tmp_path: Path) ->
 def test_ctrl_c_stops_requests_in_flight_and_writes_an_interrupted_summary(
     server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from vllm_omni.benchmarks import seed_tts_results
+    from vllm_omni_token2wav.benchmarks import seed_tts_results
 
     meta = write_meta(tmp_path, [("a", "ok quick one"), ("b", "hang streams for seconds")])
     real_append = seed_tts_results.JsonlLog.append

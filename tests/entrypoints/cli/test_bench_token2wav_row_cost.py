@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""`vllm-omni bench token2wav-row-cost`: a `--smoke` run as a user types it, the line fit and bounds, option errors.
+"""`vllm-omni-token2wav bench token2wav-row-cost`: a `--smoke` run as typed, the line fit and bounds, option errors.
 
 The run uses the reduced stand-in with the smoke sizes (1 and 2 rows, 2 Euler steps), so it checks
 the report's shape and honesty (the parts add up to the forward, both modes at every row count,
@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from tests.helpers.bench_cli import run_bench, run_bench_subprocess
-from vllm_omni.benchmarks.token2wav_row_cost import (
+from vllm_omni_token2wav.benchmarks.token2wav_row_cost import (
     PARTS,
     RowCostReport,
     category,

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""`vllm-omni bench token2wav-serve`: one `--smoke` run as a user types it, its report's fields, option errors.
+"""`vllm-omni-token2wav bench token2wav-serve`: one `--smoke` run as typed, its report's fields, option errors.
 
 The run uses the reduced stand-in with the smoke sizes (two levels, two short requests each), so it
 checks the report's shape and honesty (every documented field, finite numbers, both modes and the
@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 
 from tests.helpers.bench_cli import run_bench, run_bench_subprocess
-from vllm_omni.entrypoints.cli.bench.token2wav_serve import SUBCOMMAND, build_config
-from vllm_omni.entrypoints.cli.main import main
-from vllm_omni.entrypoints.cli.types import CLIUsageError
+from vllm_omni_token2wav.entrypoints.cli.bench.token2wav_serve import SUBCOMMAND, build_config
+from vllm_omni_token2wav.entrypoints.cli.main import main
+from vllm_omni_token2wav.entrypoints.cli.types import CLIUsageError
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 

@@ -29,8 +29,8 @@ from typing import Any
 import pytest
 
 from tests.helpers.fake_vllm import install_fake_vllm
-from vllm_omni.platforms import graph_capture_guard
-from vllm_omni.platforms.cuda import cuda_graph_guard
+from vllm_omni_token2wav.platforms import graph_capture_guard
+from vllm_omni_token2wav.platforms.cuda import cuda_graph_guard
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 
@@ -186,7 +186,7 @@ def test_guard_runs_the_failing_step_eager_counts_it_and_warns_once(
     with pytest.raises(RuntimeError, match="inappropriate time"):
         step.run(3)  # stock: raises, leaves the empty entry behind
     cuda_graph_guard.install_into_cuda_graph_wrapper()
-    with caplog.at_level(logging.WARNING, logger="vllm_omni"):
+    with caplog.at_level(logging.WARNING, logger="vllm_omni_token2wav"):
         assert step.run(3) == 6
         assert step.run(4) == 8
     assert step.calls == [3, 4]

@@ -29,7 +29,7 @@ FRAME_SHIFT = 160  # 10 ms
 @functools.cache
 def _speech() -> np.ndarray:
     try:
-        from vllm_omni.assets.audio import speech_sample
+        from vllm_omni_token2wav.assets.audio import speech_sample
 
         wav, rate = speech_sample()
         if rate == 16000:
@@ -54,7 +54,7 @@ def speaker_feats(frames: int, offset: int = 8000) -> torch.Tensor:
     """float32 [frames, 80]: the serving transform when the audio front end is importable, else
     mean-normalised random features."""
     try:
-        from vllm_omni.model_executor.models.audio.speaker import speaker_features
+        from vllm_omni_token2wav.model_executor.models.audio.speaker import speaker_features
     except ImportError:
         rng = np.random.default_rng(frames + offset)
         x = rng.standard_normal((frames, 80)).astype(np.float32) * 3.0

@@ -52,9 +52,9 @@ def _session(model: onnx.ModelProto, threads: int, level: ort.GraphOptimizationL
 
 
 def main(argv: list[str] | None = None) -> int:
-    from vllm_omni.model_executor.models.campplus import ort_seg_pool_mode
-    from vllm_omni.model_executor.models.campplus.standin import ensure_standin_campplus_onnx
-    from vllm_omni.model_executor.models.cosyvoice3.speaker_embedding_torch import (
+    from vllm_omni_token2wav.model_executor.models.campplus import ort_seg_pool_mode
+    from vllm_omni_token2wav.model_executor.models.campplus.standin import ensure_standin_campplus_onnx
+    from vllm_omni_token2wav.model_executor.models.cosyvoice3.speaker_embedding_torch import (
         CampplusTorch,
         load_campplus_from_onnx,
     )

@@ -46,7 +46,7 @@ REAL_SHA256 = "a6ac6a63997761ae2997373e2ee1c47040854b4b759ea41ec48e4e42df0f4d73"
 
 @pytest.fixture(scope="module")
 def full_standin() -> Path:
-    from vllm_omni.model_executor.models.campplus.standin import ensure_standin_campplus_onnx
+    from vllm_omni_token2wav.model_executor.models.campplus.standin import ensure_standin_campplus_onnx
 
     return ensure_standin_campplus_onnx(seed=0)
 
@@ -55,8 +55,8 @@ def full_standin() -> Path:
 @pytest.mark.cpu
 @pytest.mark.parametrize("mode", ["exact", "legacy"])
 def test_torch_matches_onnxruntime_of_the_same_seg_pool_semantics(full_standin: Path, mode: str) -> None:
-    from vllm_omni.model_executor.models.campplus import ort_seg_pool_mode
-    from vllm_omni.model_executor.models.cosyvoice3.speaker_embedding_torch import (
+    from vllm_omni_token2wav.model_executor.models.campplus import ort_seg_pool_mode
+    from vllm_omni_token2wav.model_executor.models.cosyvoice3.speaker_embedding_torch import (
         CampplusTorch,
         load_campplus_from_onnx,
     )
@@ -88,7 +88,7 @@ def test_torch_matches_onnxruntime_of_the_same_seg_pool_semantics(full_standin: 
 @pytest.mark.core_model
 @pytest.mark.cpu
 def test_seg_pool_modes_differ_exactly_when_the_last_segment_is_partial(full_standin: Path) -> None:
-    from vllm_omni.model_executor.models.cosyvoice3.speaker_embedding_torch import (
+    from vllm_omni_token2wav.model_executor.models.cosyvoice3.speaker_embedding_torch import (
         CampplusTorch,
         load_campplus_from_onnx,
     )
@@ -109,9 +109,9 @@ def test_seg_pool_modes_differ_exactly_when_the_last_segment_is_partial(full_sta
 def test_real_asset_parity_on_the_accelerator(caplog: pytest.LogCaptureFixture) -> None:
     import warnings
 
-    from vllm_omni import platforms
-    from vllm_omni.model_executor.models.campplus import ort_seg_pool_mode
-    from vllm_omni.model_executor.models.cosyvoice3.speaker_embedding_torch import get_campplus_torch
+    from vllm_omni_token2wav import platforms
+    from vllm_omni_token2wav.model_executor.models.campplus import ort_seg_pool_mode
+    from vllm_omni_token2wav.model_executor.models.cosyvoice3.speaker_embedding_torch import get_campplus_torch
 
     env = os.environ.get("CAMPPLUS_ONNX_PATH")
     if not env or not Path(env).is_file():

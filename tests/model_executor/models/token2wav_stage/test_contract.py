@@ -11,15 +11,15 @@ import numpy as np
 import pytest
 import torch
 
-from vllm_omni.model_executor.models.output_templates import OmniOutput
-from vllm_omni.model_executor.models.token2wav_stage.contract import (
+from vllm_omni_token2wav.model_executor.models.output_templates import OmniOutput
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.contract import (
     ChunkMeta,
     SegmentKind,
     SegmentResult,
     build_output,
     parse_step,
 )
-from vllm_omni.model_executor.models.token2wav_stage.families import MINICPMO_4_5, STEP_AUDIO2
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.families import MINICPMO_4_5, STEP_AUDIO2
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 

@@ -25,11 +25,11 @@ import numpy as np
 import pytest
 import torch
 
-from vllm_omni.benchmarks.token2wav_producer import ChunkPayload, ProducerStream, all_chunks, forward_inputs
-from vllm_omni.model_executor.models.cosyvoice3.cosyvoice3_code2wav import CosyVoice3Code2Wav
-from vllm_omni.model_executor.models.cosyvoice3.cosyvoice3_token2wav import upstream_chunks
-from vllm_omni.model_executor.models.token2wav_stage.contract import SegmentKind, parse_step
-from vllm_omni.model_executor.models.token2wav_stage.families import COSYVOICE3
+from vllm_omni_token2wav.benchmarks.token2wav_producer import ChunkPayload, ProducerStream, all_chunks, forward_inputs
+from vllm_omni_token2wav.model_executor.models.cosyvoice3.cosyvoice3_code2wav import CosyVoice3Code2Wav
+from vllm_omni_token2wav.model_executor.models.cosyvoice3.cosyvoice3_token2wav import upstream_chunks
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.contract import SegmentKind, parse_step
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.families import COSYVOICE3
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu, pytest.mark.usefixtures("cpu_platform")]
 
@@ -58,7 +58,7 @@ def stages(cv3_dir: Path) -> tuple[CosyVoice3Code2Wav, CosyVoice3Code2Wav]:
 
 
 def _clip(seconds: float, start: float = 0.0) -> tuple[np.ndarray, int]:
-    from vllm_omni.assets.audio import speech_sample
+    from vllm_omni_token2wav.assets.audio import speech_sample
 
     wav, rate = speech_sample()
     return wav[int(start * rate) : int((start + seconds) * rate)].copy(), rate

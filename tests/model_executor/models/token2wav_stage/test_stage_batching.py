@@ -24,12 +24,12 @@ import pytest
 import torch
 
 from tests.model_executor.models.token2wav_stage.conftest import FAST_OPTIONS
-from vllm_omni.benchmarks.token2wav_producer import ChunkPayload, ProducerStream, all_chunks, forward_inputs
-from vllm_omni.model_executor.models.minicpmo_4_5.minicpmo_4_5_code2wav import MiniCPMO45Code2Wav
-from vllm_omni.model_executor.models.step_audio2.step_audio2_token2wav_stage import (
+from vllm_omni_token2wav.benchmarks.token2wav_producer import ChunkPayload, ProducerStream, all_chunks, forward_inputs
+from vllm_omni_token2wav.model_executor.models.minicpmo_4_5.minicpmo_4_5_code2wav import MiniCPMO45Code2Wav
+from vllm_omni_token2wav.model_executor.models.step_audio2.step_audio2_token2wav_stage import (
     StepAudio2Token2WavForConditionalGeneration,
 )
-from vllm_omni.model_executor.models.token2wav_stage.stage_model import Token2WavStageModel
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.stage_model import Token2WavStageModel
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu, pytest.mark.usefixtures("cpu_platform")]
 
@@ -289,8 +289,8 @@ def test_bucket_padded_launches_give_the_unpadded_audio(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Graph-capture shapes: frames padded to a stage-frame bucket, vocoder rows to a batch bucket."""
-    monkeypatch.setenv("VLLM_OMNI_STAGE_FRAME_BUCKETS", "64:2048")
-    monkeypatch.setenv("VLLM_OMNI_BATCH_BUCKETS", "4,8")
+    monkeypatch.setenv("VLLM_OMNI_TOKEN2WAV_STAGE_FRAME_BUCKETS", "64:2048")
+    monkeypatch.setenv("VLLM_OMNI_TOKEN2WAV_BATCH_BUCKETS", "4,8")
     _, solo = minicpmo
     padded = MiniCPMO45Code2Wav(model=str(model_dir), pad_to_buckets=True, **FAST_OPTIONS)
     requests = _schedule(MiniCPMO45Code2Wav, voices, n=3, seed=9)

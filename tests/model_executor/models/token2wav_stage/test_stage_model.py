@@ -19,14 +19,14 @@ import torch
 
 from tests.helpers.token2wav import SessionCounter
 from tests.model_executor.models.token2wav_stage.conftest import FAST_OPTIONS
-from vllm_omni.benchmarks.token2wav_producer import ProducerStream, all_chunks, forward_inputs
-from vllm_omni.model_executor.models import audio as frontend
-from vllm_omni.model_executor.models.minicpmo_4_5.minicpmo_4_5_code2wav import MiniCPMO45Code2Wav
-from vllm_omni.model_executor.models.output_templates import OmniOutput
-from vllm_omni.model_executor.models.step_audio2.step_audio2_token2wav_stage import (
+from vllm_omni_token2wav.benchmarks.token2wav_producer import ProducerStream, all_chunks, forward_inputs
+from vllm_omni_token2wav.model_executor.models import audio as frontend
+from vllm_omni_token2wav.model_executor.models.minicpmo_4_5.minicpmo_4_5_code2wav import MiniCPMO45Code2Wav
+from vllm_omni_token2wav.model_executor.models.output_templates import OmniOutput
+from vllm_omni_token2wav.model_executor.models.step_audio2.step_audio2_token2wav_stage import (
     StepAudio2Token2WavForConditionalGeneration,
 )
-from vllm_omni.model_executor.models.token2wav_stage.stage_model import Token2WavStageModel
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.stage_model import Token2WavStageModel
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu, pytest.mark.usefixtures("cpu_platform")]
 

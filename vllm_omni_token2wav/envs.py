@@ -1,0 +1,67 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Environment variables read by vllm_omni_token2wav, in one place (like vLLM's `vllm.envs`).
+
+| variable                                | meaning                                            | default              |
+|-----------------------------------------|----------------------------------------------------|----------------------|
+| `VLLM_OMNI_TOKEN2WAV_PLATFORM`          | force the platform: auto, cpu, cuda, npu           | auto                 |
+| `VLLM_OMNI_TOKEN2WAV_LOGGING_LEVEL`     | level of the `vllm_omni_token2wav` loggers         | INFO                 |
+| `VLLM_OMNI_TOKEN2WAV_CACHE_DIR`         | generated stand-in assets, TensorRT engines, file  | `$XDG_CACHE_HOME/`   |
+|                                         | caches                                             | `vllm_omni_token2wav`|
+| `VLLM_OMNI_TOKEN2WAV_*_BUCKETS`         | padded shape sets (`model_executor/buckets.py`)    | per set              |
+| `VLLM_OMNI_TOKEN2WAV_DEVICE_GRAPHS`     | capture/replay device graphs                       | 1                    |
+|                                         | (`platforms/device_graphs`): 1/true/on, or         |                      |
+|                                         | 0/false/off for eager everywhere                   |                      |
+| `VLLM_OMNI_TOKEN2WAV_DEVICE_GRAPHS_MAX` | graphs one capture helper keeps (LRU beyond it)    | 64                   |
+| `STEP_AUDIO2_DEFAULT_PROMPT_WAV`        | Step-Audio2 stage's default voice file (upstream's | model folder's       |
+|                                         | name; `models/token2wav_stage/families.py`)        | `default_female.wav` |
+
+Values are read on every call (not frozen at import) so tests and long-lived processes see changes.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+DEVICE_GRAPHS_ENV = "VLLM_OMNI_TOKEN2WAV_DEVICE_GRAPHS"
+DEVICE_GRAPHS_MAX_ENV = "VLLM_OMNI_TOKEN2WAV_DEVICE_GRAPHS_MAX"
+DEFAULT_DEVICE_GRAPHS_MAX = 64
+_TRUE = ("1", "true", "on", "yes")
+_FALSE = ("0", "false", "off", "no")
+
+
+def cache_dir(*parts: str) -> Path:
+    """The project's file cache (created on demand), optionally a subfolder of it."""
+    base = os.environ.get("VLLM_OMNI_TOKEN2WAV_CACHE_DIR")
+    if base:
+        root = Path(base).expanduser()
+    else:
+        xdg = os.environ.get("XDG_CACHE_HOME")
+        root = (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "vllm_omni_token2wav"
+    path = root.joinpath(*parts)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def device_graphs_enabled() -> bool:
+    """`VLLM_OMNI_TOKEN2WAV_DEVICE_GRAPHS` (default on); raises ValueError naming the variable for other values."""
+    text = os.environ.get(DEVICE_GRAPHS_ENV, "1").strip().lower() or "1"
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise ValueError(f"{DEVICE_GRAPHS_ENV}={text!r}: expected one of {', '.join(_TRUE + _FALSE)}")
+
+
+def device_graphs_max() -> int:
+    """`VLLM_OMNI_TOKEN2WAV_DEVICE_GRAPHS_MAX` (default 64): graphs one capture helper keeps before evicting."""
+    text = os.environ.get(DEVICE_GRAPHS_MAX_ENV, "").strip()
+    if not text:
+        return DEFAULT_DEVICE_GRAPHS_MAX
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ValueError(f"{DEVICE_GRAPHS_MAX_ENV}={text!r}: expected a positive integer (graphs per helper)")
+    return value

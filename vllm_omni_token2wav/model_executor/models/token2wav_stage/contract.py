@@ -1,0 +1,321 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The engine's calling convention, spoken in one place: a step in, `Segment`s out; results in, `OmniOutput` out.
+
+vLLM-Omni's generation runner calls a code2wav stage once per scheduler step with the tokens of
+every scheduled request in ONE flat `input_ids`, `kwargs["seq_token_counts"]` to split it,
+`kwargs["request_ids"]` (when the model sets `requires_request_ids`) and one
+`runtime_additional_information` dict per request (`../shared/notes/stage-contract.md`). This module
+turns that into plain `Segment` records and nothing else: no state, no models.
+
+Reading a segment's dict (`meta.*` may arrive nested under `meta` or flattened as `meta.<key>`;
+values may be Python scalars, 1-element lists or 0-d/1-element tensors):
+
+| field          | from                                                                             |
+|----------------|----------------------------------------------------------------------------------|
+| state key      | `request_ids[i]`, else `meta.request_id`, else `req_id`, else the segment index  |
+| tokens         | `codes.audio`, else the segment of `input_ids`; `meta.code_flat_numel` is the    |
+|                | true count (0: the runner inserted a placeholder token, so no tokens)            |
+| chunk position | `meta.chunk_seq`, `meta.cache_epoch` (absent: the stream's next chunk / epoch)   |
+| last chunk     | the family's marker (`meta.last_chunk`, or Step-Audio2's `left_context_size`)    |
+| prefix offset  | CosyVoice3: `meta.left_context_size`; the chunk keeps `tokens[offset:]`           |
+| voice          | `codes.ref` + `meta.ref_audio_sr`, else `meta.prompt_wav` (absent: keep/default) |
+|                | (CosyVoice3: the family's `voice_reader`, `embed.*` prompt conditioning)          |
+| noise seed     | `meta.seed` (absent: derived from the request id and epoch)                      |
+
+Which kind a segment is (`SegmentKind`):
+- the whole step is a profiling / warm-up pass when there is no `runtime_additional_information`
+  at all (vLLM-Omni's dummy runs) or `dummy_run=True` / `is_profile=True` is passed: every output
+  is empty, nothing is computed or loaded;
+- PLACEHOLDER: the dict carries only what the runner stamps on every request (`request_id`,
+  `req_id`, `generated_len`, a `meta` without producer keys) and no codes: the async-chunk pre-warm
+  step before the first codec window. Step-Audio2's sync mode is the exception: its tokens arrive
+  in `input_ids` with such a dict, so non-zero tokens there are a whole utterance;
+- CHUNK: a producer payload with stream meta (or, for MiniCPM-o, any producer payload; for
+  CosyVoice3 also a token-less payload with `finished`, the terminal chunk);
+- WHOLE: Step-Audio2's payload without stream meta.
+
+A segment whose dict cannot be read gets `error` set; the engine returns the message for it and
+serves the others. A step whose shape breaks the contract itself (counts not summing to the tokens,
+a dict count different from the segment count) is the runner's bug and raises.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from vllm_omni_token2wav.model_executor.models.output_templates import OmniOutput
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.families import FamilySpec
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.voice import VoiceRequest, requested_voice
+
+OUTPUT_SAMPLE_RATE = 24_000
+#: Keys the runner stamps on every request's dict whatever the producer sent.
+RUNNER_STAMPED_KEYS = frozenset({"request_id", "req_id", "generated_len", "meta"})
+#: Meta keys only a producer payload carries.
+PRODUCER_META_KEYS = frozenset(
+    {
+        "cache_epoch",
+        "chunk_seq",
+        "code_flat_numel",
+        "last_chunk",
+        "left_context_size",
+        "stream_finished",
+        "prompt_cache_id",
+        "prompt_wav",
+        "ref_audio_sr",
+    }
+)
+
+
+class SegmentKind(enum.Enum):
+    PLACEHOLDER = "placeholder"
+    CHUNK = "chunk"
+    WHOLE = "whole"
+
+
+@dataclass(frozen=True)
+class ChunkMeta:
+    """A stream chunk's position; None means "not sent" (the stream's next chunk / current epoch)."""
+
+    chunk_seq: int | None
+    epoch: int | None
+    last: bool
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One request's part of a step, as read from the contract (not yet checked against its stream)."""
+
+    index: int
+    key: str
+    request_id: str
+    kind: SegmentKind
+    tokens: tuple[int, ...] = ()
+    chunk: ChunkMeta | None = None
+    voice: VoiceRequest | None = None
+    seed: int | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class StepInput:
+    segments: list[Segment]
+    profiling: bool
+    device: torch.device
+
+
+@dataclass(frozen=True)
+class SegmentResult:
+    """What a segment produced: its new audio (maybe empty) or an error message."""
+
+    audio: torch.Tensor | None = None
+    error: str | None = None
+
+
+def scalar(value: Any, default: Any = None) -> Any:
+    """A Python scalar from a value the runner may wrap (0-d / 1-element tensor, 1-element list)."""
+    if isinstance(value, torch.Tensor):
+        return value.reshape(-1)[0].item() if value.numel() else default
+    if isinstance(value, np.ndarray):
+        return value.reshape(-1)[0].item() if value.size else default
+    if isinstance(value, list | tuple):
+        return scalar(value[0], default) if value else default
+    return default if value is None else value
+
+
+def meta_value(info: Mapping[str, Any], key: str) -> Any:
+    """`meta[key]` whether nested (`info["meta"][key]`), flattened (`info["meta.key"]`) or top-level."""
+    meta = info.get("meta")
+    if isinstance(meta, Mapping) and meta.get(key) is not None:
+        return meta[key]
+    flat = info.get(f"meta.{key}")
+    if flat is not None:
+        return flat
+    if not isinstance(meta, Mapping):
+        return info.get(key)
+    return None
+
+
+def codes_value(info: Mapping[str, Any], key: str) -> Any:
+    codes = info.get("codes")
+    if isinstance(codes, Mapping) and codes.get(key) is not None:
+        return codes[key]
+    return info.get(f"codes.{key}")
+
+
+def carries_payload(info: Mapping[str, Any]) -> bool:
+    """Whether the dict holds anything a producer sent (codes, producer meta, keys the runner never stamps)."""
+    codes = info.get("codes")
+    if isinstance(codes, Mapping) and any(v is not None for v in codes.values()):
+        return True
+    if any(key not in RUNNER_STAMPED_KEYS for key in info):
+        return True
+    return any(meta_value(info, key) is not None for key in PRODUCER_META_KEYS)
+
+
+def _token_list(value: Any, what: str) -> list[int]:
+    if isinstance(value, torch.Tensor):
+        if value.dtype.is_floating_point or value.dtype.is_complex or value.dtype == torch.bool:
+            raise ValueError(f"{what} must hold integer token ids, got dtype {value.dtype}")
+        return [int(v) for v in value.reshape(-1).tolist()]
+    if isinstance(value, np.ndarray):
+        if value.dtype.kind not in "iu":
+            raise ValueError(f"{what} must hold integer token ids, got dtype {value.dtype}")
+        return [int(v) for v in value.reshape(-1).tolist()]
+    if isinstance(value, list | tuple):
+        if not all(isinstance(v, int | np.integer) and not isinstance(v, bool) for v in value):
+            raise ValueError(f"{what} must be a list of integer token ids")
+        return [int(v) for v in value]
+    raise ValueError(f"{what} must be a tensor or list of token ids, got {type(value).__name__}")
+
+
+def split_counts(total: int, counts: Any) -> list[int]:
+    """`seq_token_counts` as ints that sum to the number of input ids (None: one segment of everything)."""
+    if counts is None:
+        return [total]
+    if isinstance(counts, torch.Tensor):
+        counts = counts.reshape(-1).tolist()
+    if not isinstance(counts, Sequence) or isinstance(counts, str | bytes):
+        raise ValueError(f"seq_token_counts must be a list of ints, got {type(counts).__name__}")
+    values = [int(c) for c in counts]
+    if any(c < 0 for c in values) or sum(values) != total:
+        raise ValueError(f"seq_token_counts {values} must be >= 0 and sum to the {total} input ids of the step")
+    return values
+
+
+def _parse_segment(index: int, key: str | None, ids: list[int], info: Any, family: FamilySpec) -> Segment:
+    if not isinstance(info, Mapping):
+        return Segment(
+            index,
+            key or str(index),
+            key or str(index),
+            SegmentKind.PLACEHOLDER,
+            error=f"runtime_additional_information[{index}] is a {type(info).__name__}, expected a dict",
+        )
+    request_id = str(scalar(meta_value(info, "request_id"), "") or scalar(info.get("req_id"), "") or "")
+    key = key or request_id or str(index)
+    request_id = request_id or key
+    try:
+        if not carries_payload(info):
+            if family.tokens_without_payload and any(ids):
+                return Segment(index, key, request_id, SegmentKind.WHOLE, tokens=tuple(ids), voice=None)
+            return Segment(index, key, request_id, SegmentKind.PLACEHOLDER)
+        audio = codes_value(info, "audio")
+        tokens = _token_list(audio, "codes.audio") if audio is not None else list(ids)
+        numel = scalar(meta_value(info, "code_flat_numel"))
+        if numel is not None:
+            numel = int(numel)
+            if numel == 0:
+                tokens = []  # the runner's placeholder token for an empty chunk
+            elif numel != len(tokens):
+                raise ValueError(f"meta.code_flat_numel says {numel} tokens but the segment carries {len(tokens)}")
+        offset = scalar(meta_value(info, family.prefix_offset_key)) if family.prefix_offset_key else None
+        if offset is not None:
+            offset = int(offset)
+            if not 0 <= offset <= len(tokens):
+                raise ValueError(
+                    f"meta.{family.prefix_offset_key} is {offset} but the chunk's prefix has {len(tokens)} tokens"
+                )
+            tokens = tokens[offset:]  # the prefix's tokens before the offset were sent with earlier chunks
+        if family.voice_reader is not None:
+            voice = family.voice_reader(info)
+        else:
+            voice = requested_voice(
+                codes_value(info, "ref"),
+                scalar(meta_value(info, "ref_audio_sr")),
+                scalar(meta_value(info, "prompt_wav")),
+            )
+        seed = scalar(meta_value(info, "seed"))
+        seed = None if seed is None else int(seed)
+        marker = meta_value(info, family.last_chunk_key)
+        seq = scalar(meta_value(info, "chunk_seq"))
+        epoch = scalar(meta_value(info, "cache_epoch"))
+        stream_meta = marker is not None or seq is not None or epoch is not None or offset is not None
+        ended = family.end_marker_key is not None and bool(scalar(meta_value(info, family.end_marker_key), False))
+        if not stream_meta and not tokens and ended:
+            chunk = ChunkMeta(chunk_seq=None, epoch=None, last=True)  # a terminal chunk without tokens
+            return Segment(index, key, request_id, SegmentKind.CHUNK, (), chunk, voice, seed)
+        if not stream_meta and family.whole_without_stream_meta:
+            return Segment(index, key, request_id, SegmentKind.WHOLE, tokens=tuple(tokens), voice=voice, seed=seed)
+        last = family.is_last(scalar(marker)) if marker is not None else not stream_meta
+        chunk = ChunkMeta(
+            chunk_seq=None if seq is None else int(seq), epoch=None if epoch is None else int(epoch), last=last
+        )
+        if (chunk.chunk_seq is not None and chunk.chunk_seq < 0) or (chunk.epoch is not None and chunk.epoch < 0):
+            raise ValueError(f"negative stream position: chunk_seq {chunk.chunk_seq}, cache_epoch {chunk.epoch}")
+        return Segment(index, key, request_id, SegmentKind.CHUNK, tuple(tokens), chunk, voice, seed)
+    except (TypeError, ValueError) as exc:
+        return Segment(index, key, request_id, SegmentKind.PLACEHOLDER, error=f"request {request_id}: {exc}")
+
+
+def parse_step(
+    input_ids: torch.Tensor | None,
+    runtime_additional_information: Sequence[Any] | None,
+    kwargs: Mapping[str, Any],
+    family: FamilySpec,
+) -> StepInput:
+    """Split one `forward` call into segments (see the module docstring for every rule)."""
+    ids = input_ids if isinstance(input_ids, torch.Tensor) else torch.empty(0, dtype=torch.long)
+    device = ids.device
+    counts = split_counts(int(ids.numel()), kwargs.get("seq_token_counts"))
+    profiling = (
+        runtime_additional_information is None or bool(kwargs.get("dummy_run")) or bool(kwargs.get("is_profile"))
+    )
+    request_ids = kwargs.get("request_ids")
+    if request_ids is not None and len(request_ids) != len(counts):
+        raise ValueError(f"request_ids names {len(request_ids)} requests but seq_token_counts has {len(counts)}")
+    if profiling:
+        keys = [str(r) for r in request_ids] if request_ids is not None else [str(i) for i in range(len(counts))]
+        segments = [Segment(i, k, k, SegmentKind.PLACEHOLDER) for i, k in enumerate(keys)]
+        return StepInput(segments, True, device)
+    infos = list(runtime_additional_information or [])
+    if len(infos) != len(counts):
+        raise ValueError(
+            f"runtime_additional_information has {len(infos)} entries but the step has {len(counts)} segments "
+            f"(seq_token_counts {counts})"
+        )
+    flat = ids.reshape(-1).tolist()  # one host copy of the step's token ids
+    segments, start = [], 0
+    for i, (count, info) in enumerate(zip(counts, infos, strict=True)):
+        key = str(request_ids[i]) if request_ids is not None else None
+        segments.append(_parse_segment(i, key, flat[start : start + count], info, family))
+        start += count
+    return StepInput(segments, False, device)
+
+
+def build_output(results: Sequence[SegmentResult], device: torch.device) -> OmniOutput:
+    """`OmniOutput` with one entry per segment, in input order: audio (empty where nothing is ready), rate, error."""
+    empty = torch.empty(0, dtype=torch.float32, device=device)
+    audio = [empty if r.audio is None else r.audio.reshape(-1).to(torch.float32) for r in results]
+    return OmniOutput(
+        text_hidden_states=None,
+        multimodal_outputs={
+            "model_outputs": audio,
+            "sr": [torch.tensor(OUTPUT_SAMPLE_RATE, dtype=torch.int32) for _ in results],
+            "errors": [r.error for r in results],
+        },
+    )
+
+
+__all__ = [
+    "OUTPUT_SAMPLE_RATE",
+    "PRODUCER_META_KEYS",
+    "RUNNER_STAMPED_KEYS",
+    "ChunkMeta",
+    "Segment",
+    "SegmentKind",
+    "SegmentResult",
+    "StepInput",
+    "build_output",
+    "carries_payload",
+    "codes_value",
+    "meta_value",
+    "parse_step",
+    "scalar",
+    "split_counts",
+]
