@@ -12,6 +12,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from vllm_omni_token2wav.entrypoints.cli import serve as serve_cli
 from vllm_omni_token2wav.entrypoints.cli.bench import load_bench_subcommands
 from vllm_omni_token2wav.entrypoints.cli.token2wav import SUBCOMMAND as TOKEN2WAV
 from vllm_omni_token2wav.entrypoints.cli.types import CLIUsageError
@@ -55,6 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
         sub_parser = bench_commands.add_parser(sub.name, help=sub.help, description=sub.help)
         sub.add_cli_args(sub_parser)
         sub_parser.set_defaults(_run=sub.run)
+    # `serve` hands its whole argument list to vLLM-Omni (`main` intercepts it before parsing).
+    commands.add_parser(serve_cli.NAME, help=serve_cli.HELP, description=serve_cli.__doc__.split("\n\n")[1])
     synth = commands.add_parser(TOKEN2WAV.name, help=TOKEN2WAV.help, description=TOKEN2WAV.help)
     TOKEN2WAV.add_cli_args(synth)
     synth.set_defaults(_run=TOKEN2WAV.run)
@@ -63,6 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    if args_list[:1] == [serve_cli.NAME]:
+        return serve_cli.serve(args_list[1:], PROG)
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
     if unknown:
