@@ -74,6 +74,7 @@ from vllm_omni_token2wav.benchmarks.token2wav_producer import (
     forward_inputs,
 )
 from vllm_omni_token2wav.logger import init_logger
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.errors import segment_errors
 
 logger = init_logger(__name__)
 
@@ -676,7 +677,7 @@ def forward_step(
     out = stage(input_ids, None, **kwargs).multimodal_outputs
     platform.synchronize()
     seconds = clock() - start
-    return [(int(a.numel()), e) for a, e in zip(out["model_outputs"], out["errors"], strict=True)], seconds
+    return [(int(a.numel()), e) for a, e in zip(out["model_outputs"], segment_errors(out), strict=True)], seconds
 
 
 def _config_dict(config: ServeConfig) -> dict[str, Any]:

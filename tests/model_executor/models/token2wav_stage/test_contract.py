@@ -19,6 +19,12 @@ from vllm_omni_token2wav.model_executor.models.token2wav_stage.contract import (
     build_output,
     parse_step,
 )
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.errors import (
+    ERROR_KEY,
+    decode_error,
+    encode_error,
+    segment_errors,
+)
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.families import MINICPMO_4_5, STEP_AUDIO2
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
@@ -153,4 +159,24 @@ def test_output_is_omni_output_shaped_in_input_order() -> None:
     assert [a.shape for a in mo["model_outputs"]] == [(5,), (0,), (0,)]
     assert all(a.dtype == torch.float32 for a in mo["model_outputs"])
     assert [int(r) for r in mo["sr"]] == [24000] * 3 and all(r.dtype == torch.int32 for r in mo["sr"])
-    assert mo["errors"] == [None, "request b: bad", None]
+    assert segment_errors(mo) == [None, "request b: bad", None]
+
+
+def test_every_output_entry_is_a_tensor_the_runner_can_detach() -> None:
+    """vLLM-Omni's runner calls `out[i].detach().to("cpu").contiguous()` on every entry of every list."""
+    results = [SegmentResult(error="request ü: ß failed"), SegmentResult(audio=torch.ones(3)), SegmentResult()]
+    mo = build_output(results, "cpu").multimodal_outputs
+    assert set(mo) == {"model_outputs", "sr", ERROR_KEY} and ERROR_KEY == "token2wav_error"
+    per_request = [{key: values[i].detach().to("cpu").contiguous() for key, values in mo.items()} for i in range(3)]
+    errors = [p[ERROR_KEY] for p in per_request]
+    assert all(e.dtype == torch.uint8 and e.dim() == 1 for e in errors)
+    assert errors[0].tolist() == list("request ü: ß failed".encode())
+    assert [e.numel() for e in errors[1:]] == [0, 0]
+
+
+def test_error_messages_round_trip_through_uint8_tensors() -> None:
+    assert encode_error(None).numel() == 0 and encode_error(None).dtype == torch.uint8
+    assert decode_error(encode_error("request r: chunk_seq 3: expected 2")) == "request r: chunk_seq 3: expected 2"
+    assert decode_error(None) is None and decode_error(torch.empty(0, dtype=torch.uint8)) is None
+    with pytest.raises(ValueError, match="token2wav_error: expected a 1-D uint8 tensor of UTF-8 bytes, got dtype"):
+        decode_error(torch.tensor([1.0]))

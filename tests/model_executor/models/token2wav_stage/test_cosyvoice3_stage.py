@@ -29,6 +29,7 @@ from vllm_omni_token2wav.benchmarks.token2wav_producer import ChunkPayload, Prod
 from vllm_omni_token2wav.model_executor.models.cosyvoice3.cosyvoice3_code2wav import CosyVoice3Code2Wav
 from vllm_omni_token2wav.model_executor.models.cosyvoice3.cosyvoice3_token2wav import upstream_chunks
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.contract import SegmentKind, parse_step
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.errors import segment_errors
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.families import COSYVOICE3
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu, pytest.mark.usefixtures("cpu_platform")]
@@ -95,7 +96,7 @@ def _talker_request(stage: CosyVoice3Code2Wav, rid: str, tokens: list[int], voic
 def _forward(stage: CosyVoice3Code2Wav, payloads: list[ChunkPayload], flatten: bool = False) -> tuple[list, list]:  # type: ignore[type-arg]
     input_ids, kwargs = forward_inputs(payloads, stage.family, flatten=flatten)
     out = stage(input_ids, None, **kwargs).multimodal_outputs
-    return out["model_outputs"], out["errors"]
+    return out["model_outputs"], segment_errors(out)
 
 
 def _solo(stage: CosyVoice3Code2Wav, request: Request) -> torch.Tensor:
@@ -160,7 +161,7 @@ def test_sync_mode_is_a_whole_utterance_and_a_terminal_chunk_ends_a_stream(
     )
     audio = out.multimodal_outputs["model_outputs"][0]
     expected = stage.token2wav(tokens, prompt=request.prompt, seed=stage.engine.noise_seed("sync", 0))
-    assert out.multimodal_outputs["errors"] == [None] and torch.equal(audio, expected[0])
+    assert segment_errors(out.multimodal_outputs) == [None] and torch.equal(audio, expected[0])
     # a request that generated nothing: the talker's empty `finished` chunk, no error, no audio
     empty = ProducerStream("none", [], COSYVOICE3, embed=embed, prompt_tokens=request.prompt.num_tokens)
     (terminal,) = all_chunks(empty)
@@ -186,7 +187,7 @@ def test_sync_mode_is_a_whole_utterance_and_a_terminal_chunk_ends_a_stream(
             seq_token_counts=[ids.numel()],
             request_ids=["win"],
         )
-        assert out.multimodal_outputs["errors"] == [None]
+        assert segment_errors(out.multimodal_outputs) == [None]
         pieces.append(out.multimodal_outputs["model_outputs"][0])
     assert [p.numel() for p in pieces] == [(50 - 8) * 480, 24 * 480, (6 + 8) * 480]
     assert stage.live_streams == 0

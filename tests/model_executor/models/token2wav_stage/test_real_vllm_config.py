@@ -31,6 +31,7 @@ from vllm_omni_token2wav.model_executor.models.minicpmo_4_5.minicpmo_4_5_code2wa
 from vllm_omni_token2wav.model_executor.models.step_audio2.step_audio2_token2wav_stage import (
     StepAudio2Token2WavForConditionalGeneration,
 )
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.errors import segment_errors
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu, pytest.mark.usefixtures("cpu_platform")]
 
@@ -97,7 +98,7 @@ def test_a_real_vllm_config_builds_and_serves_the_stage(
     chunks = all_chunks(ProducerStream("r", list(range(10, 50)), stage.family))
     input_ids, kwargs = forward_inputs(chunks[:1], stage.family)
     out = stage(input_ids, torch.arange(input_ids.numel()), **kwargs).multimodal_outputs
-    assert out["errors"] == [None] and out["model_outputs"][0].dtype == torch.float32
+    assert segment_errors(out) == [None] and out["model_outputs"][0].dtype == torch.float32
     assert out["model_outputs"][0].numel() == 25 * 960 - 3840
 
 
@@ -119,7 +120,7 @@ def test_a_real_vllm_config_builds_and_serves_the_cosyvoice3_stage(
     chunks = all_chunks(ProducerStream("r", list(range(10, 50)), stage.family, prompt_tokens=prompt_tokens))
     input_ids, kwargs = forward_inputs(chunks[:1], stage.family)
     out = stage(input_ids, torch.arange(input_ids.numel()), **kwargs).multimodal_outputs
-    assert out["errors"] == [None] and out["model_outputs"][0].dtype == torch.float32
+    assert segment_errors(out) == [None] and out["model_outputs"][0].dtype == torch.float32
     assert stage.token2wav.flow.dtype == torch.float32  # built fp32 although vLLM's default dtype was bf16
     hop = 25 + (-prompt_tokens) % 25
     assert out["model_outputs"][0].numel() == (2 * hop - 8) * 480

@@ -29,6 +29,7 @@ from vllm_omni_token2wav.model_executor.models.minicpmo_4_5.minicpmo_4_5_code2wa
 from vllm_omni_token2wav.model_executor.models.step_audio2.step_audio2_token2wav_stage import (
     StepAudio2Token2WavForConditionalGeneration,
 )
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.errors import segment_errors
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.stage_model import Token2WavStageModel
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu, pytest.mark.usefixtures("cpu_platform")]
@@ -61,7 +62,7 @@ def _schedule(
 def _forward(stage: Token2WavStageModel, payloads: Sequence[ChunkPayload]) -> tuple[list[torch.Tensor], list]:
     input_ids, kwargs = forward_inputs(payloads, stage.family)
     out = stage(input_ids, None, **kwargs).multimodal_outputs
-    return out["model_outputs"], out["errors"]
+    return out["model_outputs"], segment_errors(out)
 
 
 def _run_batched(stage: Token2WavStageModel, requests: list[Request], seed: int) -> None:
@@ -261,7 +262,7 @@ def test_step_audio2_batches_streams_of_many_requests_and_whole_utterances_share
     kwargs["request_ids"].append("whole-1")
     kwargs["runtime_additional_information"].append({"codes": {"audio": torch.tensor(whole_tokens)}})
     out = batched(input_ids, None, **kwargs).multimodal_outputs
-    assert out["errors"] == [None, None, None]
+    assert segment_errors(out) == [None, None, None]
     whole = out["model_outputs"][2]
     alone_ids, alone_kwargs = (
         torch.tensor(whole_tokens),

@@ -26,6 +26,7 @@ from vllm_omni_token2wav.model_executor.models.output_templates import OmniOutpu
 from vllm_omni_token2wav.model_executor.models.step_audio2.step_audio2_token2wav_stage import (
     StepAudio2Token2WavForConditionalGeneration,
 )
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.errors import segment_errors
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.stage_model import Token2WavStageModel
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu, pytest.mark.usefixtures("cpu_platform")]
@@ -152,9 +153,9 @@ def test_dummy_load_format_builds_the_models_on_the_first_real_step_only(
     ids = torch.zeros(8, dtype=torch.long)
     for info in (None, [{"request_id": "a", "generated_len": 0, "meta": {}}]):  # profiling, then a placeholder step
         out = stage(ids, torch.arange(8), runtime_additional_information=info, seq_token_counts=[8], request_ids=["a"])
-        assert [a.numel() for a in out.multimodal_outputs["model_outputs"]] == [0] and out.multimodal_outputs[
-            "errors"
-        ] == [None]
+        assert [a.numel() for a in out.multimodal_outputs["model_outputs"]] == [0] and segment_errors(
+            out.multimodal_outputs
+        ) == [None]
         assert not _loaded(stage) and stage.live_streams == 0
     with caplog.at_level(logging.INFO):
         out = _step(stage, "r1", list(range(100, 140)))
@@ -189,14 +190,14 @@ def test_on_requests_finished_frees_streams_and_the_last_chunk_ends_them(model_d
     stage.on_requests_finished({"a", "zzz"})
     assert stage.live_streams == 2 and stage.streams.get("a") is None
     input_ids, kwargs = forward_inputs([c[0] for c in chunks.values()][:1], stage.family)
-    assert stage(input_ids, None, **kwargs).multimodal_outputs["errors"] == [None]  # a finished id starts afresh
+    assert segment_errors(stage(input_ids, None, **kwargs).multimodal_outputs) == [None]  # a finished id starts afresh
     rest = chunks["b"][1:]
     for chunk in rest:
         input_ids, kwargs = forward_inputs([chunk], stage.family)
-        assert stage(input_ids, None, **kwargs).multimodal_outputs["errors"] == [None]
+        assert segment_errors(stage(input_ids, None, **kwargs).multimodal_outputs) == [None]
     assert stage.streams.get("b") is None and stage.live_streams == 2  # b ended at its last chunk
     input_ids, kwargs = forward_inputs([rest[-1]], stage.family)
-    error = stage(input_ids, None, **kwargs).multimodal_outputs["errors"][0]
+    error = segment_errors(stage(input_ids, None, **kwargs).multimodal_outputs)[0]
     assert error is not None and "arrived after its stream had its last chunk" in error
 
 
@@ -216,7 +217,7 @@ def test_abandoned_streams_are_evicted_and_a_late_chunk_says_so(
     now[0] += 31  # b and c went quiet: the next step sweeps them
     with caplog.at_level(logging.WARNING):
         input_ids, kwargs = forward_inputs([chunks["c"][1]], stage.family)
-        error = stage(input_ids, None, **kwargs).multimodal_outputs["errors"][0]
+        error = segment_errors(stage(input_ids, None, **kwargs).multimodal_outputs)[0]
     assert stage.live_streams == 0 and "stream of request b was evicted (idle 32 s > 30 s)" in caplog.text
     assert error is not None and "arrived after its stream was evicted (idle 31 s > 30 s)" in error
 
