@@ -7,10 +7,15 @@ Every input here is written out by hand the way vLLM-Omni's runner and producers
 
 from __future__ import annotations
 
+import sys
+import types
+from typing import Any, NamedTuple
+
 import numpy as np
 import pytest
 import torch
 
+from vllm_omni_token2wav.model_executor.models.minicpmo_4_5.minicpmo_4_5_code2wav import MiniCPMO45Code2Wav
 from vllm_omni_token2wav.model_executor.models.output_templates import OmniOutput
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.contract import (
     ChunkMeta,
@@ -145,7 +150,8 @@ def test_unreadable_segments_fail_alone_and_contract_breaks_raise() -> None:
         parse_step(ids, infos, {"seq_token_counts": [2, 2], "request_ids": ["x"]}, MINICPMO_4_5)
 
 
-def test_output_is_omni_output_shaped_in_input_order() -> None:
+def test_output_is_omni_output_shaped_in_input_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delitem(sys.modules, "vllm_omni", raising=False)  # the core alone: our own class
     audio = torch.arange(5, dtype=torch.float64).reshape(1, 5)
     out = build_output([SegmentResult(audio=audio), SegmentResult(error="request b: bad"), SegmentResult()], "cpu")
     assert isinstance(out, OmniOutput) and out._fields == (
@@ -180,3 +186,25 @@ def test_error_messages_round_trip_through_uint8_tensors() -> None:
     assert decode_error(None) is None and decode_error(torch.empty(0, dtype=torch.uint8)) is None
     with pytest.raises(ValueError, match="token2wav_error: expected a 1-D uint8 tensor of UTF-8 bytes, got dtype"):
         decode_error(torch.tensor([1.0]))
+
+
+def test_the_output_class_is_upstreams_once_vllm_omni_is_imported(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The runner checks `isinstance(out, vllm_omni...OmniOutput)`; any other class loses the audio."""
+
+    class UpstreamOmniOutput(NamedTuple):
+        text_hidden_states: Any
+        multimodal_outputs: Any = None
+        intermediate_tensors: Any = None
+        next_token_id: Any = None
+
+    names = ["vllm_omni", "vllm_omni.model_executor", "vllm_omni.model_executor.models"]
+    for name in names:
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    templates = types.ModuleType("vllm_omni.model_executor.models.output_templates")
+    templates.OmniOutput = UpstreamOmniOutput  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, templates.__name__, templates)
+    out = build_output([SegmentResult(audio=torch.ones(2))], "cpu")
+    assert type(out) is UpstreamOmniOutput and out.multimodal_outputs["model_outputs"][0].tolist() == [1.0, 1.0]
+    ours = OmniOutput(None, {"model_outputs": []})
+    assert type(MiniCPMO45Code2Wav.make_omni_output(None, ours)) is UpstreamOmniOutput  # type: ignore[arg-type]
+    assert MiniCPMO45Code2Wav.make_omni_output(None, out) is out  # type: ignore[arg-type]

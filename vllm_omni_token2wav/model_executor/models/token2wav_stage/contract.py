@@ -49,7 +49,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from vllm_omni_token2wav.model_executor.models.output_templates import OmniOutput
+from vllm_omni_token2wav.model_executor.models.output_templates import omni_output_class
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.errors import ERROR_KEY, encode_error
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.families import FamilySpec
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.voice import VoiceRequest, requested_voice
@@ -289,16 +289,16 @@ def parse_step(
     return StepInput(segments, False, device)
 
 
-def build_output(results: Sequence[SegmentResult], device: torch.device) -> OmniOutput:
+def build_output(results: Sequence[SegmentResult], device: torch.device) -> Any:
     """`OmniOutput` with one entry per segment, in input order: audio (empty where nothing is ready), rate, error.
 
     Every list entry is a tensor (the runner calls `.detach()` on each): `model_outputs` 1-D float32,
     `sr` a 0-d int32, `token2wav_error` the UTF-8 message as 1-D uint8, empty without an error
-    (`errors.py`).
+    (`errors.py`). The class is upstream's `OmniOutput` when vLLM-Omni runs us (`output_templates.py`).
     """
     empty = torch.empty(0, dtype=torch.float32, device=device)
     audio = [empty if r.audio is None else r.audio.reshape(-1).to(torch.float32) for r in results]
-    return OmniOutput(
+    return omni_output_class()(
         text_hidden_states=None,
         multimodal_outputs={
             "model_outputs": audio,

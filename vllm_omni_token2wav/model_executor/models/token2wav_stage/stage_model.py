@@ -39,7 +39,7 @@ from torch import nn
 
 from vllm_omni_token2wav.logger import init_logger
 from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow import ConformerTrim, Lookahead
-from vllm_omni_token2wav.model_executor.models.output_templates import OmniOutput
+from vllm_omni_token2wav.model_executor.models.output_templates import omni_output_class
 from vllm_omni_token2wav.model_executor.models.step_audio2.step_audio2_token2wav import StepAudio2Token2WavCore
 from vllm_omni_token2wav.model_executor.models.step_audio2.stream_vocoder import VocoderKind
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.backend import Token2WavBackend
@@ -214,7 +214,7 @@ class Token2WavStageModel(nn.Module):
         inputs_embeds: torch.Tensor | None = None,
         runtime_additional_information: list[dict[str, Any]] | None = None,
         **kwargs: Any,
-    ) -> OmniOutput:
+    ) -> Any:
         """One scheduler step: the new audio of every segment (see `contract.py` for the input rules)."""
         del positions, intermediate_tensors, inputs_embeds
         step = parse_step(input_ids, runtime_additional_information, kwargs, self.family)
@@ -234,11 +234,13 @@ class Token2WavStageModel(nn.Module):
     def compute_logits(self, hidden_states: Any, sampling_metadata: Any = None) -> None:
         return None
 
-    def make_omni_output(self, model_outputs: Any, **_: Any) -> OmniOutput:
-        if isinstance(model_outputs, OmniOutput):
+    def make_omni_output(self, model_outputs: Any, **_: Any) -> Any:
+        """`model_outputs` as the `OmniOutput` class the runner checks for (`output_templates.omni_output_class`)."""
+        cls = omni_output_class()
+        if isinstance(model_outputs, cls):
             return model_outputs
-        if isinstance(model_outputs, tuple) and len(model_outputs) == len(OmniOutput._fields):
-            return OmniOutput(*model_outputs)
+        if isinstance(model_outputs, tuple) and len(model_outputs) == len(cls._fields):
+            return cls(*model_outputs)  # our NamedTuple (or a plain tuple) of the four fields
         raise TypeError(f"{type(self).__name__} expected an OmniOutput, got {type(model_outputs).__name__}")
 
     @property
