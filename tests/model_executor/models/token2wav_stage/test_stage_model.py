@@ -138,6 +138,27 @@ def test_bad_stage_options_are_clear_errors(model_dir: Path, extra: dict[str, An
         MiniCPMO45Code2Wav(vllm_config=_config(model_dir), nope=1)
 
 
+def test_async_chunk_is_read_from_vllm_omnis_model_config_and_absent_means_sync(model_dir: Path) -> None:
+    config = _config(model_dir)
+    assert MiniCPMO45Code2Wav(vllm_config=config).options.async_chunk is False  # a plain vLLM model config
+    config.model_config.async_chunk = True
+    assert MiniCPMO45Code2Wav(vllm_config=config).options.async_chunk is True
+    assert MiniCPMO45Code2Wav(vllm_config=config, async_chunk=False).options.async_chunk is False
+
+
+def test_additional_config_sets_stage_options_over_the_connector_extra_and_keywords_win(model_dir: Path) -> None:
+    config = _config(model_dir, {"token2wav_seed": 5, "token2wav_max_streams": 7})
+    config.additional_config = {"token2wav_seed": 9, "token2wav_stream_idle_timeout_s": 42}
+    opts = MiniCPMO45Code2Wav(vllm_config=config).options
+    assert (opts.seed, opts.max_streams, opts.idle_timeout_s) == (9, 7, 42.0)
+    assert MiniCPMO45Code2Wav(vllm_config=config, seed=1).options.seed == 1
+    config.additional_config = object()  # vLLM allows any hashable object there: not stage options
+    assert MiniCPMO45Code2Wav(vllm_config=config).options.seed == 5
+    config.additional_config = {"codec_left_context_frames": 2}
+    with pytest.raises(ValueError, match="codec_left_context_frames=2"):
+        MiniCPMO45Code2Wav(vllm_config=config)
+
+
 def test_load_weights_drains_the_checkpoint_and_builds_the_models(model_dir: Path) -> None:
     stage = MiniCPMO45Code2Wav(model=str(model_dir), **FAST_OPTIONS)
     seen: list[int] = []

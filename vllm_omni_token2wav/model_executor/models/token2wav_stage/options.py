@@ -1,8 +1,10 @@
 # SPDX-License-Identifier: Apache-2.0
 """The stage's options, and where each is read from a vLLM `VllmConfig` (read by attribute, never imported).
 
-Every attribute the stage reads, in one table (`stage_connector_config` is vLLM-Omni's stage
-config on its model config; a plain vLLM config has none and the defaults apply):
+Every attribute the stage reads, in one table. `extra[...]` is a stage option given in either of two
+places of a deploy YAML's stage, the later winning: the connector's `extra` (vLLM-Omni's
+`model_config.stage_connector_config["extra"]`), then the stage's `additional_config:` (vLLM's
+`vllm_config.additional_config`, a dict). A plain vLLM config has neither and the defaults apply.
 
 | option              | read from                                                               | default          |
 |---------------------|-------------------------------------------------------------------------|------------------|
@@ -11,6 +13,9 @@ config on its model config; a plain vLLM config has none and the defaults apply)
 | `float16`           | `hf_config.token2wav_float16`, `extra["token2wav_float16"]`             | False            |
 | `device`            | `vllm_config.device_config.device`                                      | platform device  |
 | `max_rows`          | `vllm_config.scheduler_config.max_num_seqs` (rows per launch)           | 32               |
+| `async_chunk`       | `vllm_config.model_config.async_chunk` (vLLM-Omni: the pipeline streams | False            |
+|                     | chunks; a segment without producer payload is then a pre-warm           |                  |
+|                     | placeholder, see `contract.py`)                                         |                  |
 | `n_timesteps`       | `extra["token2wav_n_timesteps"]`                                        | 10               |
 | `reference_seconds` | `extra["ref_audio_max_seconds"]` (MiniCPM-o's name)                     | 6.0              |
 | `prompt_wav`        | `extra["prompt_wav"]` (the default voice file)                          | family lookup    |
@@ -33,7 +38,8 @@ config on its model config; a plain vLLM config has none and the defaults apply)
 
 `model_config.dtype` is deliberately not used: vLLM builds stage models under a bf16/fp16 default
 dtype, and the token2wav parts are built fp32 by explicit dtype (fp16 flow only with `float16`).
-Keyword arguments given to the stage model override all of these (tests, tools).
+Precedence: keyword arguments given to the stage model (tests, tools) > `additional_config` >
+the connector's `extra`.
 """
 
 from __future__ import annotations
@@ -79,6 +85,7 @@ class StageOptions:
     device_graphs: bool | None = None
     device_graph_api: Any = FROM_PLATFORM
     variant: str | None = None
+    async_chunk: bool = False
 
     def __post_init__(self) -> None:
         check_reference_seconds(self.reference_seconds)
@@ -111,12 +118,16 @@ def _attr(obj: Any, *path: str) -> Any:
 
 
 def _extra(vllm_config: Any) -> dict[str, Any]:
+    """The `extra[...]` options: the connector's `extra`, then `additional_config` over it (module docstring)."""
     connector = _attr(vllm_config, "model_config", "stage_connector_config")
     if isinstance(connector, Mapping):
         extra = connector.get("extra", connector)
     else:
         extra = getattr(connector, "extra", None)
-    return dict(extra) if isinstance(extra, Mapping) else {}
+    merged = dict(extra) if isinstance(extra, Mapping) else {}
+    additional = getattr(vllm_config, "additional_config", None)
+    # vLLM also allows any hashable object there (a platform's own config): only a dict holds our options.
+    return merged | (dict(additional) if isinstance(additional, Mapping) else {})
 
 
 def kv_dtype(value: Any) -> torch.dtype | None:
@@ -174,6 +185,7 @@ def stage_options(vllm_config: Any, overrides: Mapping[str, Any]) -> StageOption
         "final_chunk": str(extra.get("token2wav_final_chunk", "block_causal")),
         "device_graphs": graphs_switch(extra.get("token2wav_device_graphs")),
         "variant": extra.get("token2wav_variant"),
+        "async_chunk": bool(_attr(vllm_config, "model_config", "async_chunk") or False),
     }
     known = {f.name for f in fields(StageOptions)}
     unknown = sorted(set(overrides) - known)
