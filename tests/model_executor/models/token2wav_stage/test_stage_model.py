@@ -202,6 +202,36 @@ def test_bf16_default_dtype_construction_and_serving_stay_fp32(model_dir: Path) 
     assert audio.dtype == torch.float32 and torch.equal(audio, expected)
 
 
+@pytest.mark.parametrize("stage_cls", STAGES)
+def test_pre_warm_placeholders_of_an_async_chunk_pipeline_leave_the_request_to_its_first_chunk(
+    stage_cls: type[Token2WavStageModel], model_dir: Path
+) -> None:
+    """The engine's pre-warm steps (one token, runner keys only) before the first codec window change nothing."""
+    rid = "0_11d4e86b-5b1c-4a55-9a3e-6e0d1f7c2a90"
+    warmed = stage_cls(model=str(model_dir), async_chunk=True, **FAST_OPTIONS)
+    fresh = stage_cls(model=str(model_dir), async_chunk=True, **FAST_OPTIONS)
+    stamps = {"global_request_id": [rid], "omni_final_stage_id": 0, "generated_len": 0}
+    placeholder = stamps | {"request_id": rid, "meta": {"request_id": rid, "num_processed_tokens": 0}}
+    for _ in range(2):
+        out = warmed(
+            torch.tensor([0], dtype=torch.int32),
+            torch.arange(1),
+            runtime_additional_information=[placeholder],
+            seq_token_counts=[1],
+            request_ids=[rid],
+        ).multimodal_outputs
+        assert out["model_outputs"][0].numel() == 0 and segment_errors(out) == [None]
+    assert warmed.live_streams == 0
+    for chunk in all_chunks(ProducerStream(rid, list(range(100, 160)), warmed.family)):
+        input_ids, kwargs = forward_inputs([chunk], warmed.family)
+        kwargs["runtime_additional_information"][0] |= stamps
+        got = warmed(input_ids.to(torch.int32), None, **kwargs).multimodal_outputs
+        want = fresh(input_ids, None, **kwargs).multimodal_outputs
+        assert segment_errors(got) == segment_errors(want) == [None]
+        assert torch.equal(got["model_outputs"][0], want["model_outputs"][0])
+    assert warmed.live_streams == fresh.live_streams == 0
+
+
 def test_on_requests_finished_frees_streams_and_the_last_chunk_ends_them(model_dir: Path) -> None:
     stage = MiniCPMO45Code2Wav(model=str(model_dir), **FAST_OPTIONS)
     chunks = {rid: all_chunks(ProducerStream(rid, list(range(300, 360)), stage.family)) for rid in ("a", "b", "c")}

@@ -2,41 +2,72 @@
 """The engine's calling convention, spoken in one place: a step in, `Segment`s out; results in, `OmniOutput` out.
 
 vLLM-Omni's generation runner calls a code2wav stage once per scheduler step with the tokens of
-every scheduled request in ONE flat `input_ids`, `kwargs["seq_token_counts"]` to split it,
-`kwargs["request_ids"]` (when the model sets `requires_request_ids`) and one
-`runtime_additional_information` dict per request (`../shared/notes/stage-contract.md`). This module
-turns that into plain `Segment` records and nothing else: no state, no models.
+every scheduled request in ONE flat `input_ids` (int32 on CPU, seen with the real engine; any integer
+dtype is accepted, a float or bool one is that segment's error), `kwargs["seq_token_counts"]` to
+split it, `kwargs["request_ids"]` (the model sets `requires_request_ids`) and one
+`runtime_additional_information` dict per request (`../shared/notes/stage-contract.md`; where the
+real engine differs, this module follows the engine). This module turns that into plain `Segment`
+records and nothing else: no state, no models.
 
-Reading a segment's dict (`meta.*` may arrive nested under `meta` or flattened as `meta.<key>`;
-values may be Python scalars, 1-element lists or 0-d/1-element tensors):
+What the engine itself puts in every dict (never producer payload): `global_request_id` (a
+one-element list), `omni_final_stage_id` (an int), `generated_len`, and, on some paths, `request_id`,
+`req_id`, a `meta` holding only runner bookkeeping (`request_id`, `num_processed_tokens`,
+`resumable`), plus whatever else a later engine adds. So "does this dict carry producer payload" is
+decided from what producers SEND (`carries_payload`, a positive list), never from a list of runner keys.
 
-| field          | from                                                                             |
-|----------------|----------------------------------------------------------------------------------|
-| state key      | `request_ids[i]`, else `meta.request_id`, else `req_id`, else the segment index  |
-| tokens         | `codes.audio`, else the segment of `input_ids`; `meta.code_flat_numel` is the    |
-|                | true count (0: the runner inserted a placeholder token, so no tokens)            |
-| chunk position | `meta.chunk_seq`, `meta.cache_epoch` (absent: the stream's next chunk / epoch)   |
-| last chunk     | the family's marker (`meta.last_chunk`, or Step-Audio2's `left_context_size`)    |
-| prefix offset  | CosyVoice3: `meta.left_context_size`; the chunk keeps `tokens[offset:]`           |
-| voice          | `codes.ref` + `meta.ref_audio_sr`, else `meta.prompt_wav` (absent: keep/default) |
-|                | (CosyVoice3: the family's `voice_reader`, `embed.*` prompt conditioning)          |
-| noise seed     | `meta.seed` (absent: derived from the request id and epoch)                      |
+Reading a segment's dict (`meta.*` may arrive nested under `meta` or flattened as `meta.<key>`, or
+top-level as in a request without a producer; values may be Python scalars, one-element lists or
+0-d/1-element tensors):
 
-Which kind a segment is (`SegmentKind`):
-- the whole step is a profiling / warm-up pass when there is no `runtime_additional_information`
-  at all (vLLM-Omni's dummy runs) or `dummy_run=True` / `is_profile=True` is passed: every output
-  is empty, nothing is computed or loaded;
-- PLACEHOLDER: the dict carries only what the runner stamps on every request (`request_id`,
-  `req_id`, `generated_len`, a `meta` without producer keys) and no codes: the async-chunk pre-warm
-  step before the first codec window. Step-Audio2's sync mode is the exception: its tokens arrive
-  in `input_ids` with such a dict, so non-zero tokens there are a whole utterance;
-- CHUNK: a producer payload with stream meta (or, for MiniCPM-o, any producer payload; for
-  CosyVoice3 also a token-less payload with `finished`, the terminal chunk);
-- WHOLE: Step-Audio2's payload without stream meta.
+| field          | from                                                                               |
+|----------------|------------------------------------------------------------------------------------|
+| state key      | `request_ids[i]`, else `global_request_id`, else `meta.request_id` / `req_id`,     |
+|                | else the segment index                                                             |
+| request id     | (in messages) `meta.request_id` / `req_id`, else `global_request_id`, else the key |
+| tokens         | `codes.audio`, else the segment of `input_ids`; `meta.code_flat_numel` is the      |
+|                | true count (0: the runner inserted a placeholder token, so no tokens)              |
+| chunk position | `meta.chunk_seq`, `meta.cache_epoch` (absent: the stream's next chunk / epoch)     |
+| last chunk     | the family's marker (`meta.last_chunk`, or Step-Audio2's `left_context_size`)      |
+| prefix offset  | CosyVoice3: `meta.left_context_size`; the chunk keeps `tokens[offset:]`             |
+| voice          | `codes.ref` + `meta.ref_audio_sr`, else top-level `ref_audio` + `ref_audio_sr`,   |
+|                | else `meta.prompt_wav` / `prompt_wav` (absent: keep the stream's / the default)    |
+|                | (CosyVoice3: the family's `voice_reader`, `embed.*` prompt conditioning)            |
+| noise seed     | `meta.seed` / `seed` (absent: derived from the request id and epoch)               |
 
-A segment whose dict cannot be read gets `error` set; the engine returns the message for it and
-serves the others. A step whose shape breaks the contract itself (counts not summing to the tokens,
-a dict count different from the segment count) is the runner's bug and raises.
+Producer payload (`carries_payload`): a non-None `codes` / `codes.*` value, any `embed` / `embed.*`
+value, a producer meta key (`PRODUCER_META_KEYS`: what upstream's `tts2code2wav_*`,
+`thinker2token2wav_*` and `talker2code2wav_*` / `text2flow_*` processors put in `meta`), or a voice
+key of a request without a producer (`REQUEST_VOICE_KEYS`).
+
+Which kind a segment is (`SegmentKind`), by the pipeline's mode (`async_chunk`, the stage option read
+from vLLM-Omni's `model_config.async_chunk`):
+
+| segment                                | async_chunk (the pipeline streams)  | sync (code2wav alone, sync path) |
+|----------------------------------------|-------------------------------------|----------------------------------|
+| no runtime information at all, or      | profiling pass: every output empty, nothing computed or loaded        |
+| `dummy_run=True` / `is_profile=True`   |                                     |                                  |
+| no producer payload                    | PLACEHOLDER (the pre-warm step      | its tokens are the whole request |
+|                                        | before the first codec window)      | (as "payload without stream      |
+|                                        |                                     | meta" below), unless they are    |
+|                                        |                                     | empty or all zero: PLACEHOLDER   |
+| payload with stream meta               | CHUNK                               | CHUNK                            |
+| payload without stream meta            | MiniCPM-o: a one-chunk stream (CHUNK, last); Step-Audio2 and          |
+|                                        | CosyVoice3: a whole utterance (WHOLE)                                 |
+| CosyVoice3 token-less payload with     | CHUNK: the terminal chunk of its stream                               |
+| `finished`                             |                                     |                                  |
+
+A segment whose dict cannot be read (not a dict, a `meta` that is not a mapping, float token ids,
+a `code_flat_numel` that disagrees, ...) gets `error` set naming the request, the key, expected vs
+got; the engine returns the message for it and serves the others. A step whose shape breaks the
+contract itself (counts not summing to the tokens, a dict count different from the segment count)
+is the runner's bug and raises.
+
+Requests without a producer (code2wav alone, docs/design/token2wav_stage.md): the prompt is the
+codec token ids, `{"prompt_token_ids": [...], "additional_information": {...}}`, with the voice
+top-level in `additional_information`: `ref_audio` (a mono float waveform: list, tensor or array)
++ `ref_audio_sr` (int), or `prompt_wav` (a path), or neither (the default voice); CosyVoice3 also
+takes its `embed.*` conditioning or `ref_audio` + `speech_token`; optional `seed`. The engine may
+hand values back wrapped in one-element lists; every reader unwraps them.
 """
 
 from __future__ import annotations
@@ -55,14 +86,13 @@ from vllm_omni_token2wav.model_executor.models.token2wav_stage.families import F
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.voice import VoiceRequest, requested_voice
 
 OUTPUT_SAMPLE_RATE = 24_000
-#: Keys the runner stamps on every request's dict whatever the producer sent.
-RUNNER_STAMPED_KEYS = frozenset({"request_id", "req_id", "generated_len", "meta"})
-#: Meta keys only a producer payload carries.
+#: Meta keys only a producer sends (upstream's stage input processors for the three families).
 PRODUCER_META_KEYS = frozenset(
     {
         "cache_epoch",
         "chunk_seq",
         "code_flat_numel",
+        "finished",
         "last_chunk",
         "left_context_size",
         "stream_finished",
@@ -71,6 +101,8 @@ PRODUCER_META_KEYS = frozenset(
         "ref_audio_sr",
     }
 )
+#: Top-level keys of a request without a producer that name its voice (module docstring).
+REQUEST_VOICE_KEYS = frozenset({"ref_audio", "ref_audio_sr", "prompt_wav", "speech_token"})
 
 
 class SegmentKind(enum.Enum):
@@ -130,16 +162,14 @@ def scalar(value: Any, default: Any = None) -> Any:
 
 
 def meta_value(info: Mapping[str, Any], key: str) -> Any:
-    """`meta[key]` whether nested (`info["meta"][key]`), flattened (`info["meta.key"]`) or top-level."""
+    """`meta[key]` whether nested (`info["meta"][key]`), flattened (`info["meta.key"]`) or top-level (`info[key]`)."""
     meta = info.get("meta")
     if isinstance(meta, Mapping) and meta.get(key) is not None:
         return meta[key]
     flat = info.get(f"meta.{key}")
     if flat is not None:
         return flat
-    if not isinstance(meta, Mapping):
-        return info.get(key)
-    return None
+    return info.get(key)
 
 
 def codes_value(info: Mapping[str, Any], key: str) -> Any:
@@ -149,24 +179,47 @@ def codes_value(info: Mapping[str, Any], key: str) -> Any:
     return info.get(f"codes.{key}")
 
 
+def _has_section(info: Mapping[str, Any], section: str) -> bool:
+    """Whether `info` holds a non-None value under `section` (nested `info[section][k]` or flattened `section.k`)."""
+    nested = info.get(section)
+    if isinstance(nested, Mapping) and any(v is not None for v in nested.values()):
+        return True
+    prefix = f"{section}."
+    return any(isinstance(k, str) and k.startswith(prefix) and v is not None for k, v in info.items())
+
+
 def carries_payload(info: Mapping[str, Any]) -> bool:
-    """Whether the dict holds anything a producer sent (codes, producer meta, keys the runner never stamps)."""
-    codes = info.get("codes")
-    if isinstance(codes, Mapping) and any(v is not None for v in codes.values()):
+    """Whether the dict holds anything a producer (or a request without one) sent (module docstring).
+
+    A positive list: `codes` / `codes.*`, `embed` / `embed.*`, a `PRODUCER_META_KEYS` key, a
+    `REQUEST_VOICE_KEYS` key. Runner bookkeeping (`global_request_id`, `omni_final_stage_id`,
+    `generated_len`, `request_id`, `req_id`, a `meta` of bookkeeping, and anything a later engine
+    adds) never makes a dict payload.
+    """
+    if _has_section(info, "codes") or _has_section(info, "embed"):
         return True
-    if any(key not in RUNNER_STAMPED_KEYS for key in info):
+    if any(meta_value(info, key) is not None for key in PRODUCER_META_KEYS):
         return True
-    return any(meta_value(info, key) is not None for key in PRODUCER_META_KEYS)
+    return any(info.get(key) is not None for key in REQUEST_VOICE_KEYS)
+
+
+def _check_integer_dtype(kind: str, dtype: Any, what: str) -> None:
+    if kind not in "iu":
+        raise ValueError(f"{what} must hold integer token ids, got dtype {dtype}")
+
+
+def _tensor_kind(t: torch.Tensor) -> str:
+    if t.dtype == torch.bool:
+        return "b"
+    return "f" if t.dtype.is_floating_point or t.dtype.is_complex else "i"
 
 
 def _token_list(value: Any, what: str) -> list[int]:
     if isinstance(value, torch.Tensor):
-        if value.dtype.is_floating_point or value.dtype.is_complex or value.dtype == torch.bool:
-            raise ValueError(f"{what} must hold integer token ids, got dtype {value.dtype}")
+        _check_integer_dtype(_tensor_kind(value), value.dtype, what)
         return [int(v) for v in value.reshape(-1).tolist()]
     if isinstance(value, np.ndarray):
-        if value.dtype.kind not in "iu":
-            raise ValueError(f"{what} must hold integer token ids, got dtype {value.dtype}")
+        _check_integer_dtype(value.dtype.kind, value.dtype, what)
         return [int(v) for v in value.reshape(-1).tolist()]
     if isinstance(value, list | tuple):
         if not all(isinstance(v, int | np.integer) and not isinstance(v, bool) for v in value):
@@ -189,7 +242,45 @@ def split_counts(total: int, counts: Any) -> list[int]:
     return values
 
 
-def _parse_segment(index: int, key: str | None, ids: list[int], info: Any, family: FamilySpec) -> Segment:
+def request_voice(info: Mapping[str, Any]) -> VoiceRequest | None:
+    """The reference voice a dict names: `codes.ref` + `meta.ref_audio_sr`, else top-level `ref_audio` +
+    `ref_audio_sr`, else `prompt_wav` (`meta.*` or top-level); None if none (module docstring)."""
+    rate = scalar(meta_value(info, "ref_audio_sr"))
+    prompt_wav = scalar(meta_value(info, "prompt_wav"))
+    ref = codes_value(info, "ref")
+    if ref is not None:
+        return requested_voice(ref, rate, prompt_wav)
+    return requested_voice(
+        info.get("ref_audio"), rate, prompt_wav, ref_key="ref_audio", rate_key="ref_audio_sr", path_key="prompt_wav"
+    )
+
+
+def _identity(index: int, key: str | None, info: Mapping[str, Any]) -> tuple[str, str]:
+    """(state key, request id for messages) of a segment (module docstring)."""
+    named = str(scalar(meta_value(info, "request_id"), "") or scalar(meta_value(info, "req_id"), "") or "")
+    global_id = str(scalar(info.get("global_request_id"), "") or "")
+    key = key or global_id or named or str(index)
+    return key, named or global_id or key
+
+
+def _check_meta(info: Mapping[str, Any]) -> None:
+    meta = info.get("meta")
+    if meta is not None and not isinstance(meta, Mapping):
+        raise ValueError(
+            f"meta is a {type(meta).__name__} ({meta!r:.60}), expected a dict of stream fields (chunk_seq, "
+            "cache_epoch, last_chunk, ...) or flattened meta.<key> entries"
+        )
+
+
+def _parse_segment(
+    index: int,
+    key: str | None,
+    ids: list[int],
+    ids_error: str | None,
+    info: Any,
+    family: FamilySpec,
+    async_chunk: bool,
+) -> Segment:
     if not isinstance(info, Mapping):
         return Segment(
             index,
@@ -198,16 +289,18 @@ def _parse_segment(index: int, key: str | None, ids: list[int], info: Any, famil
             SegmentKind.PLACEHOLDER,
             error=f"runtime_additional_information[{index}] is a {type(info).__name__}, expected a dict",
         )
-    request_id = str(scalar(meta_value(info, "request_id"), "") or scalar(info.get("req_id"), "") or "")
-    key = key or request_id or str(index)
-    request_id = request_id or key
+    key, request_id = _identity(index, key, info)
     try:
-        if not carries_payload(info):
-            if family.tokens_without_payload and any(ids):
-                return Segment(index, key, request_id, SegmentKind.WHOLE, tokens=tuple(ids), voice=None)
+        _check_meta(info)
+        if not carries_payload(info) and (async_chunk or not any(ids)):
             return Segment(index, key, request_id, SegmentKind.PLACEHOLDER)
         audio = codes_value(info, "audio")
-        tokens = _token_list(audio, "codes.audio") if audio is not None else list(ids)
+        if audio is not None:
+            tokens = _token_list(audio, "codes.audio")
+        elif ids_error is not None:
+            raise ValueError(ids_error)
+        else:
+            tokens = list(ids)
         numel = scalar(meta_value(info, "code_flat_numel"))
         if numel is not None:
             numel = int(numel)
@@ -223,14 +316,7 @@ def _parse_segment(index: int, key: str | None, ids: list[int], info: Any, famil
                     f"meta.{family.prefix_offset_key} is {offset} but the chunk's prefix has {len(tokens)} tokens"
                 )
             tokens = tokens[offset:]  # the prefix's tokens before the offset were sent with earlier chunks
-        if family.voice_reader is not None:
-            voice = family.voice_reader(info)
-        else:
-            voice = requested_voice(
-                codes_value(info, "ref"),
-                scalar(meta_value(info, "ref_audio_sr")),
-                scalar(meta_value(info, "prompt_wav")),
-            )
+        voice = family.voice_reader(info) if family.voice_reader is not None else request_voice(info)
         seed = scalar(meta_value(info, "seed"))
         seed = None if seed is None else int(seed)
         marker = meta_value(info, family.last_chunk_key)
@@ -259,8 +345,14 @@ def parse_step(
     runtime_additional_information: Sequence[Any] | None,
     kwargs: Mapping[str, Any],
     family: FamilySpec,
+    *,
+    async_chunk: bool = False,
 ) -> StepInput:
-    """Split one `forward` call into segments (see the module docstring for every rule)."""
+    """Split one `forward` call into segments (see the module docstring for every rule).
+
+    `async_chunk`: the pipeline streams chunks (a segment without producer payload is a placeholder);
+    False: each request's tokens are its whole input (code2wav alone, or a pipeline's sync path).
+    """
     ids = input_ids if isinstance(input_ids, torch.Tensor) else torch.empty(0, dtype=torch.long)
     device = ids.device
     counts = split_counts(int(ids.numel()), kwargs.get("seq_token_counts"))
@@ -280,11 +372,16 @@ def parse_step(
             f"runtime_additional_information has {len(infos)} entries but the step has {len(counts)} segments "
             f"(seq_token_counts {counts})"
         )
+    try:
+        _check_integer_dtype(_tensor_kind(ids), ids.dtype, "input_ids")
+        ids_error = None
+    except ValueError as exc:
+        ids_error = str(exc)  # only an error for segments whose tokens come from input_ids
     flat = ids.reshape(-1).tolist()  # one host copy of the step's token ids
     segments, start = [], 0
     for i, (count, info) in enumerate(zip(counts, infos, strict=True)):
         key = str(request_ids[i]) if request_ids is not None else None
-        segments.append(_parse_segment(i, key, flat[start : start + count], info, family))
+        segments.append(_parse_segment(i, key, flat[start : start + count], ids_error, info, family, async_chunk))
         start += count
     return StepInput(segments, False, device)
 
@@ -311,7 +408,7 @@ def build_output(results: Sequence[SegmentResult], device: torch.device) -> Any:
 __all__ = [
     "OUTPUT_SAMPLE_RATE",
     "PRODUCER_META_KEYS",
-    "RUNNER_STAMPED_KEYS",
+    "REQUEST_VOICE_KEYS",
     "ChunkMeta",
     "Segment",
     "SegmentKind",
@@ -322,6 +419,7 @@ __all__ = [
     "codes_value",
     "meta_value",
     "parse_step",
+    "request_voice",
     "scalar",
     "split_counts",
 ]

@@ -3,14 +3,18 @@
 
 CosyVoice3's flow needs three things of a reference voice: its speech tokens, its mel and its CAM++
 embedding (`cosyvoice3.prompt`). A segment names them one of two ways (`meta.*` / `codes.*` /
-`embed.*` nested or flattened as `embed.<key>`, values possibly wrapped in a one-element list):
+`embed.*` nested or flattened as `embed.<key>`, or top-level in a request without a producer:
+`ref_audio` + `ref_audio_sr` / `prompt_wav` and `speech_token`; values possibly wrapped in a
+one-element list):
 
 | segment carries                                  | voice                                          |
 |--------------------------------------------------|------------------------------------------------|
 | `embed.speech_token` + `embed.speech_feat` +     | the talker's conditioning, used as sent        |
 | `embed.embedding` (+ `embed.speech_token_len`)   | (vLLM-Omni 0.30's talker: with the 1st chunk)  |
 | reference audio (`codes.ref` + `meta.ref_audio_sr`, | the stage computes the embedding (device    |
-| or `meta.prompt_wav`) + `embed.speech_token`     | path) and the mel from the audio               |
+| or `ref_audio` + `ref_audio_sr`, or `prompt_wav`) | path) and the mel from the audio              |
+| + `embed.speech_token` (or top-level             |                                                |
+| `speech_token`)                                  |                                                |
 | neither                                          | None: the stream's voice, or the default       |
 
 Anything else is an error naming what is missing (reference audio without its tokens: the speech
@@ -33,8 +37,8 @@ from vllm_omni_token2wav.model_executor.models.cosyvoice3.prompt import (
     prompt_from_conditioning,
     token_ids,
 )
-from vllm_omni_token2wav.model_executor.models.token2wav_stage.contract import codes_value, meta_value, scalar
-from vllm_omni_token2wav.model_executor.models.token2wav_stage.voice import VoiceRequest, requested_voice
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.contract import request_voice
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.voice import VoiceRequest
 
 
 @dataclass(frozen=True)
@@ -45,22 +49,26 @@ class ReferenceVoice:
     tokens: torch.Tensor
 
 
-def embed_value(info: Mapping[str, Any], key: str) -> Any:
-    """`embed.<key>` whether nested (`info["embed"][key]`) or flattened (`info["embed.<key>"]`)."""
+def embed_value(info: Mapping[str, Any], key: str, *, top_level: bool = False) -> Any:
+    """`embed.<key>` whether nested (`info["embed"][key]`) or flattened (`info["embed.<key>"]`).
+
+    `top_level`: also `info[key]` (a request without a producer sends `speech_token` there).
+    """
     embed = info.get("embed")
     if isinstance(embed, Mapping) and embed.get(key) is not None:
         return embed[key]
-    return info.get(f"embed.{key}")
+    flat = info.get(f"embed.{key}")
+    if flat is None and top_level:
+        return info.get(key)
+    return flat
 
 
 def read_voice(info: Mapping[str, Any]) -> VoiceRequest | None:
     """The voice a CosyVoice3 segment names (see the module table); ValueError for incomplete ones."""
-    token = per_request(embed_value(info, "speech_token"))
+    token = per_request(embed_value(info, "speech_token", top_level=True))
     feat = embed_value(info, "speech_feat")
     embedding = embed_value(info, "embedding")
-    audio = requested_voice(
-        codes_value(info, "ref"), scalar(meta_value(info, "ref_audio_sr")), scalar(meta_value(info, "prompt_wav"))
-    )
+    audio = request_voice(info)
     if feat is not None or embedding is not None:
         if audio is not None:
             raise ValueError(

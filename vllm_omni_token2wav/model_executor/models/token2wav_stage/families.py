@@ -9,9 +9,9 @@ machine and the planner are written once; a `FamilySpec` carries the differences
 |-----------------------------|-------------------------------------|---------------------------------------------|
 | last-chunk marker in `meta` | `last_chunk` (bool)                 | `left_context_size` (1 = last, 0 = not)     |
 | payload without stream meta | a one-chunk stream (MiniCPM-o       | a whole utterance (bidirectional flow),     |
-|                             | streams every reply)                | upstream's sync path                        |
-| no producer payload at all  | placeholder (empty output)          | whole utterance of `input_ids`, unless      |
-|                             |                                     | they are empty or all zero (placeholder)    |
+| (and, in a sync deployment, | streams every reply)                | upstream's sync path                        |
+| no payload: the request's   |                                     |                                             |
+| tokens are its whole input) |                                     |                                             |
 | prompt lookahead at set-up  | 3 silence tokens (4218)             | the prompt's first 3 tokens                 |
 | conformer cache trimming    | prompt + 100 frames                 | none (streams end at ~94 s, clear error)    |
 | default voice file          | `HT_ref_audio.wav`                  | `default_female.wav`, or the file named by  |
@@ -19,6 +19,12 @@ machine and the planner are written once; a `FamilySpec` carries the differences
 
 (MiniCPM-o's producer also sends `left_context_size`, meaning the number of context tokens it
 prepended; only Step-Audio2's uses it as the last-chunk marker, hence a per-family key.)
+
+What a segment without producer payload is does not depend on the family but on the deployment
+(`StageOptions.async_chunk`, vLLM-Omni's `model_config.async_chunk`; `contract.py`): in an async-chunk
+pipeline it is the engine's pre-warm placeholder (empty output, every family); in a sync deployment
+(code2wav alone, a pipeline's sync path) its tokens are the whole request, served as the row above
+says, unless they are empty or all zero (a placeholder).
 
 CosyVoice3 (`COSYVOICE3`, vLLM-Omni 0.30's talker -> code2wav; its own flow and vocoder, see
 `cosyvoice3_backend.py`): last chunk `stream_finished`; every chunk carries the whole token prefix
@@ -63,8 +69,6 @@ class FamilySpec:
     last_chunk_key: str
     #: A segment with a payload but no stream meta is a whole utterance (True) or a one-chunk stream.
     whole_without_stream_meta: bool
-    #: A segment without any producer payload is a whole utterance of its `input_ids` (sync mode).
-    tokens_without_payload: bool
     lookahead: Lookahead
     conformer_trim: ConformerTrim
     default_voice_names: tuple[str, ...]
@@ -92,7 +96,6 @@ MINICPMO_4_5 = FamilySpec(
     name="minicpmo_4_5",
     last_chunk_key="last_chunk",
     whole_without_stream_meta=False,
-    tokens_without_payload=False,
     lookahead=Lookahead.SILENCE,
     conformer_trim=ConformerTrim.PROMPT_PLUS_TAIL,
     default_voice_names=("HT_ref_audio.wav",),
@@ -102,7 +105,6 @@ STEP_AUDIO2 = FamilySpec(
     name="step_audio2",
     last_chunk_key="left_context_size",
     whole_without_stream_meta=True,
-    tokens_without_payload=True,
     lookahead=Lookahead.PROMPT_HEAD,
     conformer_trim=ConformerTrim.NONE,
     default_voice_names=("default_female.wav",),
@@ -120,7 +122,6 @@ COSYVOICE3 = FamilySpec(
     name="cosyvoice3",
     last_chunk_key="stream_finished",
     whole_without_stream_meta=True,
-    tokens_without_payload=False,
     # Not used: CosyVoice3's flow has neither a conformer nor a prompt lookahead at set-up.
     lookahead=Lookahead.PROMPT_HEAD,
     conformer_trim=ConformerTrim.NONE,

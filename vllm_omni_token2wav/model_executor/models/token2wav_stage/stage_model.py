@@ -217,7 +217,9 @@ class Token2WavStageModel(nn.Module):
     ) -> Any:
         """One scheduler step: the new audio of every segment (see `contract.py` for the input rules)."""
         del positions, intermediate_tensors, inputs_embeds
-        step = parse_step(input_ids, runtime_additional_information, kwargs, self.family)
+        step = parse_step(
+            input_ids, runtime_additional_information, kwargs, self.family, async_chunk=self.options.async_chunk
+        )
         if step.profiling or all(s.kind is SegmentKind.PLACEHOLDER for s in step.segments):
             return build_output([SegmentResult(error=s.error) for s in step.segments], step.device)
         self._ensure_loaded()

@@ -2,7 +2,8 @@
 """Which voice a request asks for, and the reference audio normalised the way MiniCPM-o does it.
 
 A request's voice comes with its first chunk: reference audio as an array (`codes.ref` with
-`meta.ref_audio_sr`, MiniCPM-o's producer), or a file path / encoded bytes (`meta.prompt_wav`);
+`meta.ref_audio_sr`, MiniCPM-o's producer; `ref_audio` with `ref_audio_sr` top-level in a request
+without a producer), or a file path / encoded bytes (`meta.prompt_wav`, or top-level `prompt_wav`);
 without either it is the stage's default voice. Every voice, the default one included, is
 normalised like MiniCPM-o's code2wav: resampled to 24 kHz mono and cut or zero-padded to a fixed
 length (default 6 s). MiniCPM-o's reason holds for every family: the prompt length is the origin of
@@ -82,22 +83,51 @@ def _array_key(array: np.ndarray | torch.Tensor, rate: int) -> str:
     return "ref:" + h.hexdigest()
 
 
-def requested_voice(ref: Any, ref_sr: Any, prompt_wav: Any) -> VoiceRequest | None:
-    """The voice named by a segment's `codes.ref` + `meta.ref_audio_sr` or `meta.prompt_wav`; None if neither.
+def unwrap_waveform(value: Any) -> Any:
+    """A waveform the engine may have wrapped in a one-element list (`[tensor]`, `[[0.1, ...]]`), unwrapped.
 
-    Raises ValueError for a reference array without a usable sample rate or of an unusable type.
+    A list of numbers is the waveform itself (the engine carries a serialized list of floats as a list).
+    """
+    while (
+        isinstance(value, list | tuple)
+        and len(value) == 1
+        and isinstance(value[0], list | tuple | np.ndarray | torch.Tensor)
+    ):
+        value = value[0]
+    return value
+
+
+def requested_voice(
+    ref: Any,
+    ref_sr: Any,
+    prompt_wav: Any,
+    *,
+    ref_key: str = "codes.ref",
+    rate_key: str = "meta.ref_audio_sr",
+    path_key: str = "meta.prompt_wav",
+) -> VoiceRequest | None:
+    """The voice named by a reference waveform `ref` + its rate `ref_sr`, or `prompt_wav`; None if neither.
+
+    `*_key` name the fields in messages (a producer's `codes.ref` / `meta.*`, or a request's top-level
+    `ref_audio` / `ref_audio_sr`). Raises ValueError for a reference array without a usable sample
+    rate or of an unusable type.
     """
     if ref is not None:
+        ref = unwrap_waveform(ref)
         if isinstance(ref, list | tuple):
-            ref = np.asarray(ref, dtype=np.float32)
+            try:
+                ref = np.asarray(ref, dtype=np.float32)
+            except (TypeError, ValueError) as exc:
+                raise ValueError(f"{ref_key} must be a list of float samples (mono waveform): {exc}") from exc
         if not isinstance(ref, np.ndarray | torch.Tensor):
-            raise ValueError(f"codes.ref must be a waveform array or tensor, got {type(ref).__name__}")
+            hint = f"; pass a file path as {path_key.rsplit('.', 1)[-1]}" if isinstance(ref, str | os.PathLike) else ""
+            raise ValueError(f"{ref_key} must be a waveform array or tensor, got {type(ref).__name__}{hint}")
         try:
             rate = int(ref_sr)
         except (TypeError, ValueError):
             rate = 0
         if rate <= 0:
-            raise ValueError(f"codes.ref carries reference audio but meta.ref_audio_sr is {ref_sr!r}; send its rate")
+            raise ValueError(f"{ref_key} carries reference audio but {rate_key} is {ref_sr!r}; send its rate")
         array = ref.detach().cpu().float().reshape(-1).numpy() if isinstance(ref, torch.Tensor) else ref.reshape(-1)
         label = f"reference audio ({array.shape[0]} samples at {rate} Hz)"
         return VoiceRequest(key=_array_key(array, rate), label=label, source=(array, rate))
@@ -114,7 +144,7 @@ def requested_voice(ref: Any, ref_sr: Any, prompt_wav: Any) -> VoiceRequest | No
         except OSError:
             key = f"path:{path}"  # loading it names the problem
         return VoiceRequest(key=key, label=f"prompt_wav {path}", source=str(path))
-    raise ValueError(f"meta.prompt_wav must be a path or encoded audio bytes, got {type(prompt_wav).__name__}")
+    raise ValueError(f"{path_key} must be a path or encoded audio bytes, got {type(prompt_wav).__name__}")
 
 
 __all__ = [
@@ -126,4 +156,5 @@ __all__ = [
     "check_reference_seconds",
     "normalize_reference",
     "requested_voice",
+    "unwrap_waveform",
 ]
