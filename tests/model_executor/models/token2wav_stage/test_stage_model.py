@@ -273,6 +273,37 @@ def test_abandoned_streams_are_evicted_and_a_late_chunk_says_so(
     assert error is not None and "arrived after its stream was evicted (idle 31 s > 30 s)" in error
 
 
+def test_idle_streams_are_swept_on_every_call_also_empty_profiling_and_placeholder_only_ones(
+    model_dir: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stage = MiniCPMO45Code2Wav(model=str(model_dir), idle_timeout_s=30.0, async_chunk=True, **FAST_OPTIONS)
+    now = [0.0]
+    monkeypatch.setattr(stage.streams, "_clock", lambda: now[0])
+    no_work = {
+        "an empty step": dict(runtime_additional_information=[], seq_token_counts=[], request_ids=[]),
+        "a profiling pass": dict(runtime_additional_information=None, seq_token_counts=[1]),
+        "a placeholder-only step": dict(
+            runtime_additional_information=[{"global_request_id": ["p"], "generated_len": 0}],
+            seq_token_counts=[1],
+            request_ids=["p"],
+        ),
+    }
+    for what, kwargs in no_work.items():
+        rid = what.split()[-2]
+        input_ids, first = forward_inputs(
+            all_chunks(ProducerStream(rid, list(range(600, 660)), stage.family))[:1], stage.family
+        )
+        stage(input_ids, None, **first)
+        assert stage.live_streams == 1, what
+        now[0] += 31  # the request vanished: no last chunk, no finish notice
+        ids = torch.zeros(sum(kwargs["seq_token_counts"]), dtype=torch.int32)
+        with caplog.at_level(logging.WARNING):
+            out = stage(ids, None, **kwargs)
+        assert all(a.numel() == 0 for a in out.multimodal_outputs["model_outputs"]), what
+        assert stage.live_streams == 0, what
+        assert f"stream of request {rid} was evicted (idle 31 s > 30 s)" in caplog.text, what
+
+
 def test_streams_hold_their_own_caches_and_share_their_voice_setup(model_dir: Path) -> None:
     stage = MiniCPMO45Code2Wav(model=str(model_dir), **FAST_OPTIONS)
     chunks = [all_chunks(ProducerStream(rid, list(range(500, 600)), stage.family)) for rid in ("a", "b")]

@@ -2,19 +2,19 @@
 """One scheduler step of the Token2Wav stage: admit every segment, plan the launches, run them, commit.
 
 `Token2WavEngine.step(segments)` is what a stage model's `forward` does after the adapter
-(`contract.py`) has read the step, and it is family-agnostic: models are behind a
+(`contract.py`) has read the step (and after the idle-stream sweep, which `forward` runs on every
+call, work or not), and it is family-agnostic: models are behind a
 `Token2WavBackend`, stream rules in `state.py`, launch grouping in `planner.py`.
 
-1. Sweep: evict streams idle past the timeout (`store.py`).
-2. Admit each segment in input order, against the stream state found at the START of the step
+1. Admit each segment in input order, against the stream state found at the START of the step
    (`state.admit`), with its voice prepared and its chunk shape checked by the backend. A second
    segment of the same request in one step is rejected. Anything wrong becomes that segment's
    error message (request id, expected vs got); nothing has run yet.
-3. Plan (`plan_step`) and run the flow launches, then the vocoder launches of the rows whose flow
+2. Plan (`plan_step`) and run the flow launches, then the vocoder launches of the rows whose flow
    succeeded. A launch that raises is re-run row by row: only rows that fail alone get an error.
    Whole utterances run one by one (each is one bidirectional flow call); 0-token last chunks
    release the held-back tail; 0-token non-final chunks (segment boundaries) just advance.
-4. Commit: every segment that succeeded replaces its stream state (or ends it at its last chunk);
+3. Commit: every segment that succeeded replaces its stream state (or ends it at its last chunk);
    a failed segment leaves its stream as it was. Results come back in input order.
 
 Noise: a stream's NSF generator is seeded from `meta.seed` or, by default, from
@@ -136,7 +136,6 @@ class Token2WavEngine:
     # ---- the step ---------------------------------------------------------------------------
 
     def step(self, segments: Sequence[Segment]) -> list[SegmentResult]:
-        self.store.sweep()
         results: list[SegmentResult | None] = [None] * len(segments)
         items: list[_Item] = []
         seen: dict[str, int] = {}

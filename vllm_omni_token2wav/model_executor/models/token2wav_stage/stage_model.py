@@ -14,7 +14,9 @@
    real step builds them;
 3. calls `forward(input_ids, positions, intermediate_tensors, inputs_embeds,
    runtime_additional_information=[...], seq_token_counts=[...], request_ids=[...])` once per
-   scheduler step: `contract.parse_step` -> `Token2WavEngine.step` -> `contract.build_output`;
+   scheduler step: the idle-stream sweep (`store.StreamStore.sweep`, on every call: profiling and
+   placeholder-only steps return before the engine runs, and abandoned streams must not wait for
+   real work to be freed) -> `contract.parse_step` -> `Token2WavEngine.step` -> `contract.build_output`;
 4. calls `on_requests_finished(ids)` to free streams.
 
 Class flags the runner reads, the same for both families (the engine routes state by request id,
@@ -217,6 +219,7 @@ class Token2WavStageModel(nn.Module):
     ) -> Any:
         """One scheduler step: the new audio of every segment (see `contract.py` for the input rules)."""
         del positions, intermediate_tensors, inputs_embeds
+        self.streams.sweep()  # every call, also profiling and placeholder-only ones: abandoned streams go now
         step = parse_step(
             input_ids, runtime_additional_information, kwargs, self.family, async_chunk=self.options.async_chunk
         )

@@ -103,7 +103,7 @@ class StreamStore:
         return evicted
 
     def sweep(self) -> list[Eviction]:
-        """Evict streams idle for longer than the timeout (called at the start of every step)."""
+        """Evict streams idle for longer than the timeout (the stage model calls it on every `forward`)."""
         now = self._clock()
         with self._lock:
             stale = [
