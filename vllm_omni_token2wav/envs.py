@@ -1,19 +1,26 @@
 # SPDX-License-Identifier: Apache-2.0
 """Environment variables read by vllm_omni_token2wav, in one place (like vLLM's `vllm.envs`).
 
-| variable                                | meaning                                            | default              |
-|-----------------------------------------|----------------------------------------------------|----------------------|
-| `VLLM_OMNI_TOKEN2WAV_PLATFORM`          | force the platform: auto, cpu, cuda, npu           | auto                 |
-| `VLLM_OMNI_TOKEN2WAV_LOGGING_LEVEL`     | level of the `vllm_omni_token2wav` loggers         | INFO                 |
-| `VLLM_OMNI_TOKEN2WAV_CACHE_DIR`         | generated stand-in assets, TensorRT engines, file  | `$XDG_CACHE_HOME/`   |
-|                                         | caches                                             | `vllm_omni_token2wav`|
-| `VLLM_OMNI_TOKEN2WAV_*_BUCKETS`         | padded shape sets (`model_executor/buckets.py`)    | per set              |
-| `VLLM_OMNI_TOKEN2WAV_DEVICE_GRAPHS`     | capture/replay device graphs                       | 1                    |
-|                                         | (`platforms/device_graphs`): 1/true/on, or         |                      |
-|                                         | 0/false/off for eager everywhere                   |                      |
-| `VLLM_OMNI_TOKEN2WAV_DEVICE_GRAPHS_MAX` | graphs one capture helper keeps (LRU beyond it)    | 64                   |
-| `STEP_AUDIO2_DEFAULT_PROMPT_WAV`        | Step-Audio2 stage's default voice file (upstream's | model folder's       |
-|                                         | name; `models/token2wav_stage/families.py`)        | `default_female.wav` |
+| variable                                | meaning                                          | default               |
+|-----------------------------------------|--------------------------------------------------|-----------------------|
+| `VLLM_OMNI_TOKEN2WAV_PLATFORM`          | force the platform: auto, cpu, cuda, npu         | auto                  |
+| `VLLM_OMNI_TOKEN2WAV_LOGGING_LEVEL`     | level of the `vllm_omni_token2wav` loggers       | INFO                  |
+| `VLLM_OMNI_TOKEN2WAV_CACHE_DIR`         | generated stand-in assets, TensorRT engines,     | `$XDG_CACHE_HOME/`    |
+|                                         | file caches                                      | `vllm_omni_token2wav` |
+| `VLLM_OMNI_TOKEN2WAV_*_BUCKETS`         | padded shape sets (see                           | per set               |
+|                                         | `model_executor/buckets.py`)                     |                       |
+| `VLLM_OMNI_TOKEN2WAV_DEVICE_GRAPHS`     | capture/replay device graphs                     | 1                     |
+|                                         | (`platforms/device_graphs`): 1/true/on, or       |                       |
+|                                         | 0/false/off for eager everywhere                 |                       |
+| `VLLM_OMNI_TOKEN2WAV_DEVICE_GRAPHS_MAX` | graphs one capture helper keeps (LRU beyond it)  | 64                    |
+| `VLLM_OMNI_TOKEN2WAV_STAGE_STATS`       | a JSON file the Token2Wav stage model rewrites   | unset: no counters    |
+|                                         | after every forward call with its cumulative     |                       |
+|                                         | counters (engine tests read the worker's         |                       |
+|                                         | batching and errors there; `stats.py` of         |                       |
+|                                         | `model_executor/models/token2wav_stage/`)        |                       |
+| `STEP_AUDIO2_DEFAULT_PROMPT_WAV`        | Step-Audio2 stage's default voice file           | model folder's        |
+|                                         | (upstream's name; `families.py` of               | `default_female.wav`  |
+|                                         | `model_executor/models/token2wav_stage/`)        |                       |
 
 Values are read on every call (not frozen at import) so tests and long-lived processes see changes.
 """
@@ -25,6 +32,7 @@ from pathlib import Path
 
 DEVICE_GRAPHS_ENV = "VLLM_OMNI_TOKEN2WAV_DEVICE_GRAPHS"
 DEVICE_GRAPHS_MAX_ENV = "VLLM_OMNI_TOKEN2WAV_DEVICE_GRAPHS_MAX"
+STAGE_STATS_ENV = "VLLM_OMNI_TOKEN2WAV_STAGE_STATS"
 DEFAULT_DEVICE_GRAPHS_MAX = 64
 _TRUE = ("1", "true", "on", "yes")
 _FALSE = ("0", "false", "off", "no")
@@ -65,3 +73,8 @@ def device_graphs_max() -> int:
     if value < 1:
         raise ValueError(f"{DEVICE_GRAPHS_MAX_ENV}={text!r}: expected a positive integer (graphs per helper)")
     return value
+
+
+def stage_stats_path() -> str | None:
+    """`VLLM_OMNI_TOKEN2WAV_STAGE_STATS`: where the stage model writes its counters; None when unset or empty."""
+    return os.environ.get(STAGE_STATS_ENV) or None

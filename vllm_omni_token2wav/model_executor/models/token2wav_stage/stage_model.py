@@ -19,6 +19,9 @@
    real work to be freed) -> `contract.parse_step` -> `Token2WavEngine.step` -> `contract.build_output`;
 4. calls `on_requests_finished(ids)` to free streams.
 
+With `VLLM_OMNI_TOKEN2WAV_STAGE_STATS=<path>` the model writes its cumulative counters there after
+every `forward` and `on_requests_finished` (`stats.py`; engine tests read the worker through it).
+
 Class flags the runner reads, the same for both families (the engine routes state by request id,
 so both need what vLLM-Omni 0.30 sets only for MiniCPM-o): `have_multimodal_outputs` (audio is in
 `multimodal_outputs`), `enable_update_additional_information` (pass the producer's dicts every step),
@@ -62,6 +65,7 @@ from vllm_omni_token2wav.model_executor.models.token2wav_stage.families import (
     resolve_token2wav_dir,
 )
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.options import StageOptions, stage_options
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.stats import StatsWriter
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.store import StreamStore
 
 logger = init_logger(__name__)
@@ -106,6 +110,7 @@ class Token2WavStageModel(nn.Module):
             logger.info("%s: NPU platform, speaker embedding on the device (%s)", type(self).__name__, name)
         self.backend = self._build_backend(opts)
         self.streams = StreamStore(max_streams=opts.stream_limit, idle_timeout_s=opts.idle_timeout_s)
+        self._stats = StatsWriter(self.family.name)
         self.engine = Token2WavEngine(
             self.backend,
             self.streams,
@@ -219,18 +224,34 @@ class Token2WavStageModel(nn.Module):
     ) -> Any:
         """One scheduler step: the new audio of every segment (see `contract.py` for the input rules)."""
         del positions, intermediate_tensors, inputs_embeds
-        self.streams.sweep()  # every call, also profiling and placeholder-only ones: abandoned streams go now
-        step = parse_step(
-            input_ids, runtime_additional_information, kwargs, self.family, async_chunk=self.options.async_chunk
-        )
-        if step.profiling or all(s.kind is SegmentKind.PLACEHOLDER for s in step.segments):
-            return build_output([SegmentResult(error=s.error) for s in step.segments], step.device)
-        self._ensure_loaded()
-        return build_output(self.engine.step(step.segments), step.device)
+        stats = self._stats.target()  # None unless VLLM_OMNI_TOKEN2WAV_STAGE_STATS is set (stats.py)
+        try:
+            self.streams.sweep()  # every call, also profiling and placeholder-only ones: abandoned streams go now
+            step = parse_step(
+                input_ids, runtime_additional_information, kwargs, self.family, async_chunk=self.options.async_chunk
+            )
+            if step.profiling or all(s.kind is SegmentKind.PLACEHOLDER for s in step.segments):
+                results = [SegmentResult(error=s.error) for s in step.segments]
+            else:
+                self._ensure_loaded()
+                results = self.engine.step(step.segments)
+        except Exception as exc:
+            if stats is not None:
+                stats.record_failure(f"{type(exc).__name__}: {exc}", live_streams=len(self.streams))
+                self._stats.write()
+            raise
+        if stats is not None:
+            stats.record_step(step.segments, results, profiling=step.profiling, live_streams=len(self.streams))
+            self._stats.write()
+        return build_output(results, step.device)
 
     def on_requests_finished(self, finished_req_ids: Iterable[str]) -> None:
         """Free the streams of finished requests (their state, their ended-stream records)."""
-        self.engine.finish([str(r) for r in finished_req_ids])
+        freed = self.engine.finish([str(r) for r in finished_req_ids])
+        stats = self._stats.target()
+        if stats is not None:
+            stats.record_finished(freed, live_streams=len(self.streams))
+            self._stats.write()
 
     def embed_input_ids(self, input_ids: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
         """Codec ids are not embedded by the runner; a `[num_tokens, 1]` float32 zero tensor keeps its shapes."""

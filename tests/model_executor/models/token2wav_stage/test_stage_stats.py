@@ -1,0 +1,140 @@
+# SPDX-License-Identifier: Apache-2.0
+"""`VLLM_OMNI_TOKEN2WAV_STAGE_STATS`: the counters engine tests read from the worker process, and their cost when off.
+
+Expected counters are worked out by hand from the schedule each test drives (which calls carry
+work, how many segments, which fail, which streams end), not read back from the code under test.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from tests.model_executor.models.token2wav_stage.conftest import FAST_OPTIONS
+from vllm_omni_token2wav import envs
+from vllm_omni_token2wav.benchmarks.token2wav_producer import ProducerStream, all_chunks, forward_inputs
+from vllm_omni_token2wav.model_executor.models.minicpmo_4_5.minicpmo_4_5_code2wav import MiniCPMO45Code2Wav
+from vllm_omni_token2wav.model_executor.models.token2wav_stage import stats as stats_module
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.errors import segment_errors
+
+pytestmark = [pytest.mark.core_model, pytest.mark.cpu, pytest.mark.usefixtures("cpu_platform")]
+
+
+def _placeholder(rid: str) -> dict[str, Any]:
+    return {"global_request_id": [rid], "omni_final_stage_id": 0, "generated_len": 0}
+
+
+def _call(stage: MiniCPMO45Code2Wav, items: list[Any]) -> list[str | None]:
+    """One forward call: `items` are producer chunks or request ids (a pre-warm placeholder of that request)."""
+    ids: list[int] = []
+    counts: list[int] = []
+    infos: list[dict[str, Any]] = []
+    rids: list[str] = []
+    for item in items:
+        if isinstance(item, str):
+            ids, counts, infos, rids = [*ids, 0], [*counts, 1], [*infos, _placeholder(item)], [*rids, item]
+            continue
+        chunk_ids, kwargs = forward_inputs([item], stage.family)
+        ids += chunk_ids.tolist()
+        counts += kwargs["seq_token_counts"]
+        infos += kwargs["runtime_additional_information"]
+        rids += kwargs["request_ids"]
+    out = stage(
+        torch.tensor(ids, dtype=torch.int32),
+        None,
+        runtime_additional_information=infos,
+        seq_token_counts=counts,
+        request_ids=rids,
+    )
+    return segment_errors(out.multimodal_outputs)
+
+
+@pytest.fixture
+def stage(model_dir: Path) -> MiniCPMO45Code2Wav:
+    return MiniCPMO45Code2Wav(model=str(model_dir), async_chunk=True, **FAST_OPTIONS)
+
+
+def test_the_stats_file_counts_calls_segments_batching_placeholders_errors_and_streams(
+    stage: MiniCPMO45Code2Wav, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "stats" / "stage.json"
+    monkeypatch.setenv(envs.STAGE_STATS_ENV, str(path))
+    a, b = (all_chunks(ProducerStream(rid, list(range(100, 160)), stage.family)) for rid in "ab")
+    assert len(b) == 3  # 25 + 25 new tokens, then the last 10
+
+    stage(torch.zeros(4, dtype=torch.int32), None, runtime_additional_information=None, seq_token_counts=[4])
+    _call(stage, ["a", "b"])  # pre-warm placeholders of two requests
+    assert _call(stage, [a[0], b[0], "c"]) == [None, None, None]  # two requests batched, one placeholder
+    errors = _call(stage, [a[0]])  # chunk 0 of a again: rejected
+    assert errors[0] is not None and "repeated chunk" in errors[0]
+    _call(stage, [b[1]])
+    _call(stage, [b[2]])  # b's last chunk ends its stream
+    seen = json.loads(path.read_text())
+    assert seen == {
+        "family": "minicpmo_4_5",
+        "pid": os.getpid(),
+        "forward_calls": 6,
+        "steps_with_work": 4,
+        "segments": 2 + 3 + 1 + 1 + 1,
+        "max_segments_per_step": 3,
+        "multi_request_steps": 1,
+        "placeholder_segments": 3,
+        "errors": 1,
+        "live_streams": 1,  # a's stream
+        "streams_finished": 1,
+        "last_error": errors[0],
+    }
+    stage.on_requests_finished(["a", "b"])  # a is live and freed; b ended already
+    seen = json.loads(path.read_text())
+    assert (seen["live_streams"], seen["streams_finished"], seen["forward_calls"]) == (0, 2, 6)
+    assert sorted(p.name for p in path.parent.iterdir()) == ["stage.json"]  # atomic writes leave no temporaries
+
+
+def test_a_forward_call_that_raises_is_counted_with_its_error(
+    stage: MiniCPMO45Code2Wav, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "stage.json"
+    monkeypatch.setenv(envs.STAGE_STATS_ENV, str(path))
+    with pytest.raises(ValueError, match="seq_token_counts"):
+        stage(torch.zeros(3, dtype=torch.int32), None, runtime_additional_information=[{}], seq_token_counts=[2])
+    seen = json.loads(path.read_text())
+    assert seen["forward_calls"] == 1 and seen["segments"] == 0
+    assert seen["last_error"].startswith("ValueError: seq_token_counts [2] must be >= 0 and sum to the 3 input ids")
+
+
+def test_without_the_variable_a_call_costs_one_environment_lookup_and_keeps_no_counters(
+    stage: MiniCPMO45Code2Wav, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(envs.STAGE_STATS_ENV, raising=False)
+    lookups = []
+    real = envs.stage_stats_path
+    monkeypatch.setattr(envs, "stage_stats_path", lambda: lookups.append(1) or real())
+
+    def no_write(*_: Any, **__: Any) -> None:
+        raise AssertionError("no stats file may be written while the variable is unset")
+
+    monkeypatch.setattr(stats_module, "write_json_atomic", no_write)
+    chunks = all_chunks(ProducerStream("r", list(range(100, 160)), stage.family))
+    _call(stage, ["r"])
+    _call(stage, [chunks[0]])
+    stage.on_requests_finished(["r"])
+    assert len(lookups) == 3 and stage._stats.stats is None
+
+
+def test_an_unwritable_stats_path_is_logged_once_and_never_fails_a_step(
+    stage: MiniCPMO45Code2Wav, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv(envs.STAGE_STATS_ENV, str(blocker / "stage.json"))  # its folder is a file
+    with caplog.at_level(logging.WARNING):
+        for _ in range(3):
+            assert _call(stage, ["p"]) == [None]
+    assert caplog.text.count(f"cannot write {envs.STAGE_STATS_ENV}={blocker / 'stage.json'}") == 1
+    assert stage._stats.stats is not None and stage._stats.stats.forward_calls == 3

@@ -1,0 +1,128 @@
+# SPDX-License-Identifier: Apache-2.0
+"""What a stage model has served, as cumulative counters in a JSON file: the engine tests' window into the worker.
+
+Engine tests run the stage inside vLLM-Omni's worker process, which the test cannot read. With
+`VLLM_OMNI_TOKEN2WAV_STAGE_STATS=<path>` set (`envs.py`) the stage model writes its `StageStats`
+to `<path>` after every `forward` call and every `on_requests_finished`, atomically
+(`atomic_io.write_json_atomic`: a reader sees the previous file or the new one, never half of one).
+Unset, a call costs one environment lookup and no counter is kept.
+
+| field                   | meaning (cumulative since the first call with the variable set)                   |
+|-------------------------|-----------------------------------------------------------------------------------|
+| `pid`                   | the worker process                                                                |
+| `family`                | the stage's family (`minicpmo_4_5`, `step_audio2`, `cosyvoice3`)                  |
+| `forward_calls`         | every `forward` call, profiling passes included                                   |
+| `steps_with_work`       | calls with at least one segment carrying work (a chunk or a whole utterance)      |
+| `segments`              | segments of non-profiling calls, of every kind                                    |
+| `max_segments_per_step` | the most segments one non-profiling call held                                     |
+| `multi_request_steps`   | calls with two or more segments carrying work (requests batched in one step)      |
+| `placeholder_segments`  | segments without work and without error (pre-warm / sync placeholders)            |
+| `errors`                | segments answered with an error (unreadable input or a failed launch)             |
+| `live_streams`          | streams alive after the call                                                      |
+| `streams_finished`      | streams ended by their last chunk, plus live streams freed by `on_requests_finished` |
+| `last_error`            | the latest segment error message, or `<Exception>: <text>` of a call that raised  |
+
+One file per stage model instance is the intended use; two stage models given the same path overwrite
+each other's counters.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+
+from vllm_omni_token2wav import envs
+from vllm_omni_token2wav.atomic_io import write_json_atomic
+from vllm_omni_token2wav.logger import init_logger
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.contract import Segment, SegmentKind, SegmentResult
+
+logger = init_logger(__name__)
+
+
+@dataclass
+class StageStats:
+    """The counters of the module table (mutable: one instance per stage model, updated in place)."""
+
+    family: str
+    pid: int = field(default_factory=os.getpid)
+    forward_calls: int = 0
+    steps_with_work: int = 0
+    segments: int = 0
+    max_segments_per_step: int = 0
+    multi_request_steps: int = 0
+    placeholder_segments: int = 0
+    errors: int = 0
+    live_streams: int = 0
+    streams_finished: int = 0
+    last_error: str | None = None
+
+    def record_step(
+        self,
+        segments: Sequence[Segment],
+        results: Sequence[SegmentResult],
+        *,
+        profiling: bool,
+        live_streams: int,
+    ) -> None:
+        """Count one `forward` call: its segments (as parsed) and what each produced."""
+        self.forward_calls += 1
+        self.live_streams = live_streams
+        if profiling:
+            return
+        self.segments += len(segments)
+        self.max_segments_per_step = max(self.max_segments_per_step, len(segments))
+        work = sum(1 for s in segments if s.kind is not SegmentKind.PLACEHOLDER)
+        self.steps_with_work += work >= 1
+        self.multi_request_steps += work >= 2
+        for seg, result in zip(segments, results, strict=True):
+            if result.error is not None:
+                self.errors += 1
+                self.last_error = result.error
+            elif seg.kind is SegmentKind.PLACEHOLDER:
+                self.placeholder_segments += 1
+            elif seg.kind is SegmentKind.CHUNK and seg.chunk is not None and seg.chunk.last:
+                self.streams_finished += 1
+
+    def record_failure(self, message: str, *, live_streams: int) -> None:
+        """Count a `forward` call that raised (a step breaking the contract itself, or an engine bug)."""
+        self.forward_calls += 1
+        self.live_streams = live_streams
+        self.last_error = message
+
+    def record_finished(self, freed: int, *, live_streams: int) -> None:
+        """Count the live streams `on_requests_finished` freed."""
+        self.streams_finished += freed
+        self.live_streams = live_streams
+
+
+class StatsWriter:
+    """Keeps a stage model's `StageStats` and writes them where `VLLM_OMNI_TOKEN2WAV_STAGE_STATS` says."""
+
+    def __init__(self, family: str) -> None:
+        self.family = family
+        self.stats: StageStats | None = None
+        self._write_failed = False
+
+    def target(self) -> StageStats | None:
+        """The counters to update, or None when the variable is unset (then nothing is counted)."""
+        if envs.stage_stats_path() is None:
+            return None
+        if self.stats is None:
+            self.stats = StageStats(self.family)
+        return self.stats
+
+    def write(self) -> None:
+        """Write the counters atomically; a failed write is logged once and never fails the step."""
+        path = envs.stage_stats_path()
+        if path is None or self.stats is None:
+            return
+        try:
+            write_json_atomic(path, asdict(self.stats))
+        except OSError as exc:
+            if not self._write_failed:  # once per stage: the same failure would repeat on every call
+                logger.warning("token2wav stage: cannot write %s=%s: %s", envs.STAGE_STATS_ENV, path, exc)
+            self._write_failed = True
+
+
+__all__ = ["StageStats", "StatsWriter"]
