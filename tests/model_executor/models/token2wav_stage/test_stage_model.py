@@ -232,6 +232,43 @@ def test_pre_warm_placeholders_of_an_async_chunk_pipeline_leave_the_request_to_i
     assert warmed.live_streams == fresh.live_streams == 0
 
 
+@pytest.mark.parametrize("stage_cls", STAGES)
+def test_a_forward_call_shaped_as_the_real_engine_makes_it_serves_requests_without_a_producer(
+    stage_cls: type[Token2WavStageModel], model_dir: Path
+) -> None:
+    """Two code2wav-alone requests in one step, every argument as vLLM-Omni 0.30's runner passed it."""
+    rids = ["0_11d4e86b-5b1c-4a55-9a3e-6e0d1f7c2a90", "1_5293c0de-93aa-4f7e-8d0b-2b3c4d5e6f70"]
+    tokens = [list(range(1000, 1040)), list(range(2000, 2060))]
+    infos = [{"foo": [1], "global_request_id": [r], "omni_final_stage_id": 0, "generated_len": 0} for r in rids]
+
+    def call(stage: Token2WavStageModel, which: list[int]) -> dict[str, Any]:
+        counts = [len(tokens[i]) for i in which]
+        spans = [[sum(counts[:k]), sum(counts[: k + 1])] for k in range(len(counts))]
+        step_infos = [dict(infos[i]) for i in which]
+        return stage(
+            input_ids=torch.tensor([t for i in which for t in tokens[i]], dtype=torch.int32),
+            positions=torch.cat([torch.arange(c, dtype=torch.int64) for c in counts]),
+            intermediate_tensors=None,
+            inputs_embeds=None,
+            runtime_additional_information=step_infos,
+            model_intermediate_buffer=step_infos,
+            seq_token_counts=counts,
+            request_ids=[rids[i] for i in which],
+            request_token_spans=spans,
+            sampling_metadata=None,
+            logits_index=None,
+            sampler=None,
+        ).multimodal_outputs
+
+    batched = stage_cls(vllm_config=_config(model_dir))  # a sync deployment: model_config has no async_chunk
+    out = call(batched, [0, 1])
+    assert segment_errors(out) == [None, None] and all(a.numel() > 0 for a in out["model_outputs"])
+    assert batched.live_streams == 0  # whole utterances, or one-chunk streams that ended
+    for i in (0, 1):  # each request's audio is its audio served alone (batched rows: <= 1e-5, the stage's bound)
+        got, alone = out["model_outputs"][i], call(stage_cls(vllm_config=_config(model_dir)), [i])["model_outputs"][0]
+        assert got.shape == alone.shape and float((got - alone).abs().max()) <= 1e-5
+
+
 def test_on_requests_finished_frees_streams_and_the_last_chunk_ends_them(model_dir: Path) -> None:
     stage = MiniCPMO45Code2Wav(model=str(model_dir), **FAST_OPTIONS)
     chunks = {rid: all_chunks(ProducerStream(rid, list(range(300, 360)), stage.family)) for rid in ("a", "b", "c")}
