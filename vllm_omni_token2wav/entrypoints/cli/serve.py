@@ -8,10 +8,10 @@ plugins, so a pipeline this plugin registers (`pipeline: step_audio2_code2wav`) 
 "not registered to OMNI_PIPELINES". Upstream's own pipelines (MiniCPM-o 4.5, Step-Audio2,
 CosyVoice3) work with plain `vllm-omni serve` too once this package is installed.
 
-Example (a Step-Audio2 code2wav stage alone, codec ids in, 24 kHz audio out):
+Example (a Step-Audio2 code2wav stage alone, codec ids in, 24 kHz audio out; the shipped YAMLs are
+in `vllm_omni_token2wav/deploy/`, `deploy_config(name)` gives a path):
 
-    vllm-omni-token2wav serve /path/to/Step-Audio-2-mini --deploy-config \\
-        $(python -c 'from vllm_omni_token2wav.deploy import deploy_config; print(deploy_config("step_audio2_code2wav"))')
+    vllm-omni-token2wav serve /path/to/Step-Audio-2-mini --deploy-config .../deploy/step_audio2_code2wav.yaml
 """
 
 from __future__ import annotations
