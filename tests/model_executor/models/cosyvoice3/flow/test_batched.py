@@ -24,6 +24,7 @@ from vllm_omni_token2wav.model_executor.models.cosyvoice3.flow import (
     stream_chunk,
     stream_chunks,
 )
+from vllm_omni_token2wav.model_executor.models.cosyvoice3.flow.config import CONV_POS_GROUPS, CONV_POS_KERNEL
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 
@@ -116,3 +117,29 @@ def test_rows_that_cannot_share_a_launch_are_refused_before_anything_runs(cv3_fl
     with pytest.raises(ValueError, match=r"different n_timesteps \[2, 3\]"):
         stream_chunks(cv3_flow, [(state, tokens, False), (other, tokens, False)])
     assert isinstance(state, FlowStreamState) and state.kv.length == state.committed_frames
+
+
+def test_the_conv_position_embedding_runs_in_calls_of_one_shape_whatever_the_rows(
+    cv3_flow: CausalMaskedDiffWithDiT, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Why batched == alone holds on every CPU: oneDNN's grouped Conv1d may round with its input length (it does
+    on AMD EPYC / AVX2, torch 2.13), so the embedding's convolutions must never see a length that depends on
+    the launch. Checked on the calls themselves, so it holds on hosts whose kernels would not show it."""
+    seen: list[tuple[tuple[int, ...], bool]] = []
+    stock = torch.nn.functional.conv1d
+
+    def spy(x: torch.Tensor, weight: torch.Tensor, *args: object) -> torch.Tensor:
+        out = stock(x, weight, *args)
+        if len(args) >= 5 and args[4] == CONV_POS_GROUPS:  # (bias, stride, padding, dilation, groups)
+            seen.append((tuple(x.shape), x.is_contiguous()))
+        return out
+
+    monkeypatch.setattr(torch.nn.functional, "conv1d", spy)
+    prompts = [make_prompt(n, seed=40 + n) for n in (0, 9, 30)]
+    states = [start_stream(cv3_flow, *p, n_timesteps=N_STEPS, run_prompt=i != 1) for i, p in enumerate(prompts)]
+    rows = [(s, make_tokens(n, seed=n), False) for s, n in zip(states, (4, 31, 53), strict=True)]
+    launched = stream_chunks(cv3_flow, rows)
+    stream_chunk(cv3_flow, launched[2][1], make_tokens(11, seed=1), final=True)  # a short last piece alone
+    dim = REDUCED_FLOW_CONFIG.dim
+    want = (2, dim, CONV_POS_KERNEL - 1 + REDUCED_FLOW_CONFIG.static_chunk_size)
+    assert seen and {shape for shape, _ in seen} == {want} and all(contiguous for _, contiguous in seen)

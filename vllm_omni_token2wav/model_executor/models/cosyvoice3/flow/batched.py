@@ -12,8 +12,8 @@ end on one time axis (`cosyvoice2.flow.ragged.RaggedLayout`) and those ops run o
 | time embedding, modulations  | once per Euler step (every row is at the same t)                    |
 | input projection, blocks' per-frame ops, final layer | once over all frames                       |
 | RoPE                         | per frame, at each row's absolute positions                         |
-| conv position embedding      | one convolution over the interleaved `[ctx_i \\| x_i]` (`RaggedConv`), |
-|                              | each row with its own 30 frames of left context                     |
+| conv position embedding      | per row and 50-frame piece, calls of one fixed shape, over each     |
+|                              | row's own `[ctx_i \\| x_i]` (30 frames of left context, `RaggedConv`) |
 | attention                    | per row and 50-frame piece, against the row's own `KVArena`          |
 | pre-lookahead layer (mu)     | per row (its token window; ~1 % of the work)                        |
 | starting noise               | each row's own table, at its absolute frame columns                  |
@@ -24,8 +24,17 @@ outputs are dropped. Rows must be different streams (distinct arenas): two rows 
 state would write the same scratch frames.
 
 Exactness: one row through this kernel performs exactly the operations of a batch-1 chunk. Several
-rows change only the shapes the per-frame GEMMs and the convolution see; how close that stays to a
-row run alone is measured in docs/design/cosyvoice3.md ("Cross-request batching").
+rows change only the shapes the per-frame GEMMs see; how close that stays to a row run alone is
+measured in docs/design/cosyvoice3.md ("Cross-request batching"). The conv position embedding is
+NOT one convolution over the interleaved rows: oneDNN's grouped Conv1d (k 31, 16 groups) rounds with
+the length of its input on some CPUs (AMD EPYC, AVX2, torch 2.13: up to 8.3e-7 per call between a
+row alone and the same row inside a longer sequence; none on the host that first measured this),
+which the 2 x depth x steps convolutions of a chunk and the causal HiFT's phase integral turned into
+1e-4 in a request's audio, and made a prompt run at set-up differ from the same prompt deferred into
+the first chunk. It runs per row in calls of ONE shape: 50 outputs (`static_chunk_size`) from
+30 + 50 inputs, pieces aligned to the row's absolute chunk boundaries (`compute_start` is one), a
+short last piece right-padded with zeros (causal: no kept output reads them). A frame's embedding
+then comes from the same call whatever the launch: alone, batched, or with a deferred prompt.
 """
 
 from __future__ import annotations
@@ -73,6 +82,28 @@ def _offsets(lengths: Sequence[int]) -> list[int]:
         out.append(at)
         at += n
     return out
+
+
+def _piecewise_conv(
+    conv: torch.nn.Conv1d, seq: torch.Tensor, segments: Sequence[tuple[int, int]], context: int, piece: int
+) -> torch.Tensor:
+    """`conv` (kernel `context + 1`, no padding) over every `(start, length)` segment `[ctx | x]` of `seq`
+    `[B, C, L]`, in calls of one fixed shape: each `piece` outputs from `context + piece` inputs (a short
+    last piece right-padded with zeros, which no kept output reads). Outputs end to end, `length - context`
+    per segment. See the module docstring for why.
+    """
+    outs = []
+    for start, length in segments:
+        frames = length - context
+        for a in range(0, frames, piece):
+            m = min(piece, frames - a)
+            window = seq.narrow(2, start + a, context + m)
+            if m < piece:
+                window = F.pad(window, (0, piece - m))
+            outs.append(F.conv1d(window.contiguous(), conv.weight, conv.bias, 1, 0, 1, conv.groups)[:, :, :m])
+    # Always a fresh contiguous tensor: the Mish that follows rounds the last (length mod 16) elements of each
+    # row of a strided view differently from the same values in a contiguous tensor (its vector loop's tail).
+    return torch.cat(outs, dim=2)
 
 
 def run_rows(flow: CausalMaskedDiffWithDiT, rows: Sequence[ChunkRow], *, pad_frames: int = 0) -> list[RowOutput]:
@@ -135,6 +166,9 @@ def run_rows(flow: CausalMaskedDiffWithDiT, rows: Sequence[ChunkRow], *, pad_fra
     # each row's segment in the interleaved [ctx_i | x_i] sequence starts at seg_i; keep the 30 conv inputs
     # before its new committed end (seg_i + commit_i .. + 30, commit_i relative to compute_start)
     segments = _offsets([context + n for n in lengths])
+    # (start, length) of every segment of the interleaved sequence: the rows, then the padding pseudo-row
+    seg_lengths = [context + n for n in lengths] + ([context + pad_frames] if pad_frames else [])
+    conv_segments = list(zip(_offsets(seg_lengths), seg_lengths, strict=True))
     keep = [
         seg + r.plan.commit_end - r.plan.compute_start + j
         for seg, r in zip(segments, rows, strict=True)
@@ -154,10 +188,11 @@ def run_rows(flow: CausalMaskedDiffWithDiT, rows: Sequence[ChunkRow], *, pad_fra
 
         def pos_embed(h: torch.Tensor) -> torch.Tensor:
             h_t = h.transpose(1, 2)
-            y1 = cpe.conv1[1](conv(cpe.conv1[0], h_t, ctx1)[0])
-            y2 = cpe.conv2[1](conv(cpe.conv2[0], y1, ctx2)[0])
-            kept = (conv.interleave(h_t, ctx1), conv.interleave(y1, ctx2))
-            histories.append(torch.stack([seq.index_select(2, keep_index) for seq in kept]))
+            seq1 = conv.interleave(h_t, ctx1)
+            y1 = cpe.conv1[1](_piecewise_conv(cpe.conv1[0], seq1, conv_segments, context, chunk))
+            seq2 = conv.interleave(y1, ctx2)
+            y2 = cpe.conv2[1](_piecewise_conv(cpe.conv2[0], seq2, conv_segments, context, chunk))
+            histories.append(torch.stack([seq.index_select(2, keep_index) for seq in (seq1, seq2)]))
             return y2.transpose(1, 2)
 
         def attend(block: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
