@@ -7,6 +7,7 @@ work, how many segments, which fail, which streams end), not read back from the 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -20,10 +21,19 @@ from tests.model_executor.models.token2wav_stage.conftest import FAST_OPTIONS
 from vllm_omni_token2wav import envs
 from vllm_omni_token2wav.benchmarks.token2wav_producer import ProducerStream, all_chunks, forward_inputs
 from vllm_omni_token2wav.model_executor.models.minicpmo_4_5.minicpmo_4_5_code2wav import MiniCPMO45Code2Wav
+from vllm_omni_token2wav.model_executor.models.step_audio2.step_audio2_token2wav_stage import (
+    StepAudio2Token2WavForConditionalGeneration,
+)
 from vllm_omni_token2wav.model_executor.models.token2wav_stage import stats as stats_module
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.errors import segment_errors
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu, pytest.mark.usefixtures("cpu_platform")]
+
+
+def documented_seed(request_id: str, stage_seed: int = 0, epoch: int = 0) -> int:
+    """The default noise seed as docs/design/token2wav_stage.md states it: sha256(stage seed, request id, epoch)."""
+    digest = hashlib.sha256(f"{stage_seed}:{request_id}:{epoch}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") & (2**63 - 1)
 
 
 def _placeholder(rid: str) -> dict[str, Any]:
@@ -89,11 +99,36 @@ def test_the_stats_file_counts_calls_segments_batching_placeholders_errors_and_s
         "live_streams": 1,  # a's stream
         "streams_finished": 1,
         "last_error": errors[0],
+        "noise_seeds": {"a": documented_seed("a"), "b": documented_seed("b")},
+        # MiniCPM-o chunks: 3 context codes + 25 new, then 3 + the last 10; a's repeated chunk 0 failed
+        "chunks": {"a": [[28, False]], "b": [[28, False], [28, False], [13, True]]},
     }
     stage.on_requests_finished(["a", "b"])  # a is live and freed; b ended already
     seen = json.loads(path.read_text())
     assert (seen["live_streams"], seen["streams_finished"], seen["forward_calls"]) == (0, 2, 6)
     assert sorted(p.name for p in path.parent.iterdir()) == ["stage.json"]  # atomic writes leave no temporaries
+
+
+def test_seeds_and_chunks_name_each_request_by_its_engine_key_and_keep_the_latest_keys(
+    model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A request's own seed is reported as sent; whole utterances are one `[tokens, true]`; old keys age out."""
+    path = tmp_path / "stage.json"
+    monkeypatch.setenv(envs.STAGE_STATS_ENV, str(path))
+    monkeypatch.setattr(stats_module, "KEYS_KEPT", 2)
+    stage = StepAudio2Token2WavForConditionalGeneration(model=str(model_dir), **FAST_OPTIONS)  # sync: whole utterances
+    for key, info in (("r0-x", {"seed": 7}), ("r1-y", {}), ("r2-z", {"seed": 11})):
+        out = stage(
+            torch.tensor([100, 200, 300, 400], dtype=torch.int32),
+            None,
+            runtime_additional_information=[{"global_request_id": [key], "generated_len": 0, **info}],
+            seq_token_counts=[4],
+            request_ids=[key],
+        )
+        assert segment_errors(out.multimodal_outputs) == [None]
+    seen = json.loads(path.read_text())
+    assert seen["noise_seeds"] == {"r1-y": documented_seed("r1-y"), "r2-z": 11}
+    assert seen["chunks"] == {"r1-y": [[4, True]], "r2-z": [[4, True]]}
 
 
 def test_a_forward_call_that_raises_is_counted_with_its_error(

@@ -106,6 +106,9 @@ class Token2WavEngine:
         self._default_voice = default_voice
         self._voices: OrderedDict[str, object] = OrderedDict()
         self.last_plan: StepPlan = StepPlan()
+        #: The noise seed of every stream the last step opened and every whole utterance it ran, by state
+        #: key (what `VLLM_OMNI_TOKEN2WAV_STAGE_STATS` reports, so a test can rebuild a request's noise).
+        self.last_seeds: dict[str, int] = {}
 
     # ---- voices ---------------------------------------------------------------------------
 
@@ -138,6 +141,7 @@ class Token2WavEngine:
     def step(self, segments: Sequence[Segment]) -> list[SegmentResult]:
         results: list[SegmentResult | None] = [None] * len(segments)
         items: list[_Item] = []
+        self.last_seeds = {}
         seen: dict[str, int] = {}
         for seg in segments:
             if seg.error is not None:
@@ -186,6 +190,7 @@ class Token2WavEngine:
             seed = seg.seed if seg.seed is not None else self.noise_seed(seg.request_id, 0)
             if not seg.tokens:
                 raise ChunkRejectedError(f"request {seg.request_id}: a whole utterance without speech tokens")
+            self.last_seeds[seg.key] = seed
             return _Item(seg, "whole", voice_key=voice_key, voice=voice, seed=seed)
         assert seg.chunk is not None
         previous = self.store.get(seg.key)
@@ -194,6 +199,7 @@ class Token2WavEngine:
             voice_key, voice = self.voice(seg.voice)
             seed = seg.seed if seg.seed is not None else self.noise_seed(seg.request_id, adm.epoch)
             caches = self.backend.open_stream(voice, seed)
+            self.last_seeds[seg.key] = seed
         else:
             voice_key, voice, caches = adm.previous.voice_key, adm.previous.voice, adm.previous.caches
         item = _Item(seg, "chunk", adm.epoch, adm.chunk_seq, voice_key, voice, caches, adm.previous)

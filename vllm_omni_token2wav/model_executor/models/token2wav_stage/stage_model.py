@@ -230,7 +230,8 @@ class Token2WavStageModel(nn.Module):
             step = parse_step(
                 input_ids, runtime_additional_information, kwargs, self.family, async_chunk=self.options.async_chunk
             )
-            if step.profiling or all(s.kind is SegmentKind.PLACEHOLDER for s in step.segments):
+            ran = not step.profiling and any(s.kind is not SegmentKind.PLACEHOLDER for s in step.segments)
+            if not ran:
                 results = [SegmentResult(error=s.error) for s in step.segments]
             else:
                 self._ensure_loaded()
@@ -241,7 +242,10 @@ class Token2WavStageModel(nn.Module):
                 self._stats.write()
             raise
         if stats is not None:
-            stats.record_step(step.segments, results, profiling=step.profiling, live_streams=len(self.streams))
+            seeds = self.engine.last_seeds if ran else None
+            stats.record_step(
+                step.segments, results, profiling=step.profiling, live_streams=len(self.streams), seeds=seeds
+            )
             self._stats.write()
         return build_output(results, step.device)
 

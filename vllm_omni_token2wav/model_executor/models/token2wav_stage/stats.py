@@ -21,6 +21,16 @@ Unset, a call costs one environment lookup and no counter is kept.
 | `live_streams`          | streams alive after the call                                                      |
 | `streams_finished`      | streams ended by their last chunk, plus live streams freed by `on_requests_finished` |
 | `last_error`            | the latest segment error message, or `<Exception>: <text>` of a call that raised  |
+| `noise_seeds`           | state key -> the NSF noise seed of the stream the stage opened (or the whole      |
+|                         | utterance it ran) for it: `meta.seed` / `seed`, else derived from the request id  |
+| `chunks`                | state key -> `[tokens, last]` of every segment served for it without error, in    |
+|                         | order (a whole utterance is one `[tokens, true]`)                                 |
+
+`noise_seeds` and `chunks` keep the latest `KEYS_KEPT` keys (oldest dropped first). The state key is
+the engine's request id as the runner passes it (`request_ids`), which carries a suffix the engine
+adds to the caller's id (`r2` -> `r2-a9cf3b8b`): tests map their ids to keys by prefix, rebuild a
+streamed request's noise from its seed (no seed reaches the stage on the streaming path) and compare
+its chunking with their own.
 
 One file per stage model instance is the intended use; two stage models given the same path overwrite
 each other's counters.
@@ -29,7 +39,7 @@ each other's counters.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
 from vllm_omni_token2wav import envs
@@ -38,6 +48,9 @@ from vllm_omni_token2wav.logger import init_logger
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.contract import Segment, SegmentKind, SegmentResult
 
 logger = init_logger(__name__)
+
+#: How many request keys `noise_seeds` and `chunks` keep (a long-lived test server sees many requests).
+KEYS_KEPT = 256
 
 
 @dataclass
@@ -56,6 +69,8 @@ class StageStats:
     live_streams: int = 0
     streams_finished: int = 0
     last_error: str | None = None
+    noise_seeds: dict[str, int] = field(default_factory=dict)
+    chunks: dict[str, list[tuple[int, bool]]] = field(default_factory=dict)
 
     def record_step(
         self,
@@ -64,8 +79,9 @@ class StageStats:
         *,
         profiling: bool,
         live_streams: int,
+        seeds: Mapping[str, int] | None = None,
     ) -> None:
-        """Count one `forward` call: its segments (as parsed) and what each produced."""
+        """Count one `forward` call: its segments (as parsed), what each produced, the seeds of new streams."""
         self.forward_calls += 1
         self.live_streams = live_streams
         if profiling:
@@ -83,6 +99,11 @@ class StageStats:
                 self.placeholder_segments += 1
             elif seg.kind is SegmentKind.CHUNK and seg.chunk is not None and seg.chunk.last:
                 self.streams_finished += 1
+            if result.error is None and seg.kind is not SegmentKind.PLACEHOLDER:
+                last = seg.kind is SegmentKind.WHOLE or (seg.chunk is not None and seg.chunk.last)
+                _keep(self.chunks, seg.key, [*self.chunks.get(seg.key, []), (len(seg.tokens), last)])
+        for key, seed in (seeds or {}).items():
+            _keep(self.noise_seeds, key, seed)
 
     def record_failure(self, message: str, *, live_streams: int) -> None:
         """Count a `forward` call that raised (a step breaking the contract itself, or an engine bug)."""
@@ -94,6 +115,14 @@ class StageStats:
         """Count the live streams `on_requests_finished` freed."""
         self.streams_finished += freed
         self.live_streams = live_streams
+
+
+def _keep(table: dict, key: str, value: object) -> None:
+    """`table[key] = value` as the newest entry, dropping the oldest beyond `KEYS_KEPT`."""
+    table.pop(key, None)
+    table[key] = value
+    while len(table) > KEYS_KEPT:
+        del table[next(iter(table))]
 
 
 class StatsWriter:
@@ -125,4 +154,4 @@ class StatsWriter:
             self._write_failed = True
 
 
-__all__ = ["StageStats", "StatsWriter"]
+__all__ = ["KEYS_KEPT", "StageStats", "StatsWriter"]
