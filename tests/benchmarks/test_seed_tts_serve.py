@@ -230,6 +230,7 @@ def test_failures_are_counted_per_category_and_good_audio_is_saved(
     req = sent["ok the weather is fine"]
     assert req["path"] == "/v1/audio/speech" and req["model"] == "tts-test"
     assert req["stream"] is True and req["response_format"] == "pcm" and req["ref_text"] == "prompt words"
+    assert req["stream_format"] == "audio"  # raw PCM bytes, not SSE events (vLLM-Omni's default for stream=true)
     assert req["ref_audio"].startswith("data:audio/wav;base64,")
     ref_bytes = base64.b64decode(req["ref_audio"].split(",", 1)[1])
     assert ref_bytes == (meta.parent / "prompts" / "ref.wav").read_bytes()

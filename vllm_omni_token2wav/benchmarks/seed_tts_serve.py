@@ -1,9 +1,11 @@
 # SPDX-License-Identifier: Apache-2.0
 """Drive an OpenAI-compatible speech endpoint over a Seed-TTS set, then score what came back.
 
-For every item the driver POSTs `/v1/audio/speech` with `{model, input, stream: true, response_format: "pcm",
-ref_audio: <data URL of the prompt wav>, ref_text}` and reads the streamed body: raw s16le mono PCM
-(24 kHz unless told otherwise). It measures, per request:
+For every item the driver POSTs `/v1/audio/speech` with `{model, input, stream: true, stream_format: "audio",
+response_format: "pcm", ref_audio: <data URL of the prompt wav>, ref_text}` and reads the streamed body: raw
+s16le mono PCM (24 kHz unless told otherwise). `stream_format: "audio"` is OpenAI's field for raw audio
+bytes; vLLM-Omni 0.30 answers `stream: true` without it with `speech.audio.delta` SSE events (which the
+body check counts as `bad_body`). It measures, per request:
 
 - TTFP: seconds from sending the request to the first non-empty body chunk;
 - e2e: seconds to the end of the body; audio RTF = e2e / audio duration (< 1 means faster than real time).
@@ -167,6 +169,7 @@ def request_body(item: SeedTTSItem, cfg: ServeConfig) -> dict[str, Any]:
         "model": cfg.model,
         "input": item.target_text,
         "stream": True,
+        "stream_format": "audio",  # raw bytes: vLLM-Omni 0.30 sends SSE events for stream=true without it
         "response_format": "pcm",
         "ref_audio": data_url(item.prompt_wav),
         "ref_text": item.prompt_text,
