@@ -76,6 +76,11 @@ def test_the_stats_file_counts_calls_segments_batching_placeholders_errors_and_s
     _call(stage, [b[1]])
     _call(stage, [b[2]])  # b's last chunk ends its stream
     seen = json.loads(path.read_text())
+    by_rows = seen.pop("steps_by_rows")
+    assert {k: v["steps"] for k, v in by_rows.items()} == {"1": 3, "2": 1}  # a+b together, a again, b, b
+    assert all(v["seconds"] > 0 for v in by_rows.values())
+    assert seen.pop("work_forward_s") == pytest.approx(sum(v["seconds"] for v in by_rows.values()))
+    assert seen.pop("stats_write_s") > 0  # the five earlier writes (the file lags its own cost by one call)
     assert seen == {
         "family": "minicpmo_4_5",
         "pid": os.getpid(),
@@ -89,6 +94,7 @@ def test_the_stats_file_counts_calls_segments_batching_placeholders_errors_and_s
         "live_streams": 1,  # a's stream
         "streams_finished": 1,
         "last_error": errors[0],
+        "torch_threads": torch.get_num_threads(),
     }
     stage.on_requests_finished(["a", "b"])  # a is live and freed; b ended already
     seen = json.loads(path.read_text())

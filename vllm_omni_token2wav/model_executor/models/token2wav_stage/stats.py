@@ -21,6 +21,15 @@ Unset, a call costs one environment lookup and no counter is kept.
 | `live_streams`          | streams alive after the call                                                      |
 | `streams_finished`      | streams ended by their last chunk, plus live streams freed by `on_requests_finished` |
 | `last_error`            | the latest segment error message, or `<Exception>: <text>` of a call that raised  |
+| `torch_threads`         | `torch.get_num_threads()` in the worker at the latest non-profiling call          |
+| `work_forward_s`        | wall seconds inside `forward` calls that carried work (parse, engine, output)     |
+| `steps_by_rows`         | per number of work segments in a call (`"3"`): `{"steps": n, "seconds": s}`, the  |
+|                         | same wall seconds split by rows (benchmarks compare them with in-process steps)   |
+| `stats_write_s`         | wall seconds spent writing this file (what the counters themselves cost a step)   |
+
+The timings are the host's wall clock around the call (`time.perf_counter`, no device
+synchronisation: on CPU that is the stage's compute; on an asynchronous device, what the host spent
+until `forward` returned). They cost two clock reads per call, and only with the variable set.
 
 One file per stage model instance is the intended use; two stage models given the same path overwrite
 each other's counters.
@@ -29,8 +38,11 @@ each other's counters.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+
+import torch
 
 from vllm_omni_token2wav import envs
 from vllm_omni_token2wav.atomic_io import write_json_atomic
@@ -56,6 +68,10 @@ class StageStats:
     live_streams: int = 0
     streams_finished: int = 0
     last_error: str | None = None
+    torch_threads: int | None = None
+    work_forward_s: float = 0.0
+    steps_by_rows: dict[str, dict[str, float]] = field(default_factory=dict)
+    stats_write_s: float = 0.0
 
     def record_step(
         self,
@@ -64,17 +80,24 @@ class StageStats:
         *,
         profiling: bool,
         live_streams: int,
+        seconds: float = 0.0,
     ) -> None:
-        """Count one `forward` call: its segments (as parsed) and what each produced."""
+        """Count one `forward` call: its segments (as parsed), what each produced, and its wall `seconds`."""
         self.forward_calls += 1
         self.live_streams = live_streams
         if profiling:
             return
+        self.torch_threads = torch.get_num_threads()
         self.segments += len(segments)
         self.max_segments_per_step = max(self.max_segments_per_step, len(segments))
         work = sum(1 for s in segments if s.kind is not SegmentKind.PLACEHOLDER)
         self.steps_with_work += work >= 1
         self.multi_request_steps += work >= 2
+        if work:
+            self.work_forward_s += seconds
+            bucket = self.steps_by_rows.setdefault(str(work), {"steps": 0, "seconds": 0.0})
+            bucket["steps"] += 1
+            bucket["seconds"] += seconds
         for seg, result in zip(segments, results, strict=True):
             if result.error is not None:
                 self.errors += 1
@@ -117,12 +140,14 @@ class StatsWriter:
         path = envs.stage_stats_path()
         if path is None or self.stats is None:
             return
+        start = time.perf_counter()
         try:
             write_json_atomic(path, asdict(self.stats))
         except OSError as exc:
             if not self._write_failed:  # once per stage: the same failure would repeat on every call
                 logger.warning("token2wav stage: cannot write %s=%s: %s", envs.STAGE_STATS_ENV, path, exc)
             self._write_failed = True
+        self.stats.stats_write_s += time.perf_counter() - start  # in the next write: the file lags by one call
 
 
 __all__ = ["StageStats", "StatsWriter"]
