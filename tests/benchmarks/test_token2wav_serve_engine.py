@@ -21,6 +21,7 @@ from vllm_omni_token2wav.benchmarks.token2wav_serve_engine import (
     EngineServeConfig,
     EngineSteps,
     engine_over_in_process,
+    in_process_seconds,
     step_means,
     write_overlay,
 )
@@ -115,11 +116,21 @@ def test_engine_over_in_process_weights_in_process_steps_by_the_engines_step_mix
     in_process = step_means([(1, 0.1), (1, 0.3), (2, 0.25), (3, 0.4)])
     assert in_process == {1: pytest.approx(0.2), 2: 0.25, 3: 0.4}
     out = engine_over_in_process(engine, in_process)
-    # rows 5 has no in-process counterpart: 5 of 6 steps covered; expected 4 x 0.2 + 1 x 0.25 = 1.05 s
-    assert out["coverage"] == pytest.approx(5 / 6)
-    assert out["in_process_ms_per_step"] == pytest.approx(1e3 * 1.05 / 5)
-    assert out["ratio"] == pytest.approx((0.8 + 0.3) / 1.05)
+    # rows 5 was not measured in-process: 0.4 + 2 x (0.4 - 0.25) = 0.7 s by the rows 2-3 segment extended
+    expected = 4 * 0.2 + 1 * 0.25 + 1 * 0.7
+    assert out["coverage"] == pytest.approx(5 / 6) and out["estimated"] == pytest.approx(1 / 6)
+    assert out["in_process_ms_per_step"] == pytest.approx(1e3 * expected / 6)
+    assert out["ratio"] == pytest.approx((0.8 + 0.3 + 1.0) / expected)
     assert engine_over_in_process(engine, {})["ratio"] is None
+
+
+def test_in_process_steps_of_unmeasured_row_counts_are_linear_in_rows() -> None:
+    means = {1: 0.1, 4: 0.4, 8: 0.6}
+    assert in_process_seconds(means, 4) == 0.4  # measured
+    assert in_process_seconds(means, 3) == pytest.approx(0.3)  # between 1 and 4
+    assert in_process_seconds(means, 6) == pytest.approx(0.5)  # between 4 and 8
+    assert in_process_seconds(means, 10) == pytest.approx(0.7)  # the 4-8 segment extended
+    assert in_process_seconds({2: 0.2}, 3) is None  # one measured count: no slope
 
 
 def test_the_overlay_inherits_the_shipped_deployment_and_sets_both_stages(tmp_path: Path) -> None:

@@ -36,9 +36,10 @@ What runs (`EngineServeBenchmark.run`):
   with code2wav; it is reported per level, not throttled.
 - **in-process comparison**, after the servers are stopped: the emulated benchmark on the same
   stand-in folder, default voice, codes, chunking, arrivals and concurrency, with its talker at the
-  producer rate measured at that level and the worker's torch thread count. Per step: the engine's
-  forward seconds against the in-process forward seconds of steps with the same number of rows
-  (`engine_over_in_process_per_step`); end to end: throughput and latency ratios.
+  producer rate measured on the batched server at that level and the worker's torch thread count.
+  Per step: the engine's forward seconds against in-process forward seconds of steps with the same
+  number of rows (`engine_over_in_process`; row counts the in-process run did not have are
+  interpolated linearly in rows); end to end: throughput and latency ratios.
 
 The report (`EngineServeReport`) is filled as the run goes (an interrupted run keeps what it
 measured); `token2wav_serve_engine_report.py` renders it.
@@ -274,20 +275,55 @@ def step_means(steps: Sequence[tuple[int, float]]) -> dict[int, float]:
     return {rows: statistics.fmean(values) for rows, values in sorted(groups.items())}
 
 
+def in_process_seconds(means: dict[int, float], rows: int) -> float | None:
+    """An in-process step of `rows` rows: measured, else linear in rows between (or beyond) the measured counts.
+
+    A step costs about a per-launch part plus a per-row part (`token2wav_row_cost`), so between two
+    measured row counts the cost is interpolated, and beyond them the nearest two are extended; with
+    a single measured count nothing else is estimated (None).
+    """
+    if rows in means:
+        return means[rows]
+    known = sorted(means)
+    if len(known) < 2:
+        return None
+    below = [r for r in known if r < rows]
+    above = [r for r in known if r > rows]
+    if below and above:
+        lo, hi = below[-1], above[0]
+    elif above:
+        lo, hi = known[0], known[1]
+    else:
+        lo, hi = known[-2], known[-1]
+    slope = (means[hi] - means[lo]) / (hi - lo)
+    return max(0.0, means[lo] + slope * (rows - lo))
+
+
 def engine_over_in_process(engine: EngineSteps, in_process: dict[int, float]) -> dict[str, Any]:
     """The engine's forward seconds over what in-process steps with the same rows take, for the same step mix.
 
-    `sum_r n_engine(r) t_engine(r) / sum_r n_engine(r) t_in_process(r)` over the row counts both have;
-    `coverage` is the share of the engine's steps whose row count the in-process run also had.
+    `sum_r n_engine(r) t_engine(r) / sum_r n_engine(r) t_in_process(r)`, with `t_in_process(r)` from
+    `in_process_seconds` (measured at that row count, or interpolated); `coverage` is the share of the
+    engine's steps whose row count the in-process run measured itself, `estimated` the share interpolated.
     """
-    shared = {r: v for r, v in engine.by_rows.items() if r in in_process}
-    covered = sum(n for n, _ in shared.values())
-    expected = sum(n * in_process[r] for r, (n, _) in shared.items())
-    spent = sum(s for _, s in shared.values())
+    expected = spent = 0.0
+    exact = estimated = 0
+    for rows, (steps, seconds) in engine.by_rows.items():
+        per_step = in_process_seconds(in_process, rows)
+        if per_step is None:
+            continue
+        expected += steps * per_step
+        spent += seconds
+        if rows in in_process:
+            exact += steps
+        else:
+            estimated += steps
+    covered = exact + estimated
     return {
         "in_process_ms_per_step": 1e3 * expected / covered if covered else None,
         "ratio": spent / expected if expected > 0 else None,
-        "coverage": covered / engine.steps if engine.steps else None,
+        "coverage": exact / engine.steps if engine.steps else None,
+        "estimated": estimated / engine.steps if engine.steps else None,
     }
 
 
@@ -708,8 +744,12 @@ class EngineServeBenchmark:
     # ---- in-process comparison -------------------------------------------------------------------
 
     def talker_rate_at(self, concurrency: int) -> float | None:
-        rates = [x for m in MODES if (s := self.report.served.get((concurrency, m))) for x in s.talker_codes_per_s]
-        return round(statistics.median(rates), 1) if rates else None
+        """The in-process talker at `concurrency`: the producer's median rate on the batched server (else the other)."""
+        for mode in MODES:
+            served = self.report.served.get((concurrency, mode))
+            if served is not None and served.talker_codes_per_s:
+                return round(statistics.median(served.talker_codes_per_s), 1)
+        return None
 
     def _in_process(self, workload: dict[int, list[ServedWork]]) -> None:
         """The emulated benchmark on the same folder, codes, chunking and arrivals (servers stopped)."""
@@ -731,7 +771,9 @@ class EngineServeBenchmark:
                     self.report.notes.append(f"c={c}: no producer rate was logged; the in-process talker runs at 100")
                 bench.config = replace(base, talker_rate=rate)
                 self._msg(f"in-process c={c}, talker {rate:g} codes/s")
-                bench.run_both_modes(stage, index, c, [], codes=[w.codes for w in workload[c]])
+                load_start = load_average()
+                level = bench.run_both_modes(stage, index, c, [], codes=[w.codes for w in workload[c]])
+                level["loadavg"] = {"start": load_start, "end": load_average()}
         bench.report.complete = True
         bench.report.environment["loadavg_end"] = load_average()
 
@@ -779,6 +821,7 @@ __all__ = [
     "ProducerCodes",
     "ServedRun",
     "engine_over_in_process",
+    "in_process_seconds",
     "missing_engine",
     "request_texts",
     "step_means",

@@ -65,7 +65,7 @@ def header_lines(report: EngineServeReport) -> list[str]:
     )
     lines.append(
         "in-proc rows: the emulated benchmark on the same stand-in folder, codes, chunking and arrivals, its talker "
-        "at the producer rate measured at that level (servers stopped)"
+        "at the producer rate measured on the batched server at that level (run after the servers stopped)"
     )
     return lines
 
@@ -87,12 +87,12 @@ def _served_tail(m: dict[str, Any]) -> str:
     )
 
 
-def _in_process_tail(m: dict[str, Any], talker_rate: float | None) -> str:
+def _in_process_tail(m: dict[str, Any], level: dict[str, Any]) -> str:
     mean = (m.get("step_s") or {}).get("mean")
     busy = mean * m["steps"] / m["makespan_s"] if mean is not None and m.get("makespan_s") else None
     return (
         f"{fmt(None if mean is None else 1e3 * mean, '.1f'):>8}{'':>11}{'':>10}{fmt(busy, '.2f'):>6}"
-        f"{fmt(talker_rate, '.0f'):>9}{'':>10}"
+        f"{fmt(level.get('talker_rate'), '.0f'):>9}{_load(level):>10}"
     )
 
 
@@ -116,7 +116,7 @@ def level_lines(report: EngineServeReport) -> list[str]:
                 m = inproc["modes"].get(mode)
                 if m is not None:
                     label = row_label(c, _NAMES[("in_process", mode)], _LABEL)
-                    lines.append(f"{label}{mode_cells(m)}{_in_process_tail(m, inproc.get('talker_rate'))}")
+                    lines.append(f"{label}{mode_cells(m)}{_in_process_tail(m, inproc)}")
             if inproc.get("ratio_batched_over_unbatched"):
                 lines.append(
                     f"{row_label(c, 'in-proc ratio', _LABEL)}{ratio_cells(inproc['ratio_batched_over_unbatched'])}"
@@ -129,8 +129,8 @@ def level_lines(report: EngineServeReport) -> list[str]:
         "engine/in-proc b = engine batched / in-proc batched",
         "  (audio s/s above 1 and latencies below 1 favour the numerator)",
         "fwd ms = the stage's wall time inside forward per step (engine: the worker's counters; in-proc: the emulated "
-        "steps); in-proc ms = in-process steps with the same rows, weighted by the engine's step mix; x in-proc = "
-        "their ratio",
+        "steps); in-proc ms = in-process steps with the same rows (measured, or linear in rows between measured "
+        "counts), weighted by the engine's step mix; x in-proc = their ratio",
         "busy = forward time / wall time of the level; talker/s = producer codes/s (engine: 1000/TPOT from vLLM-Omni's "
         "per-request log, p50; in-proc: the emulated talker, set to it); load = 1-min load average before-after",
     ]
