@@ -226,7 +226,7 @@ class Token2WavStageModel(nn.Module):
         """One scheduler step: the new audio of every segment (see `contract.py` for the input rules)."""
         del positions, intermediate_tensors, inputs_embeds
         stats = self._stats.target()  # None unless VLLM_OMNI_TOKEN2WAV_STAGE_STATS is set (stats.py)
-        start = time.perf_counter() if stats is not None else 0.0
+        start, start_cpu = (time.perf_counter(), time.thread_time()) if stats is not None else (0.0, 0.0)
         try:
             self.streams.sweep()  # every call, also profiling and placeholder-only ones: abandoned streams go now
             step = parse_step(
@@ -244,11 +244,15 @@ class Token2WavStageModel(nn.Module):
             raise
         output = build_output(results, step.device)
         if stats is not None:
-            seconds = time.perf_counter() - start
             stats.record_step(
-                step.segments, results, profiling=step.profiling, live_streams=len(self.streams), seconds=seconds
+                step.segments,
+                results,
+                profiling=step.profiling,
+                live_streams=len(self.streams),
+                seconds=time.perf_counter() - start,
+                cpu_seconds=time.thread_time() - start_cpu,
             )
-            self._stats.write()
+            self._stats.write(force=False)
         return output
 
     def on_requests_finished(self, finished_req_ids: Iterable[str]) -> None:

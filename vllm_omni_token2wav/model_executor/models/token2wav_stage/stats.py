@@ -7,6 +7,13 @@ to `<path>` after every `forward` call and every `on_requests_finished`, atomica
 (`atomic_io.write_json_atomic`: a reader sees the previous file or the new one, never half of one).
 Unset, a call costs one environment lookup and no counter is kept.
 
+A write is about 0.5 ms of CPU, but each of its file calls releases the GIL and may give up the
+core: on an oversubscribed host the served benchmark measured 8-80 ms of wall time per write, added
+to every step. `VLLM_OMNI_TOKEN2WAV_STAGE_STATS_INTERVAL_S=<s>` lets `forward` write at most once
+per `<s>` seconds (the counters themselves are always updated); `on_requests_finished` and a
+`forward` that raised always write, so the file is current once the engine has finished a
+request. The default (0) writes after every call, which tests that read the file between calls rely on.
+
 | field                   | meaning (cumulative since the first call with the variable set)                   |
 |-------------------------|-----------------------------------------------------------------------------------|
 | `pid`                   | the worker process                                                                |
@@ -23,13 +30,17 @@ Unset, a call costs one environment lookup and no counter is kept.
 | `last_error`            | the latest segment error message, or `<Exception>: <text>` of a call that raised  |
 | `torch_threads`         | `torch.get_num_threads()` in the worker at the latest non-profiling call          |
 | `work_forward_s`        | wall seconds inside `forward` calls that carried work (parse, engine, output)     |
-| `steps_by_rows`         | per number of work segments in a call (`"3"`): `{"steps": n, "seconds": s}`, the  |
-|                         | same wall seconds split by rows (benchmarks compare them with in-process steps)   |
+| `work_forward_cpu_s`    | the calling thread's CPU seconds in those calls (`time.thread_time`)              |
+| `steps_by_rows`         | per number of work segments in a call (`"3"`): `{"steps": n, "seconds": s,        |
+|                         | "cpu_seconds": c}`, the same times split by rows (benchmarks compare them with    |
+|                         | in-process steps)                                                                 |
 | `stats_write_s`         | wall seconds spent writing this file (what the counters themselves cost a step)   |
 
 The timings are the host's wall clock around the call (`time.perf_counter`, no device
-synchronisation: on CPU that is the stage's compute; on an asynchronous device, what the host spent
-until `forward` returned). They cost two clock reads per call, and only with the variable set.
+synchronisation: on CPU that is the stage's compute plus any time other threads held the core; on an
+asynchronous device, what the host spent until `forward` returned) and the calling thread's CPU
+time (with one torch thread on CPU: the stage's compute alone). They cost four clock reads per call,
+and only with the variable set.
 
 One file per stage model instance is the intended use; two stage models given the same path overwrite
 each other's counters.
@@ -70,6 +81,7 @@ class StageStats:
     last_error: str | None = None
     torch_threads: int | None = None
     work_forward_s: float = 0.0
+    work_forward_cpu_s: float = 0.0
     steps_by_rows: dict[str, dict[str, float]] = field(default_factory=dict)
     stats_write_s: float = 0.0
 
@@ -81,8 +93,9 @@ class StageStats:
         profiling: bool,
         live_streams: int,
         seconds: float = 0.0,
+        cpu_seconds: float = 0.0,
     ) -> None:
-        """Count one `forward` call: its segments (as parsed), what each produced, and its wall `seconds`."""
+        """Count one `forward` call: its segments (as parsed), what each produced, its wall and thread CPU seconds."""
         self.forward_calls += 1
         self.live_streams = live_streams
         if profiling:
@@ -95,9 +108,11 @@ class StageStats:
         self.multi_request_steps += work >= 2
         if work:
             self.work_forward_s += seconds
-            bucket = self.steps_by_rows.setdefault(str(work), {"steps": 0, "seconds": 0.0})
+            self.work_forward_cpu_s += cpu_seconds
+            bucket = self.steps_by_rows.setdefault(str(work), {"steps": 0, "seconds": 0.0, "cpu_seconds": 0.0})
             bucket["steps"] += 1
             bucket["seconds"] += seconds
+            bucket["cpu_seconds"] += cpu_seconds
         for seg, result in zip(segments, results, strict=True):
             if result.error is not None:
                 self.errors += 1
@@ -126,6 +141,7 @@ class StatsWriter:
         self.family = family
         self.stats: StageStats | None = None
         self._write_failed = False
+        self._last_write = float("-inf")
 
     def target(self) -> StageStats | None:
         """The counters to update, or None when the variable is unset (then nothing is counted)."""
@@ -135,12 +151,29 @@ class StatsWriter:
             self.stats = StageStats(self.family)
         return self.stats
 
-    def write(self) -> None:
-        """Write the counters atomically; a failed write is logged once and never fails the step."""
+    def _interval_s(self) -> float:
+        """The write interval; a malformed value is logged once and means 0 (a step must never fail on it)."""
+        try:
+            return envs.stage_stats_interval_s()
+        except ValueError as exc:
+            if not self._write_failed:
+                logger.warning("token2wav stage: %s; writing the stats file after every call", exc)
+            self._write_failed = True
+            return 0.0
+
+    def write(self, *, force: bool = True) -> None:
+        """Write the counters atomically; a failed write is logged once and never fails the step.
+
+        `force=False` (after a `forward`) skips the write when the last one is more recent than
+        `VLLM_OMNI_TOKEN2WAV_STAGE_STATS_INTERVAL_S`.
+        """
         path = envs.stage_stats_path()
         if path is None or self.stats is None:
             return
         start = time.perf_counter()
+        if not force and start - self._last_write < self._interval_s():
+            return
+        self._last_write = start
         try:
             write_json_atomic(path, asdict(self.stats))
         except OSError as exc:
