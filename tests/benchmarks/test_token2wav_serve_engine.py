@@ -90,8 +90,8 @@ def test_read_from_returns_the_new_text_and_the_next_offset(tmp_path: Path) -> N
 
 
 def _stats(by_rows: dict[str, tuple[int, float]], *, errors: int = 0, write_s: float = 0.0) -> dict[str, Any]:
-    return {
-        "steps_by_rows": {k: {"steps": n, "seconds": s} for k, (n, s) in by_rows.items()},
+    return {  # the thread's CPU time is half the wall time in these files
+        "steps_by_rows": {k: {"steps": n, "seconds": s, "cpu_seconds": s / 2} for k, (n, s) in by_rows.items()},
         "errors": errors,
         "stats_write_s": write_s,
         "torch_threads": 1,
@@ -103,16 +103,20 @@ def test_engine_steps_are_the_difference_of_two_stats_files() -> None:
     before = _stats({"1": (10, 2.0), "2": (1, 0.5)}, write_s=0.1)
     after = _stats({"1": (13, 2.6), "2": (1, 0.5), "3": (2, 1.2)}, errors=1, write_s=0.25)
     steps = EngineSteps.between(before, after)
-    assert steps.by_rows == {1: (3, pytest.approx(0.6)), 3: (2, pytest.approx(1.2))}  # rows 2 did nothing new
+    assert steps.by_rows == {  # rows 2 did nothing new
+        1: (3, pytest.approx(0.6), pytest.approx(0.3)),
+        3: (2, pytest.approx(1.2), pytest.approx(0.6)),
+    }
     assert (steps.steps, steps.rows) == (5, 3 * 1 + 2 * 3)
-    assert steps.forward_s == pytest.approx(1.8) and steps.stats_write_s == pytest.approx(0.15)
+    assert steps.forward_s == pytest.approx(1.8) and steps.forward_cpu_s == pytest.approx(0.9)
+    assert steps.stats_write_s == pytest.approx(0.15)
     assert (steps.errors, steps.last_error, steps.torch_threads) == (1, "boom", 1)
     assert EngineSteps.between(None, None).steps == 0
     assert EngineSteps.between(None, after).steps == 13 + 1 + 2  # no earlier file: everything counted
 
 
 def test_engine_over_in_process_weights_in_process_steps_by_the_engines_step_mix() -> None:
-    engine = EngineSteps(steps=6, rows=0, forward_s=0.0, by_rows={1: (4, 0.8), 2: (1, 0.3), 5: (1, 1.0)})
+    engine = EngineSteps(steps=6, by_rows={1: (4, 0.8, 0.4), 2: (1, 0.3, 0.2), 5: (1, 1.0, 0.6)})
     in_process = step_means([(1, 0.1), (1, 0.3), (2, 0.25), (3, 0.4)])
     assert in_process == {1: pytest.approx(0.2), 2: 0.25, 3: 0.4}
     out = engine_over_in_process(engine, in_process)
@@ -121,6 +125,7 @@ def test_engine_over_in_process_weights_in_process_steps_by_the_engines_step_mix
     assert out["coverage"] == pytest.approx(5 / 6) and out["estimated"] == pytest.approx(1 / 6)
     assert out["in_process_ms_per_step"] == pytest.approx(1e3 * expected / 6)
     assert out["ratio"] == pytest.approx((0.8 + 0.3 + 1.0) / expected)
+    assert out["cpu_ratio"] == pytest.approx((0.4 + 0.2 + 0.6) / expected)
     assert engine_over_in_process(engine, {})["ratio"] is None
 
 

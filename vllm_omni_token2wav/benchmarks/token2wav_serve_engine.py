@@ -29,17 +29,23 @@ What runs (`EngineServeBenchmark.run`):
 - **levels alternate** which server goes first (`token2wav_serve.mode_order`); only one server has
   requests at a time (the host has few cores).
 - **the engine's step**: the stage counts its own calls in the worker
-  (`VLLM_OMNI_TOKEN2WAV_STAGE_STATS`, `token2wav_stage/stats.py`: steps, rows per step, wall seconds
-  inside `forward` split by rows), read before and after each level.
+  (`VLLM_OMNI_TOKEN2WAV_STAGE_STATS`, `token2wav_stage/stats.py`: steps, rows per step, wall and
+  thread-CPU seconds inside `forward` split by rows), read before and after each level (after the
+  worker has counted every stream of the level ended). The file is written at most once a second
+  from `forward` (`STATS_INTERVAL_S`) and whenever requests finish: a write per step cost 8-80 ms
+  of a contended core per step on the build host.
 - **the producer's rate**: from the per-request stage tables vLLM-Omni logs (`engine_log.py`):
   `1000 / TPOT` of stage 0. It is whatever the tiny producer reaches on this host, sharing a core
   with code2wav; it is reported per level, not throttled.
 - **in-process comparison**, after the servers are stopped: the emulated benchmark on the same
   stand-in folder, default voice, codes, chunking, arrivals and concurrency, with its talker at the
   producer rate measured on the batched server at that level and the worker's torch thread count.
-  Per step: the engine's forward seconds against in-process forward seconds of steps with the same
-  number of rows (`engine_over_in_process`; row counts the in-process run did not have are
-  interpolated linearly in rows); end to end: throughput and latency ratios.
+  Its steps are timed by the thread's CPU time by default (`in_process_clock`, the emulated `--clock
+  cpu`): what calling our stage costs on a core of its own, whatever else the shared host runs
+  afterwards; `"wall"` on a quiet host. Per step: the engine's forward seconds (wall, and the worker
+  thread's CPU time) against in-process forward seconds of steps with the same number of rows
+  (`engine_over_in_process`; row counts the in-process run did not have are interpolated linearly in
+  rows); end to end: throughput and latency ratios.
 
 The report (`EngineServeReport`) is filled as the run goes (an interrupted run keeps what it
 measured); `token2wav_serve_engine_report.py` renders it.
@@ -85,6 +91,7 @@ from vllm_omni_token2wav.benchmarks.token2wav_serve import (
     ratio_row,
     requests_per_level,
 )
+from vllm_omni_token2wav.envs import STAGE_STATS_ENV, STAGE_STATS_INTERVAL_ENV
 
 SCHEMA: Final = "vllm-omni/bench-token2wav-serve-engine/1"
 FAMILY: Final = "step_audio2"  # the engine family: the stand-in stream deployment and the in-process stage
@@ -92,6 +99,10 @@ BENCH_FAMILY: Final = "step-audio2"  # the same family in the emulated benchmark
 DEPLOY: Final = "standin_step_audio2_stream.yaml"
 MODE_LABELS: Final = {"batched": "batched", "unbatched": "max_num_seqs=1"}
 _LOG_WAIT_S: Final = 5.0  # how long to wait for the API server to log the last request tables of a level
+_STATS_WAIT_S: Final = 10.0  # how long to wait for the worker to write the counters of a level's last request
+#: The worker writes its counters at most this often from `forward` (and whenever requests finish): a write
+#: per step costs a contended core whole scheduler slices (`token2wav_stage/stats.py`).
+STATS_INTERVAL_S: Final = 1.0
 
 
 class EngineServeSetupError(Exception):
@@ -109,6 +120,7 @@ class EngineServeConfig:
     compare_unbatched: bool = True  # also start the code2wav max_num_seqs=1 server
     max_num_seqs: int | None = None  # the batched server's code2wav max_num_seqs; None: the largest level
     seed: int = 0
+    in_process_clock: str = "cpu"  # the in-process steps: the thread's CPU time (a core of its own) or "wall"
     plan: str = "engine"
     startup_timeout_s: float = 900.0
     request_timeout_s: float = 300.0
@@ -123,6 +135,8 @@ class EngineServeConfig:
             raise ValueError(f"requests must be >= 1, got {self.requests}")
         if self.request_rate is not None and not self.request_rate > 0:
             raise ValueError("request_rate must be > 0")
+        if self.in_process_clock not in ("cpu", "wall"):
+            raise ValueError(f"in_process_clock must be cpu or wall, got {self.in_process_clock!r}")
         if self.max_num_seqs is not None and self.max_num_seqs < max(self.concurrency):
             raise ValueError(
                 f"max_num_seqs {self.max_num_seqs} is below the largest level {max(self.concurrency)}: "
@@ -236,7 +250,8 @@ class EngineSteps:
     steps: int = 0
     rows: int = 0
     forward_s: float = 0.0
-    by_rows: dict[int, tuple[int, float]] = field(default_factory=dict)  # rows -> (steps, seconds)
+    forward_cpu_s: float = 0.0
+    by_rows: dict[int, tuple[int, float, float]] = field(default_factory=dict)  # rows -> (steps, wall s, CPU s)
     stats_write_s: float = 0.0
     errors: int = 0
     torch_threads: int | None = None
@@ -248,17 +263,20 @@ class EngineSteps:
             return cls()
         before = before or {}
         old = before.get("steps_by_rows", {})
-        by_rows: dict[int, tuple[int, float]] = {}
+        by_rows: dict[int, tuple[int, float, float]] = {}
         for key, now in after.get("steps_by_rows", {}).items():
-            was = old.get(key, {"steps": 0, "seconds": 0.0})
-            steps = int(now["steps"] - was["steps"])
+            was = old.get(key, {})
+            steps = int(now["steps"] - was.get("steps", 0))
             if steps > 0:
-                by_rows[int(key)] = (steps, float(now["seconds"] - was["seconds"]))
+                wall = float(now["seconds"] - was.get("seconds", 0.0))
+                cpu = float(now.get("cpu_seconds", 0.0) - was.get("cpu_seconds", 0.0))
+                by_rows[int(key)] = (steps, wall, cpu)
         errors = int(after.get("errors", 0) - before.get("errors", 0))
         return cls(
-            steps=sum(n for n, _ in by_rows.values()),
-            rows=sum(r * n for r, (n, _) in by_rows.items()),
-            forward_s=sum(s for _, s in by_rows.values()),
+            steps=sum(n for n, _, _ in by_rows.values()),
+            rows=sum(r * n for r, (n, _, _) in by_rows.items()),
+            forward_s=sum(s for _, s, _ in by_rows.values()),
+            forward_cpu_s=sum(c for _, _, c in by_rows.values()),
             by_rows=dict(sorted(by_rows.items())),
             stats_write_s=float(after.get("stats_write_s", 0.0) - before.get("stats_write_s", 0.0)),
             errors=errors,
@@ -302,18 +320,20 @@ def in_process_seconds(means: dict[int, float], rows: int) -> float | None:
 def engine_over_in_process(engine: EngineSteps, in_process: dict[int, float]) -> dict[str, Any]:
     """The engine's forward seconds over what in-process steps with the same rows take, for the same step mix.
 
-    `sum_r n_engine(r) t_engine(r) / sum_r n_engine(r) t_in_process(r)`, with `t_in_process(r)` from
-    `in_process_seconds` (measured at that row count, or interpolated); `coverage` is the share of the
+    `ratio = sum_r n_engine(r) t_engine(r) / sum_r n_engine(r) t_in_process(r)` with the engine's wall
+    seconds, `cpu_ratio` the same with the worker thread's CPU seconds; `t_in_process(r)` from
+    `in_process_seconds` (measured at that row count, or interpolated). `coverage` is the share of the
     engine's steps whose row count the in-process run measured itself, `estimated` the share interpolated.
     """
-    expected = spent = 0.0
+    expected = spent = spent_cpu = 0.0
     exact = estimated = 0
-    for rows, (steps, seconds) in engine.by_rows.items():
+    for rows, (steps, seconds, cpu_seconds) in engine.by_rows.items():
         per_step = in_process_seconds(in_process, rows)
         if per_step is None:
             continue
         expected += steps * per_step
         spent += seconds
+        spent_cpu += cpu_seconds
         if rows in in_process:
             exact += steps
         else:
@@ -322,6 +342,7 @@ def engine_over_in_process(engine: EngineSteps, in_process: dict[int, float]) ->
     return {
         "in_process_ms_per_step": 1e3 * expected / covered if covered else None,
         "ratio": spent / expected if expected > 0 else None,
+        "cpu_ratio": spent_cpu / expected if expected > 0 else None,
         "coverage": exact / engine.steps if engine.steps else None,
         "estimated": estimated / engine.steps if engine.steps else None,
     }
@@ -354,10 +375,14 @@ class ServedRun:
             "steps": eng.steps,
             "rows": eng.rows,
             "forward_s": eng.forward_s,
+            "forward_cpu_s": eng.forward_cpu_s,
             "forward_ms_per_step": 1e3 * eng.forward_s / eng.steps if eng.steps else None,
+            "forward_cpu_ms_per_step": 1e3 * eng.forward_cpu_s / eng.steps if eng.steps else None,
             "forward_ms_per_row": 1e3 * eng.forward_s / eng.rows if eng.rows else None,
             "busy": eng.forward_s / self.run.makespan_s if self.run.makespan_s > 0 else None,
-            "steps_by_rows": {str(r): {"steps": n, "seconds": s} for r, (n, s) in eng.by_rows.items()},
+            "steps_by_rows": {
+                str(r): {"steps": n, "seconds": s, "cpu_seconds": c} for r, (n, s, c) in eng.by_rows.items()
+            },
             "stats_write_ms_per_step": 1e3 * eng.stats_write_s / eng.steps if eng.steps else None,
             "stage_errors": eng.errors,
             "last_error": eng.last_error,
@@ -581,6 +606,7 @@ class EngineServeBenchmark:
             threads=threads,
             seed=cfg.seed,
             plan=cfg.plan,
+            clock=cfg.in_process_clock if threads == 1 else "wall",  # a thread's CPU time needs 1 thread
         )
 
     # ---- servers -----------------------------------------------------------------------------------
@@ -602,7 +628,7 @@ class EngineServeBenchmark:
                 model_dir,
                 deploy,
                 logs / f"server_{mode}.log",
-                env={"VLLM_OMNI_TOKEN2WAV_STAGE_STATS": str(stats)},
+                env={STAGE_STATS_ENV: str(stats), STAGE_STATS_INTERVAL_ENV: str(STATS_INTERVAL_S)},
                 startup_timeout_s=cfg.startup_timeout_s,
             )
             servers.append(_Server(mode, server, stats, deploy))
@@ -685,7 +711,7 @@ class EngineServeBenchmark:
         for r in results:
             r.tokens = self.config.tokens
         tables = self._level_tables(s, len(requests))
-        after = read_stats(s.stats)
+        after = self._stats_after(s, before, len(requests), concurrency)
         run = ModeRun(s.mode)
         run.requests = results
         run.makespan_s = max((r.deliveries[-1][0] for r in results if r.deliveries), default=0.0) - min(
@@ -701,6 +727,24 @@ class EngineServeBenchmark:
         )
         self._check(served, concurrency, tables, work)
         return served
+
+    def _stats_after(
+        self, s: _Server, before: dict[str, Any] | None, count: int, concurrency: int
+    ) -> dict[str, Any] | None:
+        """The worker's counters once all `count` streams of the level ended (it writes when requests finish)."""
+        done = (before or {}).get("streams_finished", 0) + count
+        deadline = time.monotonic() + _STATS_WAIT_S
+        while True:
+            after = read_stats(s.stats)
+            if after is not None and after.get("streams_finished", 0) >= done and after.get("live_streams") == 0:
+                return after
+            if time.monotonic() > deadline:
+                self.report.notes.append(
+                    f"c={concurrency} {MODE_LABELS[s.mode]}: the worker's counters did not show all {count} streams "
+                    f"ended within {_STATS_WAIT_S:.0f} s; its step figures may miss the last steps"
+                )
+                return after
+            time.sleep(0.1)
 
     def _level_tables(self, s: _Server, count: int) -> list[dict[str, Any]]:
         """The per-request stage tables the API server logged for this level (waits briefly for the last ones)."""

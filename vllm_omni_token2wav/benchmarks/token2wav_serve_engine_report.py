@@ -29,7 +29,9 @@ _NAMES = {
     ("in_process", "batched"): "in-proc batched",
     ("in_process", "unbatched"): "in-proc 1/fwd",
 }
-TAIL_HEAD = f"{'fwd ms':>8}{'in-proc ms':>11}{'x in-proc':>10}{'busy':>6}{'talker/s':>9}{'load':>10}"
+TAIL_HEAD = (
+    f"{'fwd ms':>8}{'cpu ms':>8}{'in-proc ms':>11}{'x in-proc':>10}{'x cpu':>7}{'busy':>6}{'talker/s':>9}{'load':>10}"
+)
 
 
 def header_lines(report: EngineServeReport) -> list[str]:
@@ -63,9 +65,13 @@ def header_lines(report: EngineServeReport) -> list[str]:
         f"{arrival}; every reply {cfg['tokens_per_request'] / 25:g} s ({cfg['tokens_per_request']} codes, 25 + 3 token "
         f"chunks), default voice; raw PCM streamed over loopback HTTP [{cfg['plan']} plan]"
     )
+    inproc = report.in_process.report.config if report.in_process is not None else {}
+    clock = inproc.get("clock", cfg.get("in_process_clock"))
+    clock_text = "the thread's CPU time (a core of its own)" if clock == "cpu" else "the wall clock"
     lines.append(
         "in-proc rows: the emulated benchmark on the same stand-in folder, codes, chunking and arrivals, its talker "
-        "at the producer rate measured on the batched server at that level (run after the servers stopped)"
+        f"at the producer rate measured on the batched server at that level (run after the servers stopped); "
+        f"its steps timed by {clock_text}"
     )
     return lines
 
@@ -81,8 +87,9 @@ def _served_tail(m: dict[str, Any]) -> str:
     vs = eng.get("vs_in_process") or {}
     talker = (m.get("talker") or {}).get("codes_per_s") or {}
     return (
-        f"{fmt(eng['forward_ms_per_step'], '.1f'):>8}{fmt(vs.get('in_process_ms_per_step'), '.1f'):>11}"
-        f"{fmt(vs.get('ratio'), '.2f'):>10}{fmt(eng['busy'], '.2f'):>6}{fmt(talker.get('p50'), '.0f'):>9}"
+        f"{fmt(eng['forward_ms_per_step'], '.1f'):>8}{fmt(eng.get('forward_cpu_ms_per_step'), '.1f'):>8}"
+        f"{fmt(vs.get('in_process_ms_per_step'), '.1f'):>11}{fmt(vs.get('ratio'), '.2f'):>10}"
+        f"{fmt(vs.get('cpu_ratio'), '.2f'):>7}{fmt(eng['busy'], '.2f'):>6}{fmt(talker.get('p50'), '.0f'):>9}"
         f"{_load(m):>10}"
     )
 
@@ -91,7 +98,7 @@ def _in_process_tail(m: dict[str, Any], level: dict[str, Any]) -> str:
     mean = (m.get("step_s") or {}).get("mean")
     busy = mean * m["steps"] / m["makespan_s"] if mean is not None and m.get("makespan_s") else None
     return (
-        f"{fmt(None if mean is None else 1e3 * mean, '.1f'):>8}{'':>11}{'':>10}{fmt(busy, '.2f'):>6}"
+        f"{fmt(None if mean is None else 1e3 * mean, '.1f'):>8}{'':>8}{'':>11}{'':>10}{'':>7}{fmt(busy, '.2f'):>6}"
         f"{fmt(level.get('talker_rate'), '.0f'):>9}{_load(level):>10}"
     )
 
@@ -128,9 +135,10 @@ def level_lines(report: EngineServeReport) -> list[str]:
         "ratio b/mns=1 = engine batched / engine max_num_seqs=1; in-proc ratio = batched / one request per forward; "
         "engine/in-proc b = engine batched / in-proc batched",
         "  (audio s/s above 1 and latencies below 1 favour the numerator)",
-        "fwd ms = the stage's wall time inside forward per step (engine: the worker's counters; in-proc: the emulated "
-        "steps); in-proc ms = in-process steps with the same rows (measured, or linear in rows between measured "
-        "counts), weighted by the engine's step mix; x in-proc = their ratio",
+        "fwd ms = the stage's time inside forward per step (engine: the worker's wall clock; in-proc: the emulated "
+        "steps, by the in-process clock); cpu ms = the engine worker thread's CPU time in forward; in-proc ms = "
+        "in-process steps with the same rows (measured, or linear in rows between measured counts), weighted by "
+        "the engine's step mix; x in-proc = fwd ms / in-proc ms; x cpu = cpu ms / in-proc ms",
         "busy = forward time / wall time of the level; talker/s = producer codes/s (engine: 1000/TPOT from vLLM-Omni's "
         "per-request log, p50; in-proc: the emulated talker, set to it); load = 1-min load average before-after",
     ]

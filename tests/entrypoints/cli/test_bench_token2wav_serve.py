@@ -106,7 +106,6 @@ def test_option_mistakes_are_usage_errors(argv: tuple[str, ...], message: str) -
         (("--threads", "2"), "--threads does not apply to --engine"),
         (("--full",), "--full does not apply to --engine"),
         (("--family", "minicpmo"), "--family minicpmo does not apply to --engine"),
-        (("--clock", "cpu"), "--clock cpu does not apply to --engine"),
         (("--device", "cuda"), "--device cuda does not apply to --engine"),
         (("--requests", "0"), "--requests must be >= 1"),
         (("--request-rate", "0"), "--request-rate must be > 0"),

@@ -63,6 +63,7 @@ def test_the_served_json_has_every_documented_field(smoke: dict[str, Any]) -> No
     assert server["code2wav_max_num_seqs"] == 2 and server["ready_after_s"] > 0 and server["torch_threads"] >= 1
     assert server["deploy_overlay"]["stages"][1] == {"stage_id": 1, "max_num_seqs": 2}
     assert "stage_1" in server["cpu_binding"]
+    assert report["in_process"]["config"]["clock"] == "cpu"  # the default: in-process steps on a core of their own
     assert [level["concurrency"] for level in report["levels"]] == [1, 2]
     for level in report["levels"]:
         served = level["modes"]["batched"]
@@ -77,7 +78,9 @@ def test_the_served_json_has_every_documented_field(smoke: dict[str, Any]) -> No
         assert engine["rows"] == 2 * CHUNKS_PER_REPLY and served["steps"] == engine["steps"] >= CHUNKS_PER_REPLY
         assert sum(v["steps"] for v in engine["steps_by_rows"].values()) == engine["steps"]
         assert engine["forward_ms_per_step"] > 0 and 0 < engine["busy"] <= 1.0 and engine["stage_errors"] == 0
-        assert 0 < engine["vs_in_process"]["coverage"] <= 1 and engine["vs_in_process"]["ratio"] > 0
+        assert 0 < engine["forward_cpu_ms_per_step"] <= engine["forward_ms_per_step"] * 1.05  # CPU time <= wall
+        versus = engine["vs_in_process"]
+        assert 0 < versus["coverage"] + versus["estimated"] <= 1 and versus["ratio"] > 0 and versus["cpu_ratio"] > 0
         talker = served["talker"]
         assert talker["logged_requests"] == 2 and talker["codes_per_s"]["p50"] > 0
         inproc = level["in_process"]
