@@ -10,6 +10,7 @@ whole group (engine cores and workers included), escalating to SIGKILL after a g
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import os
 import signal
@@ -59,8 +60,15 @@ class EngineServer:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> EngineServer:
+        """Launch the server and wait until it answers `/health` (`launch()` then `wait_ready()`)."""
+        self.launch()
+        self.wait_ready()
+        return self
+
+    def launch(self) -> EngineServer:
+        """Start the process and return at once: several servers can then start side by side (`wait_ready()`)."""
         if self._proc is not None:
-            raise EngineServerError("EngineServer.start() called twice")
+            raise EngineServerError("EngineServer.launch() called twice")
         self.port = self.port or free_port()
         command = [
             sys.executable,
@@ -88,15 +96,17 @@ class EngineServer:
             )
         finally:
             log.close()
-        self._wait_ready()
         return self
 
-    def _wait_ready(self) -> None:
+    def wait_ready(self) -> None:
+        """Return once `/health` answers; raise `EngineServerError` (the server stopped) if it exits or times out."""
         deadline = time.monotonic() + self.startup_timeout_s
         while time.monotonic() < deadline:
             if self._proc is not None and self._proc.poll() is not None:
+                code = self._proc.returncode
+                self.stop()  # what of its group outlived it (engine cores, workers)
                 raise EngineServerError(
-                    f"the server exited with code {self._proc.returncode} before it was ready; log {self.log_path}:\n"
+                    f"the server exited with code {code} before it was ready; log {self.log_path}:\n"
                     + _tail(self.log_path)
                 )
             if self.healthy():
@@ -122,17 +132,27 @@ class EngineServer:
         return self._proc is not None and self._proc.poll() is None
 
     def stop(self, grace_s: float = 20.0) -> None:
+        """SIGINT to the process group, SIGKILL after `grace_s`; then SIGKILL to whatever of the group remains."""
         proc, self._proc = self._proc, None
-        if proc is None or proc.poll() is not None:
+        if proc is None:
             return
-        try:
-            os.killpg(proc.pid, signal.SIGINT)
-            proc.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
+        if proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGINT)
+                proc.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=grace_s)
+            except ProcessLookupError:
+                pass
+        # Engine cores and workers can outlive the API server that led the group (a crash, a slow exit):
+        # a few seconds to finish their own shutdown, then SIGKILL.
+        deadline = time.monotonic() + 5.0
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            while time.monotonic() < deadline:
+                os.killpg(proc.pid, 0)  # raises ProcessLookupError once no process of the group is left
+                time.sleep(0.2)
             os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=grace_s)
-        except ProcessLookupError:
-            pass
 
     def __enter__(self) -> EngineServer:
         return self.start()
