@@ -18,6 +18,10 @@
 |                                         | counters (engine tests read the worker's         |                       |
 |                                         | batching and errors there; `stats.py` of         |                       |
 |                                         | `model_executor/models/token2wav_stage/`)        |                       |
+| `VLLM_OMNI_TOKEN2WAV_STAGE_STATS_`      | seconds between two writes of that file by       | 0: every call         |
+| `INTERVAL_S`                            | `forward` (`on_requests_finished` always writes; |                       |
+|                                         | benchmarks: under CPU contention a write per     |                       |
+|                                         | step costs the step whole scheduler slices)      |                       |
 | `STEP_AUDIO2_DEFAULT_PROMPT_WAV`        | Step-Audio2 stage's default voice file           | model folder's        |
 |                                         | (upstream's name; `families.py` of               | `default_female.wav`  |
 |                                         | `model_executor/models/token2wav_stage/`)        |                       |
@@ -33,6 +37,7 @@ from pathlib import Path
 DEVICE_GRAPHS_ENV = "VLLM_OMNI_TOKEN2WAV_DEVICE_GRAPHS"
 DEVICE_GRAPHS_MAX_ENV = "VLLM_OMNI_TOKEN2WAV_DEVICE_GRAPHS_MAX"
 STAGE_STATS_ENV = "VLLM_OMNI_TOKEN2WAV_STAGE_STATS"
+STAGE_STATS_INTERVAL_ENV = "VLLM_OMNI_TOKEN2WAV_STAGE_STATS_INTERVAL_S"
 DEFAULT_DEVICE_GRAPHS_MAX = 64
 _TRUE = ("1", "true", "on", "yes")
 _FALSE = ("0", "false", "off", "no")
@@ -78,3 +83,17 @@ def device_graphs_max() -> int:
 def stage_stats_path() -> str | None:
     """`VLLM_OMNI_TOKEN2WAV_STAGE_STATS`: where the stage model writes its counters; None when unset or empty."""
     return os.environ.get(STAGE_STATS_ENV) or None
+
+
+def stage_stats_interval_s() -> float:
+    """`VLLM_OMNI_TOKEN2WAV_STAGE_STATS_INTERVAL_S`: least seconds between two `forward` writes (0: every call)."""
+    text = os.environ.get(STAGE_STATS_INTERVAL_ENV, "").strip()
+    if not text:
+        return 0.0
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:
+        raise ValueError(f"{STAGE_STATS_INTERVAL_ENV}={text!r}: expected seconds >= 0")
+    return value

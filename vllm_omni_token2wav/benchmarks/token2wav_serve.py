@@ -134,7 +134,12 @@ class ServeConfig:
             raise ValueError(f"max_num_seqs must be >= 1, got {self.max_num_seqs}")
 
     def requests_at(self, concurrency: int) -> int:
-        return self.requests if self.requests is not None else max(3 * concurrency, 4)
+        return requests_per_level(self.requests, concurrency)
+
+
+def requests_per_level(requests: int | None, concurrency: int) -> int:
+    """Requests of a level: `requests` when given, else 3 x c and at least 4 (the emulated and served runs alike)."""
+    return requests if requests is not None else max(3 * concurrency, 4)
 
 
 #: Sizes by plan (explicit options win): the issue's concurrency levels on an accelerator.
@@ -362,16 +367,29 @@ def make_requests(
     prefix: str,
     pool: Sequence[Any],
     count: int | None = None,
+    codes: Sequence[Sequence[int]] | None = None,
 ) -> list[_Request]:
-    """The level's requests (same seeds for both modes): lengths, voices and codes (`count`: default per config)."""
+    """The level's requests (same seeds for both modes): lengths, voices and codes (`count`: default per config).
+
+    `codes` gives each request's codec tokens instead of seeded random ones (its length is the request's;
+    the served benchmark replays what the engine's producer emitted).
+    """
     rng = random.Random(config.seed * 1000 + concurrency)
     lo, hi = config.audio_seconds
     out = []
+    if codes is not None:
+        count = len(codes)
     for i in range(config.requests_at(concurrency) if count is None else count):
-        tokens = max(1, round(rng.uniform(lo, hi) * TOKEN_RATE))
-        codes = [rng.randrange(6561) for _ in range(tokens)]
+        if codes is not None:
+            request_codes = [int(c) for c in codes[i]]
+            tokens = len(request_codes)
+        else:
+            tokens = max(1, round(rng.uniform(lo, hi) * TOKEN_RATE))
+            request_codes = [rng.randrange(6561) for _ in range(tokens)]
         voice = i % (len(pool) + 1)  # 0: the stage's default voice
-        stream = ProducerStream(f"{prefix}-{i}", codes, family_spec, voice=None if voice == 0 else pool[voice - 1])
+        stream = ProducerStream(
+            f"{prefix}-{i}", request_codes, family_spec, voice=None if voice == 0 else pool[voice - 1]
+        )
         if config.whole:  # the talker is done before the stage sees anything: one chunk holding the reply
             whole = stream.next_chunk(tokens, True)
             assert whole is not None
@@ -397,6 +415,11 @@ def check_clock(clock: str, device: str, threads: int) -> None:
         raise ValueError(f"clock must be one of {tuple(CLOCKS)}, got {clock!r}")
     if clock == "cpu" and (device not in ("cpu", "auto") or threads != 1):
         raise ValueError(f"the cpu clock needs --device cpu and 1 thread (got device {device!r}, {threads} threads)")
+
+
+def mode_order(index: int) -> tuple[str, ...]:
+    """The order of the two modes at level `index`: alternating, so drift on the host hits both alike."""
+    return MODES if index % 2 == 0 else MODES[::-1]
 
 
 def talker_bound(concurrency: int, talker_rate: float) -> float:
@@ -570,18 +593,35 @@ class Token2WavServeBenchmark:
         stage = self.build_stage()
         pool = self.prepare(stage)
         for index, c in enumerate(cfg.concurrency):
-            level = {
-                "concurrency": c,
-                "requests": cfg.requests_at(c),
-                "max_num_seqs": cfg.max_num_seqs or c,
-                "talker_bound_audio_s_per_s": talker_bound(c, cfg.talker_rate),
-            }
-            order = MODES if index % 2 == 0 else MODES[::-1]
-            level["order"] = list(order)
-            self.report.levels.append(level)
-            for mode in order:
-                rows = (cfg.max_num_seqs or c) if mode == "batched" else 1
-                self.report.runs[(c, mode)] = self.run_level(stage, c, mode, rows, pool)
+            self.run_both_modes(stage, index, c, pool)
+
+    def run_both_modes(
+        self,
+        stage: Any,
+        index: int,
+        concurrency: int,
+        pool: Sequence[Any],
+        codes: Sequence[Sequence[int]] | None = None,
+    ) -> dict[str, Any]:
+        """Level `index` of the run at `concurrency`: both modes, the first alternating by level; returns the level.
+
+        `codes`: each request's codec tokens (default: the config's seeded random requests).
+        """
+        cfg = self.config
+        level: dict[str, Any] = {
+            "concurrency": concurrency,
+            "requests": cfg.requests_at(concurrency) if codes is None else len(codes),
+            "max_num_seqs": cfg.max_num_seqs or concurrency,
+            "talker_rate": cfg.talker_rate,
+            "talker_bound_audio_s_per_s": talker_bound(concurrency, cfg.talker_rate),
+        }
+        order = mode_order(index)
+        level["order"] = list(order)
+        self.report.levels.append(level)
+        for mode in order:
+            rows = (cfg.max_num_seqs or concurrency) if mode == "batched" else 1
+            self.report.runs[(concurrency, mode)] = self.run_level(stage, concurrency, mode, rows, pool, codes=codes)
+        return level
 
     def run_level(
         self,
@@ -593,14 +633,16 @@ class Token2WavServeBenchmark:
         should_stop: Callable[[], bool] | None = None,
         count: int | None = None,
         label: str | None = None,
+        codes: Sequence[Sequence[int]] | None = None,
     ) -> ModeRun:
         """One level: `concurrency` slots, steps of at most `max_rows` chunks (`should_stop()` ends it early).
 
-        `count` overrides the config's number of requests; `label` (default `mode`) prefixes request ids.
+        `count` overrides the config's number of requests; `label` (default `mode`) prefixes request ids;
+        `codes` gives each request's codec tokens (`make_requests`).
         """
         cfg = self.config
         prefix = f"c{concurrency}-{label or mode}"
-        requests = make_requests(cfg, stage.family, concurrency, prefix, pool, count)
+        requests = make_requests(cfg, stage.family, concurrency, prefix, pool, count, codes)
         times = arrivals(cfg, len(requests), concurrency)
         run = ModeRun(mode)
         run.requests = [r.result for r in requests]
@@ -706,7 +748,9 @@ __all__ = [
     "check_clock",
     "forward_step",
     "make_requests",
+    "mode_order",
     "percentiles",
+    "requests_per_level",
     "ratio_row",
     "ready_offsets",
     "talker_bound",

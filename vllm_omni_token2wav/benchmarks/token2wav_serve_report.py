@@ -52,16 +52,44 @@ def header_lines(report: ServeReport) -> list[str]:
     return lines
 
 
+#: The columns every concurrency table shares (this one and the served run's, `token2wav_serve_engine_report`).
+COMMON_HEAD = (
+    f"{'audio s/s':>10}{'TTFP p50':>10}{'p90':>7}{'p99':>7}{'RTF p50':>9}{'p90':>7}{'p99':>7}"
+    f"{'underruns':>10}{'stall p90':>10}{'steps':>7}{'rows/step':>10}"
+)
+
+
+def row_label(c: int, name: str, width: int = 10) -> str:
+    return f"{c:>3} {name:<{width}}"
+
+
+def mode_cells(m: dict[str, Any]) -> str:
+    """The shared columns of one mode's summary (`ModeRun.summary()`), under `COMMON_HEAD`."""
+    steps = m.get("steps")
+    return (
+        f"{fmt(m['throughput_audio_s_per_s'], '.2f'):>10}"
+        f"{_p(m['ttfp_s'], 'p50'):>10}{_p(m['ttfp_s'], 'p90'):>7}{_p(m['ttfp_s'], 'p99'):>7}"
+        f"{_p(m['rtf'], 'p50', '.3f'):>9}{_p(m['rtf'], 'p90', '.3f'):>7}{_p(m['rtf'], 'p99', '.3f'):>7}"
+        f"{m['underruns']:>10d}{_p(m['stall_s'], 'p90'):>10}{'-' if steps is None else steps:>7}"
+        f"{fmt(m.get('rows_per_step'), '.2f'):>10}"
+    )
+
+
+def ratio_cells(ratio: dict[str, Any]) -> str:
+    """A ratio row's cells under `COMMON_HEAD` (`token2wav_serve.ratio_row`: throughput, TTFP, RTF, stall)."""
+    return (
+        f"{fmt(ratio['throughput_audio_s_per_s'], '.2f'):>10}"
+        f"{fmt(ratio['ttfp_s_p50'], '.2f'):>10}{fmt(ratio['ttfp_s_p90'], '.2f'):>7}{'':>7}"
+        f"{fmt(ratio['rtf_p50'], '.2f'):>9}{fmt(ratio['rtf_p90'], '.2f'):>7}{'':>7}{'':>10}"
+        f"{fmt(ratio['stall_s_p90'], '.2f'):>10}"
+    )
+
+
 def level_lines(report: ServeReport) -> list[str]:
     data = report.to_dict()["levels"]
     if not data:
         return []
-    head = (
-        f"{'c':>3} {'mode':<10}{'audio s/s':>10}{'TTFP p50':>10}{'p90':>7}{'p99':>7}{'RTF p50':>9}{'p90':>7}"
-        f"{'p99':>7}{'underruns':>10}{'stall p90':>10}{'steps':>7}{'rows/step':>10}{'step p50':>9}"
-        f"{'MB/stream':>10}"
-    )
-    lines = [head]
+    lines = [f"{'c':>3} {'mode':<10}{COMMON_HEAD}{'step p50':>9}{'MB/stream':>10}"]
     for level in data:
         c = level["concurrency"]
         for mode in MODES:
@@ -70,24 +98,15 @@ def level_lines(report: ServeReport) -> list[str]:
                 continue
             name = "batched" if mode == "batched" else "1-per-fwd"
             lines.append(
-                f"{c:>3} {name:<10}{fmt(m['throughput_audio_s_per_s'], '.2f'):>10}"
-                f"{_p(m['ttfp_s'], 'p50'):>10}{_p(m['ttfp_s'], 'p90'):>7}{_p(m['ttfp_s'], 'p99'):>7}"
-                f"{_p(m['rtf'], 'p50', '.3f'):>9}{_p(m['rtf'], 'p90', '.3f'):>7}{_p(m['rtf'], 'p99', '.3f'):>7}"
-                f"{m['underruns']:>10d}{_p(m['stall_s'], 'p90'):>10}{m['steps']:>7d}"
-                f"{fmt(m['rows_per_step'], '.2f'):>10}{_p(m['step_s'], 'p50', '.3f'):>9}"
+                f"{row_label(c, name)}{mode_cells(m)}{_p(m['step_s'], 'p50', '.3f'):>9}"
                 f"{m['peak_stream_own_bytes'] / _MB:>10.1f}"
             )
         ratio = level.get("ratio_batched_over_unbatched")
         if ratio:
-            lines.append(
-                f"{c:>3} {'ratio':<10}{fmt(ratio['throughput_audio_s_per_s'], '.2f'):>10}"
-                f"{fmt(ratio['ttfp_s_p50'], '.2f'):>10}{fmt(ratio['ttfp_s_p90'], '.2f'):>7}{'':>7}"
-                f"{fmt(ratio['rtf_p50'], '.2f'):>9}{fmt(ratio['rtf_p90'], '.2f'):>7}{'':>7}{'':>10}"
-                f"{fmt(ratio['stall_s_p90'], '.2f'):>10}"
-            )
+            lines.append(f"{row_label(c, 'ratio')}{ratio_cells(ratio)}")
         bound = level.get("talker_bound_audio_s_per_s")
         if bound:
-            lines.append(f"{c:>3} {'talker':<10}{bound:>10.2f}  <- most audio s/s the talkers produce (either mode)")
+            lines.append(f"{row_label(c, 'talker')}{bound:>10.2f}  <- most audio s/s the talkers produce (either mode)")
     lines.append(
         "ratio = batched / one-request-per-forward: audio s/s above 1 and latencies below 1 mean batching helps; "
         "MB/stream = largest own (unshared) cache of a live stream"
@@ -143,4 +162,14 @@ def write_plot(report: ServeReport, path: Path) -> None:
     write_bytes_atomic(path, png_bytes(fig, title))
 
 
-__all__ = ["header_lines", "level_lines", "render_text", "write_json", "write_plot"]
+__all__ = [
+    "COMMON_HEAD",
+    "header_lines",
+    "level_lines",
+    "mode_cells",
+    "ratio_cells",
+    "render_text",
+    "row_label",
+    "write_json",
+    "write_plot",
+]

@@ -122,6 +122,9 @@ def test_recorders_name_results_by_size_threads_clock_and_talker() -> None:
     assert serve(["--talker-rate", "100"]) == "token2wav_serve"
     assert serve(["--full", "--talker-rate", "10000", "--clock", "cpu"]) == "token2wav_serve_full_talker10000_cpuclock"
     assert serve(["--threads=2"]) == "token2wav_serve_2threads"
+    assert serve(["--engine"]) == "token2wav_serve_engine"  # the served stack never overwrites the emulated record
+    assert serve(["--engine", "--request-rate", "2"]) == "token2wav_serve_engine_poisson2"
+    assert serve(["--engine", "--clock", "wall"]) == "token2wav_serve_engine_wallclock"
 
 
 @pytest.mark.parametrize(

@@ -95,6 +95,34 @@ def test_option_mistakes_are_usage_errors(argv: tuple[str, ...], message: str) -
         build_config(_parse(*argv))
 
 
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (("--talker-rate", "50"), "--talker-rate does not apply to --engine: the served producer runs at its own rate"),
+        (
+            ("--voices", "2"),
+            "--voices does not apply to --engine: the speech endpoint serves this model with its default",
+        ),
+        (("--threads", "2"), "--threads does not apply to --engine"),
+        (("--full",), "--full does not apply to --engine"),
+        (("--family", "minicpmo"), "--family minicpmo does not apply to --engine"),
+        (("--device", "cuda"), "--device cuda does not apply to --engine"),
+        (("--requests", "0"), "--requests must be >= 1"),
+        (("--request-rate", "0"), "--request-rate must be > 0"),
+    ],
+)
+def test_engine_option_mistakes_are_usage_errors_before_any_work(argv: tuple[str, ...], message: str) -> None:
+    from vllm_omni_token2wav.entrypoints.cli.bench.token2wav_serve import build_engine_config
+
+    with pytest.raises(CLIUsageError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        build_engine_config(_parse("--engine", *argv))
+
+
+def test_server_logs_needs_engine(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code, _, err = run_bench(capsys, "token2wav-serve", "--server-logs", str(tmp_path))
+    assert code == 2 and "--server-logs keeps the servers' logs of an --engine run; add --engine" in err
+
+
 def test_plans_and_explicit_options(tmp_path: Path) -> None:
     cpu = build_config(_parse("--device", "cpu"))
     assert (cpu.plan, cpu.concurrency, cpu.threads, cpu.n_timesteps, cpu.reference_seconds) == (

@@ -86,6 +86,12 @@ def test_the_stats_file_counts_calls_segments_batching_placeholders_errors_and_s
     _call(stage, [b[1]])
     _call(stage, [b[2]])  # b's last chunk ends its stream
     seen = json.loads(path.read_text())
+    by_rows = seen.pop("steps_by_rows")
+    assert {k: v["steps"] for k, v in by_rows.items()} == {"1": 3, "2": 1}  # a+b together, a again, b, b
+    assert all(v["seconds"] > 0 and v["cpu_seconds"] > 0 for v in by_rows.values())
+    assert seen.pop("work_forward_s") == pytest.approx(sum(v["seconds"] for v in by_rows.values()))
+    assert seen.pop("work_forward_cpu_s") == pytest.approx(sum(v["cpu_seconds"] for v in by_rows.values()))
+    assert seen.pop("stats_write_s") > 0  # the five earlier writes (the file lags its own cost by one call)
     assert seen == {
         "family": "minicpmo_4_5",
         "pid": os.getpid(),
@@ -102,6 +108,7 @@ def test_the_stats_file_counts_calls_segments_batching_placeholders_errors_and_s
         "noise_seeds": {"a": documented_seed("a"), "b": documented_seed("b")},
         # MiniCPM-o chunks: 3 context codes + 25 new, then 3 + the last 10; a's repeated chunk 0 failed
         "chunks": {"a": [[28, False]], "b": [[28, False], [28, False], [13, True]]},
+        "torch_threads": torch.get_num_threads(),
     }
     stage.on_requests_finished(["a", "b"])  # a is live and freed; b ended already
     seen = json.loads(path.read_text())
@@ -173,3 +180,21 @@ def test_an_unwritable_stats_path_is_logged_once_and_never_fails_a_step(
             assert _call(stage, ["p"]) == [None]
     assert caplog.text.count(f"cannot write {envs.STAGE_STATS_ENV}={blocker / 'stage.json'}") == 1
     assert stage._stats.stats is not None and stage._stats.stats.forward_calls == 3
+
+
+def test_an_interval_spaces_out_the_writes_of_forward_but_finishing_requests_always_writes(
+    stage: MiniCPMO45Code2Wav, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "stage.json"
+    monkeypatch.setenv(envs.STAGE_STATS_ENV, str(path))
+    monkeypatch.setenv(envs.STAGE_STATS_INTERVAL_ENV, "3600")
+    chunks = all_chunks(ProducerStream("r", list(range(100, 160)), stage.family))
+    _call(stage, [chunks[0]])  # the first call writes
+    _call(stage, [chunks[1]])  # within the interval: counted, not written
+    assert json.loads(path.read_text())["steps_with_work"] == 1
+    stage.on_requests_finished(["r"])  # always writes: the file is current once a request finished
+    seen = json.loads(path.read_text())
+    assert (seen["steps_with_work"], seen["live_streams"]) == (2, 0)
+    monkeypatch.setenv(envs.STAGE_STATS_INTERVAL_ENV, "-1")
+    with pytest.raises(ValueError, match="expected seconds >= 0"):
+        envs.stage_stats_interval_s()

@@ -14,6 +14,12 @@ on an accelerator c = 1, 8, 32 (`accelerator`); `--smoke` a seconds-long run for
 On CPU with the reduced stand-in the default is 1 torch thread: its ops are too small to gain from
 more, and on a shared 2-core host 2 threads measured slower.
 
+`--engine` measures the real served stack instead (`benchmarks/token2wav_serve_engine.py`): the
+stand-in producer feeding our Step-Audio2 code2wav in `vllm-omni-token2wav serve` on loopback,
+code2wav `max_num_seqs` = the largest level vs 1 (two servers), with the emulated run of the same
+work beside it; reports go to `./out/token2wav_serve_engine.{json,png}`. Options that only shape the
+emulated stage (`--talker-rate`, `--voices`, `--threads`, ...) are usage errors there, named with why.
+
 Exit codes: 0 done; 1 some segment failed (the table says which); 2 usage error; 130 interrupted
 (the partial report is printed and its JSON written).
 
@@ -23,6 +29,7 @@ This module only parses options (argparse); torch and the models are imported in
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +38,21 @@ from vllm_omni_token2wav.entrypoints.cli.types import CLIUsageError
 
 DEFAULT_JSON = str(common.DEFAULT_REPORT_DIR / "token2wav_serve.json")
 DEFAULT_PLOT = str(common.DEFAULT_REPORT_DIR / "token2wav_serve.png")
+ENGINE_JSON = str(common.DEFAULT_REPORT_DIR / "token2wav_serve_engine.json")
+ENGINE_PLOT = str(common.DEFAULT_REPORT_DIR / "token2wav_serve_engine.png")
 FAMILY_CHOICES = ("minicpmo", "step-audio2")
+DEFAULT_TALKER_RATE = 100.0
+#: Options of the emulated run that `--engine` refuses, and why (the served stack decides these itself).
+ENGINE_REFUSED = {
+    "model_dir": "the served stack runs the stand-in engine model folder",
+    "full": "the served stack runs the reduced stand-in",
+    "talker_rate": "the served producer runs at its own rate (reported per level; the in-process run follows it)",
+    "voices": "the speech endpoint serves this model with its default voice only",
+    "n_timesteps": "the served stage uses its deployment's setting",
+    "reference_seconds": "the served stage uses its deployment's setting",
+    "kv_cache_dtype": "the served stage uses its deployment's setting",
+    "threads": "the in-process comparison uses the engine worker's torch thread count",
+}
 KV_DTYPES = ("float32", "float16", "bfloat16")
 
 
@@ -56,13 +77,13 @@ def parse_seconds_range(text: str) -> tuple[float, float]:
     return lo, hi
 
 
-def add_clock_option(parser: argparse.ArgumentParser) -> None:
+def add_clock_option(parser: argparse.ArgumentParser, default: str | None = "wall", extra_help: str = "") -> None:
     parser.add_argument(
         "--clock",
         choices=("wall", "cpu"),
-        default="wall",
+        default=default,
         help="time a step by the wall clock (default) or, on CPU with 1 thread, by the thread's CPU time "
-        "(a shared host: the step's cost without the time other processes held the core)",
+        "(a shared host: the step's cost without the time other processes held the core)" + extra_help,
     )
 
 
@@ -76,6 +97,8 @@ def _plan_name(args: argparse.Namespace, device_type: str) -> str:
 
 def build_config(args: argparse.Namespace) -> Any:
     """The validated `ServeConfig` for `args` (raises `CLIUsageError` for user mistakes)."""
+    if args.server_logs is not None:
+        raise CLIUsageError("--server-logs keeps the servers' logs of an --engine run; add --engine")
     if args.full and args.model_dir is not None:
         raise CLIUsageError("--full selects the full-size stand-in; it cannot be combined with --model-dir")
     device = common.check_device(args.device)
@@ -114,16 +137,16 @@ def build_config(args: argparse.Namespace) -> Any:
     config = ServeConfig(
         model_dir=model_dir,
         full=args.full,
-        family=args.family,
+        family=args.family or "minicpmo",
         device=device,
         request_rate=args.request_rate,
-        talker_rate=args.talker_rate,
+        talker_rate=DEFAULT_TALKER_RATE if args.talker_rate is None else args.talker_rate,
         max_num_seqs=args.max_num_seqs,
         kv_cache_dtype=args.kv_cache_dtype,
         threads=threads,
         seed=args.seed,
         plan=plan,
-        clock=args.clock,
+        clock=args.clock or "wall",
         **sizes,
     )
     try:
@@ -143,7 +166,7 @@ class Token2WavServeSubcommand:
         )
         parser.add_argument("--full", action="store_true", help="use the full-size stand-in (~1.2 GB, slow on CPU)")
         parser.add_argument(
-            "--family", choices=FAMILY_CHOICES, default="minicpmo", help="stage model (default minicpmo)"
+            "--family", choices=FAMILY_CHOICES, help="stage model (default minicpmo; --engine: step-audio2)"
         )
         common.add_device_option(parser)
         parser.add_argument(
@@ -153,9 +176,7 @@ class Token2WavServeSubcommand:
         parser.add_argument(
             "--request-rate", type=float, metavar="R", help="Poisson arrivals per second (default: closed loop)"
         )
-        parser.add_argument(
-            "--talker-rate", type=float, default=100.0, metavar="T", help="codes/s per request (25 = real time; 100)"
-        )
+        parser.add_argument("--talker-rate", type=float, metavar="T", help="codes/s per request (25 = real time; 100)")
         parser.add_argument("--audio-seconds", metavar="MIN-MAX", help="audio per request (default 2-4)")
         parser.add_argument("--voices", type=int, metavar="N", help="reference voices besides the default (3)")
         parser.add_argument("--n-timesteps", type=int, metavar="N", help="flow-matching Euler steps (default 10)")
@@ -166,11 +187,25 @@ class Token2WavServeSubcommand:
         )
         common.add_threads_option(parser)
         parser.add_argument("--seed", type=int, default=0, help="stand-in weights, codes, lengths and noise seed")
-        add_clock_option(parser)
+        add_clock_option(
+            parser,
+            None,
+            "; --engine: the in-process comparison's steps, default cpu (the served stack is timed by "
+            "the client's wall clock)",
+        )
         parser.add_argument("--smoke", action="store_true", help="a seconds-long run (tests); explicit options win")
+        parser.add_argument(
+            "--engine",
+            action="store_true",
+            help="measure the real served stack (stand-in producer -> our code2wav in vllm-omni-token2wav serve, "
+            "loopback), code2wav max_num_seqs = largest level vs 1, beside the in-process run of the same work",
+        )
+        parser.add_argument("--server-logs", metavar="DIR", help="--engine: keep the servers' logs in DIR")
         common.add_report_file_options(parser, DEFAULT_JSON, DEFAULT_PLOT)
 
     def run(self, args: argparse.Namespace) -> int:
+        if args.engine:
+            return run_engine(args)
         config = build_config(args)
         from vllm_omni_token2wav.benchmarks import token2wav_serve_report
         from vllm_omni_token2wav.benchmarks.token2wav_serve import ServeSetupError, Token2WavServeBenchmark
@@ -189,6 +224,93 @@ class Token2WavServeSubcommand:
             interrupted=interrupted,
             code=1 if failed else 0,
         )
+
+
+def build_engine_config(args: argparse.Namespace) -> Any:
+    """The validated `EngineServeConfig` for `--engine` (raises `CLIUsageError` before any work)."""
+    for option, why in ENGINE_REFUSED.items():
+        value = getattr(args, option)
+        if value not in (None, False):
+            raise CLIUsageError(f"--{option.replace('_', '-')} does not apply to --engine: {why}")
+    if args.family not in (None, "step-audio2"):
+        raise CLIUsageError(
+            f"--family {args.family} does not apply to --engine: the served stand-in stack is Step-Audio2's "
+            "(MiniCPM-o's talker hands codes over in a way the stand-in producer does not emulate)"
+        )
+    if common.check_device(args.device) not in ("auto", "cpu"):
+        raise CLIUsageError(f"--device {args.device} does not apply to --engine: the engine serves on its platform")
+    common.check_output_files(args)
+    for option, low in (("requests", 1), ("max_num_seqs", 1)):
+        common.check_at_least("--" + option.replace("_", "-"), getattr(args, option), low)
+    if args.request_rate is not None and not args.request_rate > 0:
+        raise CLIUsageError(f"--request-rate must be > 0, got {args.request_rate}")
+    if args.server_logs is not None and Path(args.server_logs).exists() and not Path(args.server_logs).is_dir():
+        raise CLIUsageError(f"--server-logs {args.server_logs}: not a folder")
+
+    from vllm_omni_token2wav.benchmarks.token2wav_serve_engine import (
+        ENGINE_INSTALL_HINT,
+        PLANS,
+        EngineServeConfig,
+        missing_engine,
+    )
+
+    missing = missing_engine()
+    if missing:
+        raise CLIUsageError(f"--engine needs {missing}, which this environment lacks; {ENGINE_INSTALL_HINT}")
+    plan = "engine-smoke" if args.smoke else "engine"
+    sizes: dict[str, Any] = dict(PLANS[plan])
+    if args.concurrency:
+        sizes["concurrency"] = parse_levels(args.concurrency)
+    if args.requests is not None:
+        sizes["requests"] = args.requests
+    if args.audio_seconds:
+        lo, hi = parse_seconds_range(args.audio_seconds)
+        if lo != hi:
+            raise CLIUsageError(
+                f"--audio-seconds {args.audio_seconds}: --engine gives every reply one length (the producer's "
+                "max_tokens; the speech endpoint has no per-request length for this model); give one value"
+            )
+        sizes["audio_seconds"] = lo
+    config = EngineServeConfig(
+        request_rate=args.request_rate,
+        max_num_seqs=args.max_num_seqs,
+        seed=args.seed,
+        in_process_clock=args.clock or "cpu",
+        plan=plan,
+        server_logs=None if args.server_logs is None else Path(args.server_logs).expanduser(),
+        **sizes,
+    )
+    try:
+        config.validate()
+    except ValueError as exc:
+        raise CLIUsageError(str(exc)) from None
+    return config
+
+
+def run_engine(args: argparse.Namespace) -> int:
+    config = build_engine_config(args)
+    from vllm_omni_token2wav.benchmarks import token2wav_serve_engine_report
+    from vllm_omni_token2wav.benchmarks.engine_server import EngineServerError
+    from vllm_omni_token2wav.benchmarks.token2wav_serve_engine import EngineServeBenchmark, EngineServeSetupError
+
+    bench = EngineServeBenchmark(config, stage=common.stage_printer("token2wav-serve --engine"))
+    bench.report.command = common.invoked_command()
+    failed_to_serve = False
+    try:
+        interrupted = common.run_benchmark(bench.run, EngineServeSetupError)
+    except EngineServerError as exc:  # the note says which server and where its log is
+        print(f"vllm-omni-token2wav: {exc}", file=sys.stderr)
+        interrupted, failed_to_serve = False, True
+    report = bench.report
+    return common.publish_report(
+        report,
+        token2wav_serve_engine_report,
+        Path(args.json or ENGINE_JSON),
+        Path(args.plot or ENGINE_PLOT),
+        plot=bool(report.served),
+        interrupted=interrupted,
+        code=1 if failed_to_serve or report.failed() else 0,
+    )
 
 
 SUBCOMMAND = Token2WavServeSubcommand()

@@ -122,6 +122,8 @@ def _asset_dir(family: str, reduced: bool, seed: int) -> Path:
 
 
 def _asset_files(directory: Path) -> dict[str, Path]:
+    """The asset files of an assembled stand-in folder (not its hidden manifest and lock files)."""
+    assert _MANIFEST.startswith(".")
     return {p.name: p for p in sorted(directory.iterdir()) if p.is_file() and not p.name.startswith(".")}
 
 
@@ -167,4 +169,18 @@ def ensure_engine_model_dir(family: str, *, reduced: bool = True, seed: int = 0)
     return root
 
 
-assert _MANIFEST.startswith(".")  # _asset_files skips the manifest and lock files of assembled folders
+def main(argv: list[str] | None = None) -> int:
+    """`python -m vllm_omni_token2wav.model_executor.models.standin.model_dirs FAMILY [--full]`: print the folder."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m vllm_omni_token2wav.model_executor.models.standin.model_dirs")
+    parser.add_argument("family", choices=ENGINE_FAMILIES)
+    parser.add_argument("--full", action="store_true", help="full-size stand-in weights (default: reduced)")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    print(ensure_engine_model_dir(args.family, reduced=not args.full, seed=args.seed))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -14,7 +14,7 @@ implementation.
 | `shape`         | the chunk's new ids (its first `min(3, received)` ids must be the lookahead the    |
 |                 | previous chunk ended with: producers re-send it), the flow plan (`plan_chunk`)    |
 | `run_flow`      | `synthesis.flow_rows`: one ragged launch for all rows (per-frame ops together,    |
-|                 | attention per row), bit-identical to each row alone on CPU fp32                   |
+|                 | attention per row), each row alone to float32 rounding (see the design page)      |
 | `run_vocoder`   | `synthesis.vocoder_rows`: one row per launch (exact), or rows at equal stream     |
 |                 | positions together with `batch_vocoder` (~1e-6 deviation, see the design page)    |
 | `flush`         | a 0-token last chunk: the pending lookahead tokens' mel and the vocoder's held-   |

@@ -34,6 +34,7 @@ no logits.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 from pathlib import Path
@@ -225,6 +226,7 @@ class Token2WavStageModel(nn.Module):
         """One scheduler step: the new audio of every segment (see `contract.py` for the input rules)."""
         del positions, intermediate_tensors, inputs_embeds
         stats = self._stats.target()  # None unless VLLM_OMNI_TOKEN2WAV_STAGE_STATS is set (stats.py)
+        start, start_cpu = (time.perf_counter(), time.thread_time()) if stats is not None else (0.0, 0.0)
         try:
             self.streams.sweep()  # every call, also profiling and placeholder-only ones: abandoned streams go now
             step = parse_step(
@@ -241,13 +243,20 @@ class Token2WavStageModel(nn.Module):
                 stats.record_failure(f"{type(exc).__name__}: {exc}", live_streams=len(self.streams))
                 self._stats.write()
             raise
+        output = build_output(results, step.device)
         if stats is not None:
             seeds = self.engine.last_seeds if ran else None
             stats.record_step(
-                step.segments, results, profiling=step.profiling, live_streams=len(self.streams), seeds=seeds
+                step.segments,
+                results,
+                profiling=step.profiling,
+                live_streams=len(self.streams),
+                seeds=seeds,
+                seconds=time.perf_counter() - start,
+                cpu_seconds=time.thread_time() - start_cpu,
             )
-            self._stats.write()
-        return build_output(results, step.device)
+            self._stats.write(force=False)
+        return output
 
     def on_requests_finished(self, finished_req_ids: Iterable[str]) -> None:
         """Free the streams of finished requests (their state, their ended-stream records)."""

@@ -7,6 +7,13 @@ to `<path>` after every `forward` call and every `on_requests_finished`, atomica
 (`atomic_io.write_json_atomic`: a reader sees the previous file or the new one, never half of one).
 Unset, a call costs one environment lookup and no counter is kept.
 
+A write is about 0.5 ms of CPU, but each of its file calls releases the GIL and may give up the
+core: on an oversubscribed host the served benchmark measured 8-80 ms of wall time per write, added
+to every step. `VLLM_OMNI_TOKEN2WAV_STAGE_STATS_INTERVAL_S=<s>` lets `forward` write at most once
+per `<s>` seconds (the counters themselves are always updated); `on_requests_finished` and a
+`forward` that raised always write, so the file is current once the engine has finished a
+request. The default (0) writes after every call, which tests that read the file between calls rely on.
+
 | field                   | meaning (cumulative since the first call with the variable set)                   |
 |-------------------------|-----------------------------------------------------------------------------------|
 | `pid`                   | the worker process                                                                |
@@ -25,12 +32,25 @@ Unset, a call costs one environment lookup and no counter is kept.
 |                         | utterance it ran) for it: `meta.seed` / `seed`, else derived from the request id  |
 | `chunks`                | state key -> `[tokens, last]` of every segment served for it without error, in    |
 |                         | order (a whole utterance is one `[tokens, true]`)                                 |
+| `torch_threads`         | `torch.get_num_threads()` in the worker at the latest non-profiling call          |
+| `work_forward_s`        | wall seconds inside `forward` calls that carried work (parse, engine, output)     |
+| `work_forward_cpu_s`    | the calling thread's CPU seconds in those calls (`time.thread_time`)              |
+| `steps_by_rows`         | per number of work segments in a call (`"3"`): `{"steps": n, "seconds": s,        |
+|                         | "cpu_seconds": c}`, the same times split by rows (benchmarks compare them with    |
+|                         | in-process steps)                                                                 |
+| `stats_write_s`         | wall seconds spent writing this file (what the counters themselves cost a step)   |
 
 `noise_seeds` and `chunks` keep the latest `KEYS_KEPT` keys (oldest dropped first). The state key is
 the engine's request id as the runner passes it (`request_ids`), which carries a suffix the engine
 adds to the caller's id (`r2` -> `r2-a9cf3b8b`): tests map their ids to keys by prefix, rebuild a
 streamed request's noise from its seed (no seed reaches the stage on the streaming path) and compare
 its chunking with their own.
+
+The timings are the host's wall clock around the call (`time.perf_counter`, no device
+synchronisation: on CPU that is the stage's compute plus any time other threads held the core; on an
+asynchronous device, what the host spent until `forward` returned) and the calling thread's CPU
+time (with one torch thread on CPU: the stage's compute alone). They cost four clock reads per call,
+and only with the variable set.
 
 One file per stage model instance is the intended use; two stage models given the same path overwrite
 each other's counters.
@@ -39,8 +59,11 @@ each other's counters.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+
+import torch
 
 from vllm_omni_token2wav import envs
 from vllm_omni_token2wav.atomic_io import write_json_atomic
@@ -71,6 +94,11 @@ class StageStats:
     last_error: str | None = None
     noise_seeds: dict[str, int] = field(default_factory=dict)
     chunks: dict[str, list[tuple[int, bool]]] = field(default_factory=dict)
+    torch_threads: int | None = None
+    work_forward_s: float = 0.0
+    work_forward_cpu_s: float = 0.0
+    steps_by_rows: dict[str, dict[str, float]] = field(default_factory=dict)
+    stats_write_s: float = 0.0
 
     def record_step(
         self,
@@ -80,17 +108,27 @@ class StageStats:
         profiling: bool,
         live_streams: int,
         seeds: Mapping[str, int] | None = None,
+        seconds: float = 0.0,
+        cpu_seconds: float = 0.0,
     ) -> None:
-        """Count one `forward` call: its segments (as parsed), what each produced, the seeds of new streams."""
+        """Count one `forward` call: its segments, what each produced, new streams' seeds, wall and CPU seconds."""
         self.forward_calls += 1
         self.live_streams = live_streams
         if profiling:
             return
+        self.torch_threads = torch.get_num_threads()
         self.segments += len(segments)
         self.max_segments_per_step = max(self.max_segments_per_step, len(segments))
         work = sum(1 for s in segments if s.kind is not SegmentKind.PLACEHOLDER)
         self.steps_with_work += work >= 1
         self.multi_request_steps += work >= 2
+        if work:
+            self.work_forward_s += seconds
+            self.work_forward_cpu_s += cpu_seconds
+            bucket = self.steps_by_rows.setdefault(str(work), {"steps": 0, "seconds": 0.0, "cpu_seconds": 0.0})
+            bucket["steps"] += 1
+            bucket["seconds"] += seconds
+            bucket["cpu_seconds"] += cpu_seconds
         for seg, result in zip(segments, results, strict=True):
             if result.error is not None:
                 self.errors += 1
@@ -132,6 +170,7 @@ class StatsWriter:
         self.family = family
         self.stats: StageStats | None = None
         self._write_failed = False
+        self._last_write = float("-inf")
 
     def target(self) -> StageStats | None:
         """The counters to update, or None when the variable is unset (then nothing is counted)."""
@@ -141,17 +180,36 @@ class StatsWriter:
             self.stats = StageStats(self.family)
         return self.stats
 
-    def write(self) -> None:
-        """Write the counters atomically; a failed write is logged once and never fails the step."""
+    def _interval_s(self) -> float:
+        """The write interval; a malformed value is logged once and means 0 (a step must never fail on it)."""
+        try:
+            return envs.stage_stats_interval_s()
+        except ValueError as exc:
+            if not self._write_failed:
+                logger.warning("token2wav stage: %s; writing the stats file after every call", exc)
+            self._write_failed = True
+            return 0.0
+
+    def write(self, *, force: bool = True) -> None:
+        """Write the counters atomically; a failed write is logged once and never fails the step.
+
+        `force=False` (after a `forward`) skips the write when the last one is more recent than
+        `VLLM_OMNI_TOKEN2WAV_STAGE_STATS_INTERVAL_S`.
+        """
         path = envs.stage_stats_path()
         if path is None or self.stats is None:
             return
+        start = time.perf_counter()
+        if not force and start - self._last_write < self._interval_s():
+            return
+        self._last_write = start
         try:
             write_json_atomic(path, asdict(self.stats))
         except OSError as exc:
             if not self._write_failed:  # once per stage: the same failure would repeat on every call
                 logger.warning("token2wav stage: cannot write %s=%s: %s", envs.STAGE_STATS_ENV, path, exc)
             self._write_failed = True
+        self.stats.stats_write_s += time.perf_counter() - start  # in the next write: the file lags by one call
 
 
 __all__ = ["KEYS_KEPT", "StageStats", "StatsWriter"]

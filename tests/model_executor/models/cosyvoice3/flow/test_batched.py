@@ -2,8 +2,21 @@
 """CosyVoice3 flow, several streams per launch (`stream_chunks`): every row as if it ran alone.
 
 Rows differ in prompt length, position, chunk size, deferred or run prompt, final or not. Each row's
-mel must equal (a) the same chunk run alone (measured bit-identical on CPU fp32, asserted <= 1e-6) and
-(b) the independent prefix re-run reference (`reference.reference_mel`, <= 1e-5), for every chunk.
+mel must equal (a) the same chunk run alone and (b) the independent prefix re-run reference
+(`reference.reference_mel`, <= 1e-5), for every chunk.
+
+(a) is float32 rounding, not bit-identity. A launch performs the same operations as the row alone
+except the grouped Conv1d layers (the conv position embedding, one `RaggedConv` over the interleaved
+rows, and the pre-lookahead convs), whose float32 kernels see a longer sequence: oneDNN's gemm
+convolution (and MKL's im2col GEMM when oneDNN is off) may round an output column differently
+depending on the sequence's length and the column's place in it. Every conv output then moves by
+about an ulp; through 2 Euler steps x 2 blocks the mel moves by a few ulps of its scale. Bit-identical
+on the CPU this was first measured on, and here with oneDNN capped at AVX or SSE4.1; on an AVX2 EPYC
+(oneDNN 3.12 `x64:gemm:jit`, torch 2.13, 1 or 2 threads, ATen AVX2 or default kernels, oneDNN on or
+off) up to 2.9 eps x the chunk's max|mel| (1.7e-6 at |mel| <= 5.9; 128 chunks of this test's schedule
+under 8 seeds) and 2.4 for the deferred prompt (18 prompts), 0 with the convolutions run
+length-independently (float64, rounded once). Hence `_solo_bound`: `SOLO_ULPS` float32 eps of the
+chunk's largest |mel|. Numbers and commands: docs/design/cosyvoice3.md ("Cross-request batching").
 """
 
 from __future__ import annotations
@@ -29,8 +42,17 @@ from vllm_omni_token2wav.model_executor.models.cosyvoice3.flow.config import CON
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 
 N_STEPS = 2
-SOLO_ATOL = 1e-6
+#: launch vs solo: at most this many float32 eps of the chunk's largest |mel| (module docstring: measured
+#: <= 2.9 on AVX2, 0 where the conv kernels are length-invariant; 8 leaves ~3x for other CPUs' kernels,
+#: stays below what the independent reference is held to, 1e-5 ~ 14 eps x 5.9, and fails a batched row
+#: off by a relative 1e-6)
+SOLO_ULPS = 8
 REFERENCE_ATOL = 1e-5
+
+
+def _solo_bound(mel: torch.Tensor) -> float:
+    """How far a row may be from the same row run alone: `SOLO_ULPS` float32 eps of its largest |mel|."""
+    return SOLO_ULPS * torch.finfo(torch.float32).eps * float(mel.abs().max())
 
 
 def _streams(flow: CausalMaskedDiffWithDiT) -> list[dict]:  # type: ignore[type-arg]
@@ -59,7 +81,9 @@ def test_rows_of_one_launch_equal_each_row_alone_and_the_prefix_rerun(
             streams, rows, solo, batched, strict=True
         ):
             assert mel.shape == mel_solo.shape
-            assert (mel - mel_solo).abs().max().item() <= SOLO_ATOL if mel.numel() else True
+            if mel.numel():
+                diff, bound = (mel - mel_solo).abs().max().item(), _solo_bound(mel_solo)
+                assert diff <= bound, f"round {round_}: {diff:.2e} from the row alone, bound {bound:.2e}"
             assert next_state.emitted_frames == next_solo.emitted_frames
             fed = s["fed"] + tokens.size(1)
             if mel.numel():
@@ -94,7 +118,8 @@ def test_a_deferred_prompt_gives_the_same_chunks_as_one_run_at_setup(cv3_flow: C
             mels.append(mel)
         out.append(torch.cat(mels, dim=2))
     assert out[0].shape == out[1].shape == (1, 80, 180)
-    assert (out[0] - out[1]).abs().max().item() <= SOLO_ATOL
+    diff, bound = (out[0] - out[1]).abs().max().item(), _solo_bound(out[0])
+    assert diff <= bound, f"deferred prompt: {diff:.2e} from the prompt run at setup, bound {bound:.2e}"
 
 
 def test_padding_frames_change_no_row(cv3_flow: CausalMaskedDiffWithDiT) -> None:
@@ -105,7 +130,7 @@ def test_padding_frames_change_no_row(cv3_flow: CausalMaskedDiffWithDiT) -> None
     plain = stream_chunks(cv3_flow, rows)
     padded = stream_chunks(cv3_flow, rows, pad_frames=37)
     for (a, _), (b, _) in zip(plain, padded, strict=True):
-        assert a.shape == b.shape and (a - b).abs().max().item() <= SOLO_ATOL
+        assert a.shape == b.shape and (a - b).abs().max().item() <= _solo_bound(a)
 
 
 def test_rows_that_cannot_share_a_launch_are_refused_before_anything_runs(cv3_flow: CausalMaskedDiffWithDiT) -> None:
