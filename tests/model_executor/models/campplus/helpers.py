@@ -139,7 +139,7 @@ def max_abs_and_cosine(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
 def fp32_floor(model: torch.nn.Module) -> float:
     """`u sqrt(sum_l K_l)`: the relative L2 error of a float32 evaluation of `model` (u = 2^-24, K_l = fan-in).
 
-    Probabilistic rounding-error analysis (Higham & Mary, SIAM J. Sci. Comput. 41(5), 2019): a float32
+    Probabilistic rounding-error analysis (Higham & Mary, SIAM J. Scientific Computing 41(5), 2019): a float32
     dot product of length K is off by about sqrt(K) u relative to its terms, not by the worst case K u.
     Different kernels (oneDNN, MKL, MLAS, AVX2 or AVX-512 blocking) sum in different orders, so each
     layer's rounding error is an independent draw of that size; the network's normalisations keep the
