@@ -41,9 +41,9 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from vllm_omni import platforms  # noqa: E402
-from vllm_omni.assets.audio import speech_sample  # noqa: E402
-from vllm_omni.model_executor.models.audio import kaldi_fbank, prompt_mel_24k, resample  # noqa: E402
+from vllm_omni_token2wav import platforms  # noqa: E402
+from vllm_omni_token2wav.assets.audio import speech_sample  # noqa: E402
+from vllm_omni_token2wav.model_executor.models.audio import kaldi_fbank, prompt_mel_24k, resample  # noqa: E402
 
 
 def _knf_fbank(samples: np.ndarray) -> np.ndarray:

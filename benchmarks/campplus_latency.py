@@ -29,9 +29,9 @@ def main() -> int:
     import onnxruntime as ort
     import torch
 
-    from vllm_omni import platforms
-    from vllm_omni.model_executor.models.campplus.standin import ensure_standin_campplus_onnx
-    from vllm_omni.model_executor.models.cosyvoice3 import speaker_embedding_torch as set_
+    from vllm_omni_token2wav import platforms
+    from vllm_omni_token2wav.model_executor.models.campplus.standin import ensure_standin_campplus_onnx
+    from vllm_omni_token2wav.model_executor.models.cosyvoice3 import speaker_embedding_torch as set_
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--onnx", type=Path, default=None, help="campplus.onnx (default: full-size stand-in)")

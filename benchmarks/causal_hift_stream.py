@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
-"""Record one `vllm-omni bench causal-hift` run under `benchmarks/results/`.
+"""Record one `vllm-omni-token2wav bench causal-hift` run under `benchmarks/results/`.
 
 Why: the recorded cost-per-chunk curve of the causal HiFT (bounded streaming vs upstream's
 cumulative re-run; quoted by docs/benchmarks/causal_hift.md and the issue's closing note) must come
@@ -24,7 +24,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def main(argv: list[str]) -> int:
-    from vllm_omni.benchmarks.common import record_main
+    from vllm_omni_token2wav.benchmarks.common import record_main
 
     stem = "causal_hift_stream_full" if "--full" in argv else "causal_hift_stream"
     return record_main(argv, script=Path(__file__).name, bench="causal-hift", stem=stem, results=RESULTS)

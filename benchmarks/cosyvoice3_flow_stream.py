@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
-"""Record one `vllm-omni bench cosyvoice3-flow` run under `benchmarks/results/`.
+"""Record one `vllm-omni-token2wav bench cosyvoice3-flow` run under `benchmarks/results/`.
 
 Why: the recorded cost-per-chunk curve (quoted by docs/benchmarks/cosyvoice3_flow.md and the issue's
 closing note) must come from the same command an operator runs; this script runs exactly that
@@ -31,7 +31,7 @@ def _pop_option(argv: list[str], name: str) -> tuple[list[str], str | None]:
 
 
 def main(argv: list[str]) -> int:
-    from vllm_omni.benchmarks.common import argv_device_type, record_cli_run
+    from vllm_omni_token2wav.benchmarks.common import argv_device_type, record_cli_run
 
     argv, results_dir = _pop_option(argv, "--results-dir")
     argv, tag = _pop_option(argv, "--tag")

@@ -4,7 +4,7 @@
 
 Why: accelerators are lent rarely (one prepared command, <= 10 min per call, 15 min of device time in
 all, only files under `$OUT` come back) and nothing is installed there; this script runs
-`vllm-omni bench device-check` from the repository checkout without installing the package (it puts
+`vllm-omni-token2wav bench device-check` from the repository checkout without installing the package (it puts
 the checkout on `sys.path`), writes `device_check.json` / `.txt` / `.png` into `$OUT` when set (else
 `./out`), and finishes within its 7-minute deadline on one H200 or an Ascend NPU. Options are passed
 through (`--smoke`, `--device`, `--sections`, `--deadline-s`, `--onnx`, `--model-dir`, `--out-dir`).
@@ -33,7 +33,7 @@ REPO = Path(__file__).resolve().parents[1]
 def main(argv: list[str]) -> int:
     if str(REPO) not in sys.path:
         sys.path.insert(0, str(REPO))
-    from vllm_omni.entrypoints.cli.main import main as cli_main
+    from vllm_omni_token2wav.entrypoints.cli.main import main as cli_main
 
     return cli_main(["bench", "device-check", *argv])
 

@@ -43,7 +43,7 @@ from tests.helpers.fake_vllm import (  # noqa: E402
     ForwardContext,
     install_fake_vllm,
 )
-from vllm_omni.atomic_io import write_json_atomic  # noqa: E402
+from vllm_omni_token2wav.atomic_io import write_json_atomic  # noqa: E402
 
 # CPU time of this thread, not wall time: on a shared host the wall clock also counts the time the
 # process waits for a core, which is load, not cost.
@@ -120,7 +120,7 @@ def bench_fake(args: argparse.Namespace) -> dict[str, float]:
     monkeypatch = pytest.MonkeyPatch()
     try:
         fake = install_fake_vllm(monkeypatch)
-        from vllm_omni.platforms.npu.attention import static_shape_decode
+        from vllm_omni_token2wav.platforms.npu.attention import static_shape_decode
 
         desc = BatchDescriptor(num_tokens=8)
         context = ForwardContext(cudagraph_runtime_mode=CUDAGraphMode.PIECEWISE, batch_descriptor=desc)
@@ -148,7 +148,7 @@ def bench_real_vllm(args: argparse.Namespace) -> dict[str, Any]:
     from vllm import forward_context as fc
     from vllm.config import CUDAGraphMode as RealMode
 
-    from vllm_omni.platforms.cuda import cuda_graph_guard
+    from vllm_omni_token2wav.platforms.cuda import cuda_graph_guard
 
     monkeypatch = pytest.MonkeyPatch()
     capturing = monitor.cudagraph_capturing_enabled

@@ -28,9 +28,9 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from vllm_omni.assets.audio import speech_sample  # noqa: E402
-from vllm_omni.atomic_io import atomic_output  # noqa: E402
-from vllm_omni.model_executor.models.audio.loading import (  # noqa: E402
+from vllm_omni_token2wav.assets.audio import speech_sample  # noqa: E402
+from vllm_omni_token2wav.atomic_io import atomic_output  # noqa: E402
+from vllm_omni_token2wav.model_executor.models.audio.loading import (  # noqa: E402
     ACTIVE_FLOOR_DBFS,
     ACTIVE_WITHIN_DB,
     MIN_ACTIVE_SECONDS,

@@ -48,9 +48,9 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from vllm_omni import platforms  # noqa: E402
-from vllm_omni.assets.audio import speech_sample  # noqa: E402
-from vllm_omni.model_executor.models.step_audio2.step_audio2_token2wav import StepAudio2Token2WavCore  # noqa: E402
+from vllm_omni_token2wav import platforms  # noqa: E402
+from vllm_omni_token2wav.assets.audio import speech_sample  # noqa: E402
+from vllm_omni_token2wav.model_executor.models.step_audio2.step_audio2_token2wav import StepAudio2Token2WavCore  # noqa: E402
 
 
 def _prompt_of(seconds: float, speech: np.ndarray, rate: int) -> tuple[np.ndarray, int]:
@@ -59,7 +59,7 @@ def _prompt_of(seconds: float, speech: np.ndarray, rate: int) -> tuple[np.ndarra
 
 
 def _standin_dir() -> Path:
-    from vllm_omni.model_executor.models.campplus.standin import ensure_standin_campplus_onnx
+    from vllm_omni_token2wav.model_executor.models.campplus.standin import ensure_standin_campplus_onnx
 
     root = Path(tempfile.mkdtemp(prefix="prompt_path_"))
     os.symlink(ensure_standin_campplus_onnx(), root / "campplus.onnx")
@@ -75,7 +75,7 @@ def _timed_ms(fn: Callable[[], Any], sync: Callable[[], None]) -> float:
 
 
 def measure(model_dir: Path, seconds: list[float], repeats: int) -> list[dict[str, Any]]:
-    from vllm_omni.model_executor.models.cosyvoice3.speaker_embedding_torch import get_campplus_torch
+    from vllm_omni_token2wav.model_executor.models.cosyvoice3.speaker_embedding_torch import get_campplus_torch
 
     platform = platforms.current_omni_platform
     device = platform.torch_device()

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
-"""Record one `vllm-omni bench spk-embedding` run under `benchmarks/results/`.
+"""Record one `vllm-omni-token2wav bench spk-embedding` run under `benchmarks/results/`.
 
 Why: the recorded CAM++ parity and latency report (quoted by the README) must come from the same
 command an operator runs; this script runs exactly that command and stores its three outputs as
@@ -22,7 +22,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def main(argv: list[str]) -> int:
-    from vllm_omni.benchmarks.common import argv_device_type, record_cli_run
+    from vllm_omni_token2wav.benchmarks.common import argv_device_type, record_cli_run
 
     stem = RESULTS / f"spk_embedding_{argv_device_type(argv)}"
     # Exit code 1 (a parity mismatch) is a result worth keeping, not a failed run.

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
-"""Record one `vllm-omni bench token2wav --family cosyvoice3` run under `benchmarks/results/`.
+"""Record one `vllm-omni-token2wav bench token2wav --family cosyvoice3` run under `benchmarks/results/`.
 
 Why: the recorded CosyVoice3 numbers (RTF, first audio, cost per chunk vs chunk index; quoted by
 docs/benchmarks/token2wav_cosyvoice3.md and the issue's closing note) must come from the same command
@@ -25,7 +25,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def main(argv: list[str]) -> int:
-    from vllm_omni.benchmarks.common import record_main
+    from vllm_omni_token2wav.benchmarks.common import record_main
 
     stem = "token2wav_cosyvoice3_full" if "--full" in argv else "token2wav_cosyvoice3"
     return record_main(

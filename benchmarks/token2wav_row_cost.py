@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
-"""Record one `vllm-omni bench token2wav-row-cost` run under `benchmarks/results/`.
+"""Record one `vllm-omni-token2wav bench token2wav-row-cost` run under `benchmarks/results/`.
 
 Why: the per-row cost profile quoted by docs/benchmarks/token2wav_serve.md and the Limitations of
 docs/design/token2wav_stage.md (where a batched row's milliseconds go, and the bound on what
@@ -26,14 +26,14 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 def stem_for(argv: list[str]) -> str:
     """`token2wav_row_cost[_full][_<N>threads][_cpuclock]`: one record per size, thread count and clock."""
-    from vllm_omni.benchmarks.common import thread_clock_suffix
+    from vllm_omni_token2wav.benchmarks.common import thread_clock_suffix
 
     stem = "token2wav_row_cost_full" if "--full" in argv else "token2wav_row_cost"
     return stem + thread_clock_suffix(argv)
 
 
 def main(argv: list[str]) -> int:
-    from vllm_omni.benchmarks.common import record_main
+    from vllm_omni_token2wav.benchmarks.common import record_main
 
     return record_main(
         argv, script=Path(__file__).name, bench="token2wav-row-cost", stem=stem_for(argv), results=RESULTS

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
-"""Record one `vllm-omni bench token2wav` run under `benchmarks/results/`.
+"""Record one `vllm-omni-token2wav bench token2wav` run under `benchmarks/results/`.
 
 Why: the recorded Token2Wav RTF table (quoted by docs/benchmarks/token2wav.md and the issue's closing
 note) must come from the same command an operator runs; this script runs exactly that command and
@@ -23,7 +23,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def main(argv: list[str]) -> int:
-    from vllm_omni.benchmarks.common import record_main
+    from vllm_omni_token2wav.benchmarks.common import record_main
 
     stem = "token2wav_rtf"
     return record_main(argv, script=Path(__file__).name, bench="token2wav", stem=stem, results=RESULTS)

@@ -39,14 +39,14 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from vllm_omni.atomic_io import write_bytes_atomic  # noqa: E402
-from vllm_omni.benchmarks.common import load_average, run_environment, torch_threads  # noqa: E402
-from vllm_omni.model_executor.models.cosyvoice2.flow.kv_cache import EstimatorKV  # noqa: E402
-from vllm_omni.model_executor.models.step_audio2.standin import ensure_standin_token2wav_dir  # noqa: E402
-from vllm_omni.model_executor.models.step_audio2.token2wav_stream import stream_chunks  # noqa: E402
-from vllm_omni.model_executor.models.step_audio2.token2wav_synthesis import open_stream, stream_chunk  # noqa: E402
-from vllm_omni.model_executor.models.token2wav_stage.cosyvoice2_backend import CosyVoice2Voice  # noqa: E402
-from vllm_omni.model_executor.models.token2wav_stage.stage_model import Token2WavStageModel  # noqa: E402
+from vllm_omni_token2wav.atomic_io import write_bytes_atomic  # noqa: E402
+from vllm_omni_token2wav.benchmarks.common import load_average, run_environment, torch_threads  # noqa: E402
+from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow.kv_cache import EstimatorKV  # noqa: E402
+from vllm_omni_token2wav.model_executor.models.step_audio2.standin import ensure_standin_token2wav_dir  # noqa: E402
+from vllm_omni_token2wav.model_executor.models.step_audio2.token2wav_stream import stream_chunks  # noqa: E402
+from vllm_omni_token2wav.model_executor.models.step_audio2.token2wav_synthesis import open_stream, stream_chunk  # noqa: E402
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.cosyvoice2_backend import CosyVoice2Voice  # noqa: E402
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.stage_model import Token2WavStageModel  # noqa: E402
 
 MB = 1_000_000  # decimal megabytes, as the issue counts (1.31 MB per cached frame)
 REFERENCE_SCRATCH_SLOTS = 16
@@ -79,7 +79,7 @@ def _variant(voice: CosyVoice2Voice, dtype: torch.dtype | None) -> CosyVoice2Voi
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from vllm_omni.model_executor.models.minicpmo_4_5.minicpmo_4_5_code2wav import MiniCPMO45Code2Wav
+    from vllm_omni_token2wav.model_executor.models.minicpmo_4_5.minicpmo_4_5_code2wav import MiniCPMO45Code2Wav
 
     folder = ensure_standin_token2wav_dir(reduced=args.reduced, seed=0)
     stage = MiniCPMO45Code2Wav(

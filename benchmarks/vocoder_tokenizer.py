@@ -19,7 +19,7 @@ after: compare runs only at similar load.
     .venv/bin/python benchmarks/vocoder_tokenizer.py
     .venv/bin/python benchmarks/vocoder_tokenizer.py --device cuda --hift-seconds 10 --repeats 10
 
-Full-size stand-ins are generated on first use under `vllm_omni.envs.cache_dir("standins")`
+Full-size stand-ins are generated on first use under `vllm_omni_token2wav.envs.cache_dir("standins")`
 (hift ~83 MB, tokenizer ~495 MB; the tokenizer export takes ~30 s once).
 Writes benchmarks/results/vocoder_tokenizer.json (atomically).
 """
@@ -45,10 +45,10 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from vllm_omni import platforms  # noqa: E402
-from vllm_omni.assets.audio import speech_sample  # noqa: E402
-from vllm_omni.model_executor.models.cosyvoice2.hift import cached_standin_hift, load_hift  # noqa: E402
-from vllm_omni.model_executor.models.cosyvoice2.speech_tokenizer import (  # noqa: E402
+from vllm_omni_token2wav import platforms  # noqa: E402
+from vllm_omni_token2wav.assets.audio import speech_sample  # noqa: E402
+from vllm_omni_token2wav.model_executor.models.cosyvoice2.hift import cached_standin_hift, load_hift  # noqa: E402
+from vllm_omni_token2wav.model_executor.models.cosyvoice2.speech_tokenizer import (  # noqa: E402
     cached_standin_speech_tokenizer,
     select_speech_tokenizer,
 )

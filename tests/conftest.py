@@ -36,8 +36,8 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 @pytest.fixture(autouse=True)
 def _propagate_package_logs() -> Iterator[None]:
-    """Let caplog see `vllm_omni.*` records (the package root logger does not propagate by default)."""
-    root = logging.getLogger("vllm_omni")
+    """Let caplog see `vllm_omni_token2wav.*` records (the package root logger does not propagate by default)."""
+    root = logging.getLogger("vllm_omni_token2wav")
     previous = root.propagate
     root.propagate = True
     yield

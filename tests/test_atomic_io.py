@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from vllm_omni.atomic_io import atomic_output, write_bytes_atomic, write_json_atomic
+from vllm_omni_token2wav.atomic_io import atomic_output, write_bytes_atomic, write_json_atomic
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 
@@ -76,7 +76,7 @@ def test_replacing_a_file_keeps_its_permissions(tmp_path: Path) -> None:
 
 _KILLED_WRITER = """
 import os, signal, sys
-from vllm_omni.atomic_io import atomic_output
+from vllm_omni_token2wav.atomic_io import atomic_output
 with atomic_output(sys.argv[1]) as tmp:
     tmp.write_bytes(b"half written")
     print(tmp, flush=True)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from vllm_omni.file_identity import FileIdentity, file_sha256
+from vllm_omni_token2wav.file_identity import FileIdentity, file_sha256
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 

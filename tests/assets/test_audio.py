@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from vllm_omni.assets.audio import SPEECH_SAMPLE_SHA256, read_pcm16_wav, speech_sample, speech_sample_path
+from vllm_omni_token2wav.assets.audio import SPEECH_SAMPLE_SHA256, read_pcm16_wav, speech_sample, speech_sample_path
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""What both `vllm-omni bench` micro-benchmarks share: option checks, report files, the recorder step."""
+"""What both `vllm-omni-token2wav bench` micro-benchmarks share: option checks, report files, the recorder step."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from vllm_omni.benchmarks.common import (
+from vllm_omni_token2wav.benchmarks.common import (
     MAX_DEFAULT_THREADS,
     argv_device_type,
     check_at_least,
@@ -23,7 +23,7 @@ from vllm_omni.benchmarks.common import (
     option_value,
     record_cli_run,
 )
-from vllm_omni.entrypoints.cli.types import CLIUsageError
+from vllm_omni_token2wav.entrypoints.cli.types import CLIUsageError
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 
@@ -98,7 +98,7 @@ def test_recorder_keeps_the_table_only_for_a_recorded_exit_code(
         print("the table")
         return code
 
-    monkeypatch.setattr("vllm_omni.entrypoints.cli.main.main", fake_cli)
+    monkeypatch.setattr("vllm_omni_token2wav.entrypoints.cli.main.main", fake_cli)
     stem = tmp_path / "bench_cpu"
     assert record_cli_run(["bench", "x", "--fast"], stem, recorded_codes=(0, 1)) == code
     assert seen == [["bench", "x", "--fast", "--json", f"{stem}.json", "--plot", f"{stem}.png"]]

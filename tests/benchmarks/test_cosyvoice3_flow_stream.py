@@ -9,15 +9,15 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.torch_state import one_intra_op_thread
-from vllm_omni.benchmarks import cosyvoice3_flow_stream_report as render
-from vllm_omni.benchmarks.cosyvoice3_flow_stream import BenchConfig, BenchSetupError, FlowStreamBenchmark
+from vllm_omni_token2wav.benchmarks import cosyvoice3_flow_stream_report as render
+from vllm_omni_token2wav.benchmarks.cosyvoice3_flow_stream import BenchConfig, BenchSetupError, FlowStreamBenchmark
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 
 
 @pytest.fixture(scope="module")
 def report(tmp_path_factory: pytest.TempPathFactory, monkeypatch_module: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
-    monkeypatch_module.setenv("VLLM_OMNI_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+    monkeypatch_module.setenv("VLLM_OMNI_TOKEN2WAV_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
     config = BenchConfig(device="cpu", prompt_tokens=30, chunks=4, n_timesteps=1, repeats=2, baseline_at=(1, 4))
     with one_intra_op_thread():
         return FlowStreamBenchmark(config).run()

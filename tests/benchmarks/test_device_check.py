@@ -25,11 +25,11 @@ import pytest
 import torch
 
 from tests.helpers.fake_device_graphs import fake_graph_api
-from vllm_omni.benchmarks import device_check as dc
-from vllm_omni.benchmarks.device_check_campplus import agreement, percentile
-from vllm_omni.benchmarks.device_check_stage import resampler
-from vllm_omni.entrypoints.cli.bench.device_check import SUBCOMMAND, default_out_dir
-from vllm_omni.entrypoints.cli.main import main as cli_main
+from vllm_omni_token2wav.benchmarks import device_check as dc
+from vllm_omni_token2wav.benchmarks.device_check_campplus import agreement, percentile
+from vllm_omni_token2wav.benchmarks.device_check_stage import resampler
+from vllm_omni_token2wav.entrypoints.cli.bench.device_check import SUBCOMMAND, default_out_dir
+from vllm_omni_token2wav.entrypoints.cli.main import main as cli_main
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 
@@ -63,7 +63,7 @@ def smoke_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.Comp
     """The script as an accelerator session runs it: a subprocess, nothing installed, no soxr / soundfile."""
     out = tmp_path_factory.mktemp("device_check")
     blind = _without_modules(tmp_path_factory.mktemp("blind"), ABSENT_ON_ACCELERATOR_IMAGES)
-    env = dict(os.environ, VLLM_OMNI_PLATFORM="cpu", PYTHONPATH=f"{blind}{os.pathsep}{REPO}")
+    env = dict(os.environ, VLLM_OMNI_TOKEN2WAV_PLATFORM="cpu", PYTHONPATH=f"{blind}{os.pathsep}{REPO}")
     env.pop("OUT", None)
     done = subprocess.run(
         [
@@ -347,8 +347,8 @@ def test_unknown_sections_are_named(capsys: pytest.CaptureFixture[str]) -> None:
 def test_cli_usage_errors_exit_2_with_one_line(
     args: list[str], message: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    monkeypatch.setenv("VLLM_OMNI_PLATFORM", "cpu")
-    from vllm_omni import platforms
+    monkeypatch.setenv("VLLM_OMNI_TOKEN2WAV_PLATFORM", "cpu")
+    from vllm_omni_token2wav import platforms
 
     platforms.reset_current_platform(None)
     try:

@@ -7,7 +7,7 @@ import io
 
 import pytest
 
-from vllm_omni.benchmarks.progress import BarProgress, LineProgress, NoProgress, progress
+from vllm_omni_token2wav.benchmarks.progress import BarProgress, LineProgress, NoProgress, progress
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 

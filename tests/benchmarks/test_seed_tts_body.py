@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from vllm_omni.benchmarks.seed_tts_body import check_speech_body, quote_head
+from vllm_omni_token2wav.benchmarks.seed_tts_body import check_speech_body, quote_head
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 

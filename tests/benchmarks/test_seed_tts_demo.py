@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from vllm_omni.benchmarks import seed_tts_demo
+from vllm_omni_token2wav.benchmarks import seed_tts_demo
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 

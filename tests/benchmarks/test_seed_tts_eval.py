@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from vllm_omni.benchmarks.data_modules.seed_tts_dataset import load_seed_tts_meta
-from vllm_omni.benchmarks.seed_tts_eval import HISTOGRAM_FILE, SCORES_FILE, SUMMARY_FILE, score_generated
-from vllm_omni.benchmarks.seed_tts_results import JsonlLog, read_jsonl_rows
+from vllm_omni_token2wav.benchmarks.data_modules.seed_tts_dataset import load_seed_tts_meta
+from vllm_omni_token2wav.benchmarks.seed_tts_eval import HISTOGRAM_FILE, SCORES_FILE, SUMMARY_FILE, score_generated
+from vllm_omni_token2wav.benchmarks.seed_tts_results import JsonlLog, read_jsonl_rows
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 

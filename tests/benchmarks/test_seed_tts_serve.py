@@ -19,8 +19,8 @@ import pytest
 import soundfile as sf
 
 from tests.helpers.asr import KeyedASR
-from vllm_omni.benchmarks.data_modules.seed_tts_dataset import load_seed_tts_meta
-from vllm_omni.benchmarks.seed_tts_serve import REQUESTS_FILE, ServeConfig, run_requests, serve_and_score
+from vllm_omni_token2wav.benchmarks.data_modules.seed_tts_dataset import load_seed_tts_meta
+from vllm_omni_token2wav.benchmarks.seed_tts_serve import REQUESTS_FILE, ServeConfig, run_requests, serve_and_score
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 
@@ -230,6 +230,7 @@ def test_failures_are_counted_per_category_and_good_audio_is_saved(
     req = sent["ok the weather is fine"]
     assert req["path"] == "/v1/audio/speech" and req["model"] == "tts-test"
     assert req["stream"] is True and req["response_format"] == "pcm" and req["ref_text"] == "prompt words"
+    assert req["stream_format"] == "audio"  # raw PCM bytes, not SSE events (vLLM-Omni's default for stream=true)
     assert req["ref_audio"].startswith("data:audio/wav;base64,")
     ref_bytes = base64.b64decode(req["ref_audio"].split(",", 1)[1])
     assert ref_bytes == (meta.parent / "prompts" / "ref.wav").read_bytes()
@@ -371,7 +372,7 @@ def test_bodies_that_are_not_the_requested_audio_are_never_saved_as_audio(
 def test_bad_bodies_are_counted_shown_and_kept_out_of_scoring_and_rtf(
     server, odd_bodies_meta: Path, tmp_path: Path
 ) -> None:
-    from vllm_omni.benchmarks.seed_tts_eval import format_summary_table
+    from vllm_omni_token2wav.benchmarks.seed_tts_eval import format_summary_table
 
     texts = [it.target_text for it in load_seed_tts_meta(odd_bodies_meta).items]
     asr = word_count_asr({len(t.split()): t for t in texts})
@@ -395,7 +396,7 @@ def test_elapsed_covers_the_request_phase(server, meta: Path, tmp_path: Path) ->
     # The "slow" item alone keeps the request phase open for the client timeout.
     assert summary["requests_elapsed_s"] >= CLIENT_TIMEOUT_S
     assert summary["elapsed_s"] >= summary["requests_elapsed_s"] + summary["asr_seconds_total"]
-    from vllm_omni.benchmarks.seed_tts_eval import format_summary_table
+    from vllm_omni_token2wav.benchmarks.seed_tts_eval import format_summary_table
 
     assert f"requests {summary['requests_elapsed_s']:.1f} s" in format_summary_table(summary)
 
@@ -403,7 +404,7 @@ def test_elapsed_covers_the_request_phase(server, meta: Path, tmp_path: Path) ->
 def test_ctrl_c_stops_requests_in_flight_and_writes_an_interrupted_summary(
     server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from vllm_omni.benchmarks import seed_tts_results
+    from vllm_omni_token2wav.benchmarks import seed_tts_results
 
     meta = write_meta(tmp_path, [("a", "ok quick one"), ("b", "hang streams for seconds")])
     real_append = seed_tts_results.JsonlLog.append

@@ -7,7 +7,7 @@ import types
 
 import pytest
 
-from vllm_omni.benchmarks.seed_tts_wer import WordErrors, normalize_for_wer, summarize, word_errors
+from vllm_omni_token2wav.benchmarks.seed_tts_wer import WordErrors, normalize_for_wer, summarize, word_errors
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 

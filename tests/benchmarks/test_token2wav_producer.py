@@ -12,9 +12,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from vllm_omni.benchmarks.token2wav_producer import ChunkPayload, ProducerStream, all_chunks, forward_inputs
-from vllm_omni.model_executor.models.token2wav_stage.contract import SegmentKind, parse_step
-from vllm_omni.model_executor.models.token2wav_stage.families import COSYVOICE3, MINICPMO_4_5, STEP_AUDIO2
+from vllm_omni_token2wav.benchmarks.token2wav_producer import ChunkPayload, ProducerStream, all_chunks, forward_inputs
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.contract import SegmentKind, parse_step
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.families import COSYVOICE3, MINICPMO_4_5, STEP_AUDIO2
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 

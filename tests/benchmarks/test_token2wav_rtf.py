@@ -21,7 +21,7 @@ import pytest
 import torch
 from torch import nn
 
-from vllm_omni.benchmarks.token2wav_rtf import (
+from vllm_omni_token2wav.benchmarks.token2wav_rtf import (
     COMPONENTS,
     PROMPT_CASES,
     SCHEMA,
@@ -33,8 +33,8 @@ from vllm_omni.benchmarks.token2wav_rtf import (
     Token2WavBenchmark,
     _ComponentClock,
 )
-from vllm_omni.benchmarks.token2wav_rtf_report import plot_png, render_text, report_json
-from vllm_omni.model_executor.models.step_audio2.token2wav_stream import stream_chunks
+from vllm_omni_token2wav.benchmarks.token2wav_rtf_report import plot_png, render_text, report_json
+from vllm_omni_token2wav.model_executor.models.step_audio2.token2wav_stream import stream_chunks
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 
@@ -264,7 +264,7 @@ def test_recorder_runs_the_cli_and_keeps_its_three_outputs(
         print("the table")
         return 0
 
-    monkeypatch.setattr("vllm_omni.entrypoints.cli.main.main", fake_cli)
+    monkeypatch.setattr("vllm_omni_token2wav.entrypoints.cli.main.main", fake_cli)
     code = _recorder().main(["--reduced", "--device", "cpu", "--results-dir", str(tmp_path)])
     assert code == 0
     stem = tmp_path / "token2wav_rtf_cpu"

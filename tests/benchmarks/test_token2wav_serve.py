@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from vllm_omni.benchmarks.token2wav_producer import ProducerStream, all_chunks
-from vllm_omni.benchmarks.token2wav_serve import (
+from vllm_omni_token2wav.benchmarks.token2wav_producer import ProducerStream, all_chunks
+from vllm_omni_token2wav.benchmarks.token2wav_serve import (
     ModeRun,
     RequestResult,
     ServeConfig,
@@ -17,7 +17,7 @@ from vllm_omni.benchmarks.token2wav_serve import (
     ready_offsets,
     talker_bound,
 )
-from vllm_omni.model_executor.models.token2wav_stage.families import MINICPMO_4_5, STEP_AUDIO2
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.families import MINICPMO_4_5, STEP_AUDIO2
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 
@@ -100,7 +100,7 @@ def test_config_is_validated(kwargs: dict, match: str) -> None:
 
 def test_poisson_arrivals_queue_beyond_the_concurrency_and_both_modes_serve_everything() -> None:
     """A tiny in-process run (reduced stand-in, smoke sizes) with Poisson arrivals faster than service."""
-    from vllm_omni.benchmarks.token2wav_serve import PLANS, Token2WavServeBenchmark
+    from vllm_omni_token2wav.benchmarks.token2wav_serve import PLANS, Token2WavServeBenchmark
 
     sizes = {**PLANS["smoke"], "concurrency": (2,), "requests": 4}
     config = ServeConfig(device="cpu", request_rate=50.0, family="step-audio2", plan="smoke", **sizes)
@@ -126,7 +126,7 @@ def test_cpu_clock_counts_this_threads_work_and_not_time_it_waited() -> None:
     """The cpu clock is the thread's CPU time: a sleep (the core taken away) adds nothing, work does."""
     import time
 
-    from vllm_omni.benchmarks.token2wav_serve import CLOCKS
+    from vllm_omni_token2wav.benchmarks.token2wav_serve import CLOCKS
 
     cpu = CLOCKS["cpu"]
     start = cpu()

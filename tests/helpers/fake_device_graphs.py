@@ -45,7 +45,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from tests.helpers.fake_npu import FakeNpuModule
-from vllm_omni.platforms.graph_api import TorchGraphApi
+from vllm_omni_token2wav.platforms.graph_api import TorchGraphApi
 
 _HOST_SYNC_OPS = {
     torch.ops.aten._local_scalar_dense.default,

@@ -21,7 +21,7 @@ operation that would need the device's values or its queue drained:
 |                                    | for the stream to drain                                   |
 | Python reads of tensor data        | `Tensor.tolist`, `numpy`, `__array__` (TorchFunctionMode) |
 
-Each record names the operation and the innermost `vllm_omni` frame that issued it. The recorded
+Each record names the operation and the innermost `vllm_omni_token2wav` frame that issued it. The recorded
 operation returns a stand-in (zeros / 1 / a CPU tensor of the right shape) so the run continues and
 every site is listed, not just the first.
 
@@ -70,11 +70,13 @@ class SyncSite:
 
 
 def _caller() -> str:
-    frames = [f for f in traceback.extract_stack() if "vllm_omni" in f.filename and "/tests/" not in f.filename]
+    frames = [
+        f for f in traceback.extract_stack() if "vllm_omni_token2wav" in f.filename and "/tests/" not in f.filename
+    ]
     if not frames:
-        return "<outside vllm_omni>"
+        return "<outside vllm_omni_token2wav>"
     f = frames[-1]
-    return f"{f.filename.rsplit('vllm_omni', 1)[-1].lstrip('/')}:{f.lineno} ({f.name})"
+    return f"{f.filename.rsplit('vllm_omni_token2wav', 1)[-1].lstrip('/')}:{f.lineno} ({f.name})"
 
 
 def _device(value: Any) -> torch.device | None:

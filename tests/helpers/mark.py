@@ -46,7 +46,7 @@ def hardware_test(res: Mapping[str, str], num_cards: int = 1) -> Callable[[F], F
 
 def hardware_skip_reason(res: Mapping[str, str], num_cards: int) -> str | None:
     """None when this host satisfies the requirement, else the reason to skip."""
-    from vllm_omni.platforms import get_current_platform
+    from vllm_omni_token2wav.platforms import get_current_platform
 
     platform = get_current_platform()
     wanted = ", ".join(f"{p} ({r})" for p, r in res.items())

@@ -26,14 +26,14 @@ from pathlib import Path
 
 import torch
 
-from vllm_omni.model_executor.models.cosyvoice2.flow import CausalMaskedDiffWithXvec, Lookahead, load_flow
-from vllm_omni.model_executor.models.cosyvoice3.hift import (
+from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow import CausalMaskedDiffWithXvec, Lookahead, load_flow
+from vllm_omni_token2wav.model_executor.models.cosyvoice3.hift import (
     MINICPMO_1_0_7_STREAM,
     CausalHiFTStreamer,
     NoiseOrigin,
     load_causal_hift,
 )
-from vllm_omni.model_executor.models.step_audio2.prompt_features import PromptFeatures
+from vllm_omni_token2wav.model_executor.models.step_audio2.prompt_features import PromptFeatures
 
 LEADING_ZEROS = 3840
 CONFIG_SEED = 1986  # the stand-in config.yaml's torch.manual_seed

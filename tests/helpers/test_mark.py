@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from tests.helpers.mark import hardware_skip_reason, hardware_test
-from vllm_omni import platforms
-from vllm_omni.platforms.cpu.platform import CpuOmniPlatform
+from vllm_omni_token2wav import platforms
+from vllm_omni_token2wav.platforms.cpu.platform import CpuOmniPlatform
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 

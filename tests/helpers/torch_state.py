@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 import torch
 
-from vllm_omni.benchmarks.common import torch_threads
+from vllm_omni_token2wav.benchmarks.common import torch_threads
 
 
 def one_intra_op_thread() -> contextlib.AbstractContextManager[None]:

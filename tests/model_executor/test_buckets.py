@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from vllm_omni.model_executor.buckets import (
+from vllm_omni_token2wav.model_executor.buckets import (
     Buckets,
     batch_buckets,
     campplus_frame_buckets,
@@ -31,21 +31,25 @@ def test_multiples_cover_the_limit() -> None:
 
 @pytest.mark.parametrize("spec", ["", "a,b", "4,2", "1,1", "0:10", "8:0", "1:2:3", "-1,2"])
 def test_bad_specs_name_the_problem(spec: str) -> None:
-    with pytest.raises(ValueError, match="VLLM_OMNI_X"):
-        Buckets.parse(spec, what="VLLM_OMNI_X")
+    with pytest.raises(ValueError, match="VLLM_OMNI_TOKEN2WAV_X"):
+        Buckets.parse(spec, what="VLLM_OMNI_TOKEN2WAV_X")
 
 
 def test_defaults_and_environment_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("VLLM_OMNI_CAMPP_FRAME_BUCKETS", "VLLM_OMNI_BATCH_BUCKETS", "VLLM_OMNI_STAGE_FRAME_BUCKETS"):
+    for name in (
+        "VLLM_OMNI_TOKEN2WAV_CAMPP_FRAME_BUCKETS",
+        "VLLM_OMNI_TOKEN2WAV_BATCH_BUCKETS",
+        "VLLM_OMNI_TOKEN2WAV_STAGE_FRAME_BUCKETS",
+    ):
         monkeypatch.delenv(name, raising=False)
     assert campplus_frame_buckets().round_up(200) == 256
     assert campplus_frame_buckets().round_up(3000) == 3008
     assert batch_buckets().sizes == (1, 2, 4, 8, 16, 32)
     assert stage_frame_buckets().round_up(58) == 64
-    monkeypatch.setenv("VLLM_OMNI_BATCH_BUCKETS", "1,3")
+    monkeypatch.setenv("VLLM_OMNI_TOKEN2WAV_BATCH_BUCKETS", "1,3")
     assert batch_buckets().round_up(2) == 3
-    monkeypatch.setenv("VLLM_OMNI_CAMPP_FRAME_BUCKETS", "nonsense")
-    with pytest.raises(ValueError, match="VLLM_OMNI_CAMPP_FRAME_BUCKETS"):
+    monkeypatch.setenv("VLLM_OMNI_TOKEN2WAV_CAMPP_FRAME_BUCKETS", "nonsense")
+    with pytest.raises(ValueError, match="VLLM_OMNI_TOKEN2WAV_CAMPP_FRAME_BUCKETS"):
         campplus_frame_buckets()
 
 
@@ -58,7 +62,7 @@ def test_ranges_continue_above_the_entries_before_them() -> None:
 
 
 def test_default_stage_grid_holds_a_full_launch_of_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("VLLM_OMNI_STAGE_FRAME_BUCKETS", raising=False)
+    monkeypatch.delenv("VLLM_OMNI_TOKEN2WAV_STAGE_FRAME_BUCKETS", raising=False)
     # 32 rows (max_num_seqs) of the longest chunk (25 tokens + 3 lookahead -> 56 mel frames).
     assert stage_frame_buckets().round_up(32 * 56) == 1792
     assert stage_frame_buckets().round_up(50) == 64

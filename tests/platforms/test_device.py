@@ -8,9 +8,9 @@ from collections.abc import Iterator
 import pytest
 import torch
 
-from vllm_omni import platforms
-from vllm_omni.platforms import device_key, normalize_device
-from vllm_omni.platforms.cpu.platform import CpuOmniPlatform
+from vllm_omni_token2wav import platforms
+from vllm_omni_token2wav.platforms import device_key, normalize_device
+from vllm_omni_token2wav.platforms.cpu.platform import CpuOmniPlatform
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 

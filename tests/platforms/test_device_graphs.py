@@ -21,12 +21,12 @@ import torch
 from tests.helpers.fake_device_graphs import FakeGraphModule, fake_graph_api, install_fake_npu_with_graphs
 from tests.helpers.fake_npu import install_fake_torch_npu
 from tests.helpers.mark import hardware_test
-from vllm_omni import envs, platforms
-from vllm_omni.platforms.cpu.platform import CpuOmniPlatform
-from vllm_omni.platforms.cuda.platform import CudaOmniPlatform
-from vllm_omni.platforms.device_graphs import MAX_FAILURES, DeviceGraphRunner, all_graph_counters
-from vllm_omni.platforms.graph_api import TorchGraphApi
-from vllm_omni.platforms.npu.platform import NpuOmniPlatform
+from vllm_omni_token2wav import envs, platforms
+from vllm_omni_token2wav.platforms.cpu.platform import CpuOmniPlatform
+from vllm_omni_token2wav.platforms.cuda.platform import CudaOmniPlatform
+from vllm_omni_token2wav.platforms.device_graphs import MAX_FAILURES, DeviceGraphRunner, all_graph_counters
+from vllm_omni_token2wav.platforms.graph_api import TorchGraphApi
+from vllm_omni_token2wav.platforms.npu.platform import NpuOmniPlatform
 
 pytestmark = [pytest.mark.core_model]
 cpu = pytest.mark.cpu
@@ -181,7 +181,7 @@ def test_enabled_true_overrides_the_environment_switch(monkeypatch: pytest.Monke
 def test_failed_capture_falls_back_to_eager_once_per_key_and_logs_once(caplog: pytest.LogCaptureFixture) -> None:
     runner, module = _runner()
     module.fail_captures = 2
-    caplog.set_level(logging.DEBUG, logger="vllm_omni")
+    caplog.set_level(logging.DEBUG, logger="vllm_omni_token2wav")
     a1, a2, b1 = _x(4, 1), _x(4, 2), _x(5, 3)
     assert _close(runner(a1), a1)  # capture fails: this call runs eagerly
     assert _close(runner(a2), a2)  # the key is known to fail: eager, no second attempt
@@ -392,7 +392,7 @@ def test_counters_are_listed_for_every_live_runner_and_logged(caplog: pytest.Log
     runner(_x(2, 0))
     listed = [c for c in all_graph_counters() if c.name == "listed-net"]
     assert len(listed) == 1 and listed[0].captures == 1 and listed[0].as_dict()["replays"] == 1
-    caplog.set_level(logging.INFO, logger="vllm_omni")
+    caplog.set_level(logging.INFO, logger="vllm_omni_token2wav")
     runner.log_counters()
     assert "listed-net: fake-graph, 1/64 graphs, 1 captures" in caplog.text
 

@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from tests.helpers.fake_npu import BROKEN_IMPORT_MESSAGE, install_broken_torch_npu, install_fake_torch_npu
-from vllm_omni import platforms
-from vllm_omni.platforms.detect import PLATFORM_ENV, detect_platform
+from vllm_omni_token2wav import platforms
+from vllm_omni_token2wav.platforms.detect import PLATFORM_ENV, detect_platform
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 
@@ -56,7 +56,7 @@ def test_broken_torch_npu_is_not_npu_and_logs_debug(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     install_broken_torch_npu(monkeypatch, tmp_path)
-    with caplog.at_level(logging.DEBUG, logger="vllm_omni"):
+    with caplog.at_level(logging.DEBUG, logger="vllm_omni_token2wav"):
         platform = detect_platform()
     assert platform.is_cpu()
     assert any(BROKEN_IMPORT_MESSAGE in r.getMessage() and r.levelno == logging.DEBUG for r in caplog.records)
@@ -89,7 +89,7 @@ def test_override_cuda_without_cuda_raises(monkeypatch: pytest.MonkeyPatch) -> N
 
 def test_override_invalid_value_raises(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(PLATFORM_ENV, "tpu")
-    with pytest.raises(ValueError, match="VLLM_OMNI_PLATFORM='tpu'"):
+    with pytest.raises(ValueError, match="VLLM_OMNI_TOKEN2WAV_PLATFORM='tpu'"):
         detect_platform()
 
 
@@ -102,7 +102,7 @@ def test_current_platform_is_lazy_and_cached(monkeypatch: pytest.MonkeyPatch) ->
 
 def test_importing_vllm_omni_imports_no_accelerator_stacks() -> None:
     code = (
-        "import sys, vllm_omni, vllm_omni.platforms, vllm_omni.entrypoints.cli.main\n"
+        "import sys, vllm_omni_token2wav, vllm_omni_token2wav.platforms, vllm_omni_token2wav.entrypoints.cli.main\n"
         "bad = [m for m in ('torch_npu', 'vllm', 'vllm_ascend') if m in sys.modules]\n"
         "assert not bad, bad\n"
     )

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from vllm_omni.benchmarks.asr import faster_whisper_backend as fw
-from vllm_omni.benchmarks.seed_tts_wer import normalize_for_wer, word_errors
+from vllm_omni_token2wav.benchmarks.asr import faster_whisper_backend as fw
+from vllm_omni_token2wav.benchmarks.seed_tts_wer import normalize_for_wer, word_errors
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 
@@ -25,7 +25,7 @@ def tiny_en() -> fw.FasterWhisperBackend:
 
 
 def test_bundled_model_transcribes_real_speech(tiny_en: fw.FasterWhisperBackend) -> None:
-    from vllm_omni.assets.audio import speech_sample
+    from vllm_omni_token2wav.assets.audio import speech_sample
 
     audio, rate = speech_sample()
     assert rate == 16000

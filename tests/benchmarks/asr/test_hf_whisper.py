@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from vllm_omni.benchmarks.asr import hf_whisper
-from vllm_omni.benchmarks.asr.hf_whisper import HFWhisperBackend, check_asr_audio
+from vllm_omni_token2wav.benchmarks.asr import hf_whisper
+from vllm_omni_token2wav.benchmarks.asr.hf_whisper import HFWhisperBackend, check_asr_audio
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 

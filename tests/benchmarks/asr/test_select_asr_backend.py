@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from vllm_omni import platforms
-from vllm_omni.benchmarks import asr
-from vllm_omni.benchmarks.asr import faster_whisper_backend as fw
-from vllm_omni.benchmarks.asr import hf_whisper
-from vllm_omni.platforms.interface import OmniPlatform
+from vllm_omni_token2wav import platforms
+from vllm_omni_token2wav.benchmarks import asr
+from vllm_omni_token2wav.benchmarks.asr import faster_whisper_backend as fw
+from vllm_omni_token2wav.benchmarks.asr import hf_whisper
+from vllm_omni_token2wav.platforms.interface import OmniPlatform
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 

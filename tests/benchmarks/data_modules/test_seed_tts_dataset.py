@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from vllm_omni.benchmarks.data_modules.seed_tts_dataset import MetaFormatError, load_seed_tts_meta
-from vllm_omni.benchmarks.seed_tts_demo import demo_meta_path
+from vllm_omni_token2wav.benchmarks.data_modules.seed_tts_dataset import MetaFormatError, load_seed_tts_meta
+from vllm_omni_token2wav.benchmarks.seed_tts_demo import demo_meta_path
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""`vllm-omni bench causal-hift`: one small run as a user types it, and the option errors.
+"""`vllm-omni-token2wav bench causal-hift`: one small run as a user types it, and the option errors.
 
 The run uses the reduced stand-in (the shipped layout, narrow layers): it checks the report's shape
 and honesty (both curves, ratios only where measured, the two streams' audio agreeing, the files
@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from tests.helpers.bench_cli import run_bench, run_bench_subprocess
-from vllm_omni.benchmarks.causal_hift_stream import StreamBenchReport
-from vllm_omni.benchmarks.causal_hift_stream_report import render_text
+from vllm_omni_token2wav.benchmarks.causal_hift_stream import StreamBenchReport
+from vllm_omni_token2wav.benchmarks.causal_hift_stream_report import render_text
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""`vllm-omni bench cosyvoice3-flow`: option errors and one small run as a user types it."""
+"""`vllm-omni-token2wav bench cosyvoice3-flow`: option errors and one small run as a user types it."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""`vllm-omni bench seed-tts`: help for both modes, user errors as exit 2, and the offline demo end to end."""
+"""`vllm-omni-token2wav bench seed-tts`: help for both modes, user errors as exit 2, and the offline demo end to end."""
 
 from __future__ import annotations
 
@@ -14,15 +14,15 @@ import pytest
 import soundfile as sf
 
 from tests.helpers.asr import KeyedASR
-from vllm_omni.benchmarks.asr.faster_whisper_backend import bundled_tiny_en_path
-from vllm_omni.entrypoints.cli.main import main
+from vllm_omni_token2wav.benchmarks.asr.faster_whisper_backend import bundled_tiny_en_path
+from vllm_omni_token2wav.entrypoints.cli.main import main
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 
 
 def test_help_documents_both_modes() -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "vllm_omni", "bench", "seed-tts", "--help"],
+        [sys.executable, "-m", "vllm_omni_token2wav", "bench", "seed-tts", "--help"],
         capture_output=True,
         text=True,
         timeout=120,
@@ -85,7 +85,7 @@ def test_demo_scores_espeak_speech_offline_and_gates(tmp_path: Path, capsys: pyt
 @pytest.fixture
 def scored_set(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """meta.lst + gen/<utt>.wav for three items, and an ASR stub behind `--asr auto`."""
-    from vllm_omni.benchmarks import asr
+    from vllm_omni_token2wav.benchmarks import asr
 
     texts = {"u1": "one small step", "u2": "the quick brown fox", "u3": "hello there"}
     (tmp_path / "gen").mkdir()
@@ -133,7 +133,7 @@ def test_a_corrupted_middle_row_of_the_log_is_a_one_line_error(scored_set: Path,
     capsys.readouterr()
     assert main(_score_argv(scored_set, "--output-dir", str(out), "--resume")) == 2
     err = capsys.readouterr().err
-    assert err.startswith("vllm-omni: error: ") and "scores.jsonl:2" in err and "without --resume" in err
+    assert err.startswith("vllm-omni-token2wav: error: ") and "scores.jsonl:2" in err and "without --resume" in err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1
 
 

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""`vllm-omni bench spk-embedding`: end to end on a reduced stand-in, user errors, Ctrl-C.
+"""`vllm-omni-token2wav bench spk-embedding`: end to end on a reduced stand-in, user errors, Ctrl-C.
 
 The end-to-end run uses the reduced-width stand-in `campplus.onnx` (same graph structure, narrow
 layers) with two short lengths and a few iterations, so it checks the report's shape and honesty
@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from tests.helpers.bench_cli import run_bench, run_bench_subprocess
-from vllm_omni.entrypoints.cli.main import main
+from vllm_omni_token2wav.entrypoints.cli.main import main
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 
@@ -31,7 +31,7 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 @pytest.fixture(scope="session")
 def reduced_onnx() -> Path:
-    from vllm_omni.model_executor.models.campplus.standin import ensure_standin_campplus_onnx
+    from vllm_omni_token2wav.model_executor.models.campplus.standin import ensure_standin_campplus_onnx
 
     return Path(ensure_standin_campplus_onnx(seed=0, reduced=True))
 
@@ -176,7 +176,7 @@ def test_onnx_of_another_network_gives_the_loader_error(capsys: pytest.CaptureFi
         warnings.simplefilter("ignore", DeprecationWarning)  # the legacy exporter announces its retirement
         torch.onnx.export(net, (torch.zeros(1, 80, 20),), str(other), dynamo=False, input_names=["input"])
     code, _, err = _cli(capsys, "--onnx", str(other), "--fast", "--json", str(tmp_path / "r.json"))
-    from vllm_omni.model_executor.models.cosyvoice3.speaker_embedding_torch import load_campplus_from_onnx
+    from vllm_omni_token2wav.model_executor.models.cosyvoice3.speaker_embedding_torch import load_campplus_from_onnx
 
     with pytest.raises(Exception) as loader_error:
         load_campplus_from_onnx(other)
@@ -208,7 +208,7 @@ def test_invalid_options_are_usage_errors(
 ) -> None:
     code, out, err = _cli(capsys, *args, "--json", str(tmp_path / "r.json"))
     assert code == 2
-    assert err.startswith("vllm-omni: error: ") and needle in err and "Traceback" not in err
+    assert err.startswith("vllm-omni-token2wav: error: ") and needle in err and "Traceback" not in err
     assert not (tmp_path / "r.json").exists()
 
 
@@ -222,7 +222,7 @@ def test_non_integer_option_is_rejected_by_the_parser(capsys: pytest.CaptureFixt
 def test_ctrl_c_prints_the_partial_report_and_exits_130(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, reduced_onnx: Path, tmp_path: Path
 ) -> None:
-    from vllm_omni.benchmarks import spk_embedding
+    from vllm_omni_token2wav.benchmarks import spk_embedding
 
     real = spk_embedding._timed_call
     calls = {"n": 0}
@@ -247,7 +247,7 @@ def test_ctrl_c_prints_the_partial_report_and_exits_130(
 
 
 def test_latency_stats_match_the_statistics_module() -> None:
-    from vllm_omni.benchmarks.spk_embedding import LatencyStats
+    from vllm_omni_token2wav.benchmarks.spk_embedding import LatencyStats
 
     rng = np.random.default_rng(0)
     samples_ns = [int(v) for v in rng.integers(1_000_000, 50_000_000, size=101)]
@@ -264,7 +264,7 @@ def test_latency_stats_match_the_statistics_module() -> None:
 def test_feature_length_follows_kaldi_framing() -> None:
     """T frames need 400 + (T-1)*160 samples (25 ms / 10 ms, snip_edges), checked with kaldi-native-fbank."""
     knf = pytest.importorskip("kaldi_native_fbank")
-    from vllm_omni.benchmarks.spk_embedding import samples_for_frames
+    from vllm_omni_token2wav.benchmarks.spk_embedding import samples_for_frames
 
     for frames in (4, 97, 200):
         n = samples_for_frames(frames)
@@ -282,7 +282,7 @@ def test_feature_length_follows_kaldi_framing() -> None:
 def test_parity_metrics_match_numpy() -> None:
     import torch
 
-    from vllm_omni.benchmarks.spk_embedding import parity, tolerances_for
+    from vllm_omni_token2wav.benchmarks.spk_embedding import parity, tolerances_for
 
     rng = np.random.default_rng(1)
     ref = rng.standard_normal((2, 192)) * 1e3
@@ -301,7 +301,7 @@ def test_parity_metrics_match_numpy() -> None:
 
 
 def test_real_file_is_recognised_by_sha256(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    from vllm_omni.benchmarks import spk_embedding
+    from vllm_omni_token2wav.benchmarks import spk_embedding
 
     path = tmp_path / "campplus.onnx"
     path.write_bytes(b"pretend asset")
@@ -314,7 +314,7 @@ def test_real_file_is_recognised_by_sha256(monkeypatch: pytest.MonkeyPatch, tmp_
 
 def test_bench_help_lists_spk_embedding() -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "vllm_omni", "bench", "--help"], capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "vllm_omni_token2wav", "bench", "--help"], capture_output=True, text=True, timeout=60
     )
     assert proc.returncode == 0 and "spk-embedding" in proc.stdout
 
@@ -323,8 +323,8 @@ def test_default_weights_are_the_generated_standin_and_say_so(
     monkeypatch: pytest.MonkeyPatch, reduced_onnx: Path, tmp_path: Path
 ) -> None:
     """Without --onnx the run generates (first use) or reuses the cached stand-in and labels it."""
-    from vllm_omni.benchmarks import spk_embedding
-    from vllm_omni.model_executor.models.campplus import standin
+    from vllm_omni_token2wav.benchmarks import spk_embedding
+    from vllm_omni_token2wav.model_executor.models.campplus import standin
 
     stages: list[str] = []
 
@@ -353,7 +353,7 @@ def test_default_weights_are_the_generated_standin_and_say_so(
 
 
 def _serves_on_cpu() -> bool:
-    from vllm_omni.platforms import get_current_platform
+    from vllm_omni_token2wav.platforms import get_current_platform
 
     return get_current_platform().device_type == "cpu"
 
@@ -368,8 +368,8 @@ def test_prompt_cache_row_times_a_miss_then_hits_on_the_full_size_standin() -> N
     """The prompt-cache row needs a 192-d export (the facade checks the width): the full-size stand-in."""
     import torch
 
-    from vllm_omni.benchmarks.spk_embedding import BenchConfig, SpkEmbeddingBenchmark, load_clip
-    from vllm_omni.model_executor.models.campplus.standin import ensure_standin_campplus_onnx
+    from vllm_omni_token2wav.benchmarks.spk_embedding import BenchConfig, SpkEmbeddingBenchmark, load_clip
+    from vllm_omni_token2wav.model_executor.models.campplus.standin import ensure_standin_campplus_onnx
 
     full = Path(ensure_standin_campplus_onnx(seed=0, reduced=False))
     clip, _ = load_clip(None)
@@ -386,7 +386,7 @@ def test_prompt_cache_row_times_a_miss_then_hits_on_the_full_size_standin() -> N
 
 def _cell(backend: str, threads: int, frames: int, median_ms: float) -> Any:
     """A CellResult with every latency statistic at `median_ms` (report logic tests)."""
-    from vllm_omni.benchmarks.spk_embedding import CellResult, LatencyStats
+    from vllm_omni_token2wav.benchmarks.spk_embedding import CellResult, LatencyStats
 
     stats = LatencyStats(10, median_ms, median_ms, median_ms, median_ms, median_ms, median_ms)
     name = "onnxruntime-cpu" if backend == "ort" else "torch-cpu"
@@ -394,8 +394,8 @@ def _cell(backend: str, threads: int, frames: int, median_ms: float) -> Any:
 
 
 def test_best_of_takes_each_backends_fastest_budget_and_the_verdict_the_fastest_backend() -> None:
-    from vllm_omni.benchmarks.spk_embedding import BenchReport, best_of
-    from vllm_omni.benchmarks.spk_embedding_report import best_of_lines, speed_verdict_lines
+    from vllm_omni_token2wav.benchmarks.spk_embedding import BenchReport, best_of
+    from vllm_omni_token2wav.benchmarks.spk_embedding_report import best_of_lines, speed_verdict_lines
 
     cell = _cell
     report = BenchReport(config={})
@@ -427,15 +427,15 @@ def test_best_of_takes_each_backends_fastest_budget_and_the_verdict_the_fastest_
 @pytest.fixture(scope="module")
 def small_report(reduced_onnx: Path) -> Any:
     """A complete library run on the reduced stand-in: one length, two timed calls."""
-    from vllm_omni.benchmarks.spk_embedding import BenchConfig, SpkEmbeddingBenchmark
+    from vllm_omni_token2wav.benchmarks.spk_embedding import BenchConfig, SpkEmbeddingBenchmark
 
     config = BenchConfig(onnx=reduced_onnx, lengths=(40,), warmup=0, iters=2, threads=(1,), prompt_cache_iters=1)
     return SpkEmbeddingBenchmark(config).run()
 
 
 def test_the_report_ends_with_a_verdict_on_parity_and_the_policy_choice(small_report: Any) -> None:
-    from vllm_omni.benchmarks.spk_embedding_report import render_text, verdict_line
-    from vllm_omni.model_executor.models.cosyvoice3.speaker_embedding import CPU_DEVICE_PATH_BACKEND
+    from vllm_omni_token2wav.benchmarks.spk_embedding_report import render_text, verdict_line
+    from vllm_omni_token2wav.model_executor.models.cosyvoice3.speaker_embedding import CPU_DEVICE_PATH_BACKEND
 
     torch_cell = small_report.cell("torch", 40)
     assert torch_cell.parity_ok is True
@@ -452,7 +452,7 @@ def test_the_report_ends_with_a_verdict_on_parity_and_the_policy_choice(small_re
 def test_the_verdict_names_parity_failures(small_report: Any) -> None:
     import dataclasses
 
-    from vllm_omni.benchmarks.spk_embedding_report import verdict_line
+    from vllm_omni_token2wav.benchmarks.spk_embedding_report import verdict_line
 
     failed = dataclasses.replace(small_report.cell("torch", 40), parity_ok=False)
     report = dataclasses.replace(small_report, results=[small_report.cell("ort", 40), failed])
@@ -472,7 +472,7 @@ def test_a_busy_host_is_flagged_in_the_header(
 ) -> None:
     import dataclasses
 
-    from vllm_omni.benchmarks.spk_embedding_report import header_lines, load_warning
+    from vllm_omni_token2wav.benchmarks.spk_embedding_report import header_lines, load_warning
 
     env = dataclasses.replace(small_report.environment, usable_cores=2, load_average_start=start, load_average_end=end)
     report = dataclasses.replace(small_report, environment=env)
@@ -506,7 +506,7 @@ def test_default_reports_go_to_out_progress_is_plain_lines_and_the_verdict_is_la
 def test_an_onnx_that_is_not_cam_plus_plus_is_refused_before_any_work(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from vllm_omni.benchmarks import spk_embedding
+    from vllm_omni_token2wav.benchmarks import spk_embedding
 
     def must_not_run(*args: Any) -> Any:
         raise AssertionError("features were prepared for a file that is not a CAM++ export")
@@ -525,9 +525,9 @@ def test_the_prompt_cache_step_uses_the_reported_onnxruntime_threads(monkeypatch
     import torch
 
     from tests.helpers.token2wav import SessionCounter
-    from vllm_omni.benchmarks.spk_embedding import BenchConfig, SpkEmbeddingBenchmark, load_clip
-    from vllm_omni.model_executor.models.campplus.standin import ensure_standin_campplus_onnx
-    from vllm_omni.model_executor.models.cosyvoice3 import speaker_embedding
+    from vllm_omni_token2wav.benchmarks.spk_embedding import BenchConfig, SpkEmbeddingBenchmark, load_clip
+    from vllm_omni_token2wav.model_executor.models.campplus.standin import ensure_standin_campplus_onnx
+    from vllm_omni_token2wav.model_executor.models.cosyvoice3 import speaker_embedding
 
     monkeypatch.setattr(speaker_embedding, "CPU_DEVICE_PATH_BACKEND", "onnxruntime")
     counter = SessionCounter(monkeypatch)
@@ -540,8 +540,8 @@ def test_the_prompt_cache_step_uses_the_reported_onnxruntime_threads(monkeypatch
 
 
 def test_the_verdict_names_the_thread_budget_of_each_cell_when_several_ran() -> None:
-    from vllm_omni.benchmarks.spk_embedding import BenchReport, PolicyChoice
-    from vllm_omni.benchmarks.spk_embedding_report import verdict_line
+    from vllm_omni_token2wav.benchmarks.spk_embedding import BenchReport, PolicyChoice
+    from vllm_omni_token2wav.benchmarks.spk_embedding_report import verdict_line
 
     report = BenchReport(config={}, complete=True)
     medians = {(97, 1): (20.0, 22.0), (97, 2): (14.0, 16.0), (200, 1): (35.0, 30.0), (200, 2): (25.0, 20.0)}

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""`vllm-omni bench token2wav`: option errors, default sizes, and one `--reduced --fast` run as a user types it.
+"""`vllm-omni-token2wav bench token2wav`: option errors, default sizes, one `--reduced --fast` run as typed.
 
 The end-to-end run uses the reduced stand-in token2wav directory (every interface of the real one,
 narrow layers), so it checks the report's shape and honesty (fields, finite timings, table, PNG,
@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 
 from tests.helpers.bench_cli import run_bench, run_bench_subprocess
-from vllm_omni.entrypoints.cli.bench.token2wav import SUBCOMMAND, build_config
-from vllm_omni.entrypoints.cli.main import main
-from vllm_omni.entrypoints.cli.types import CLIUsageError
+from vllm_omni_token2wav.entrypoints.cli.bench.token2wav import SUBCOMMAND, build_config
+from vllm_omni_token2wav.entrypoints.cli.main import main
+from vllm_omni_token2wav.entrypoints.cli.types import CLIUsageError
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 

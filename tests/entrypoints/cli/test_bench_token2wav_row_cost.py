@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""`vllm-omni bench token2wav-row-cost`: a `--smoke` run as a user types it, the line fit and bounds, option errors.
+"""`vllm-omni-token2wav bench token2wav-row-cost`: a `--smoke` run as typed, the line fit and bounds, option errors.
 
 The run uses the reduced stand-in with the smoke sizes (1 and 2 rows, 2 Euler steps), so it checks
 the report's shape and honesty (the parts add up to the forward, both modes at every row count,
@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from tests.helpers.bench_cli import run_bench, run_bench_subprocess
-from vllm_omni.benchmarks.token2wav_row_cost import (
+from vllm_omni_token2wav.benchmarks.token2wav_row_cost import (
     PARTS,
     RowCostReport,
     category,
@@ -122,6 +122,9 @@ def test_recorders_name_results_by_size_threads_clock_and_talker() -> None:
     assert serve(["--talker-rate", "100"]) == "token2wav_serve"
     assert serve(["--full", "--talker-rate", "10000", "--clock", "cpu"]) == "token2wav_serve_full_talker10000_cpuclock"
     assert serve(["--threads=2"]) == "token2wav_serve_2threads"
+    assert serve(["--engine"]) == "token2wav_serve_engine"  # the served stack never overwrites the emulated record
+    assert serve(["--engine", "--request-rate", "2"]) == "token2wav_serve_engine_poisson2"
+    assert serve(["--engine", "--clock", "wall"]) == "token2wav_serve_engine_wallclock"
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""`vllm-omni bench token2wav-serve`: one `--smoke` run as a user types it, its report's fields, option errors.
+"""`vllm-omni-token2wav bench token2wav-serve`: one `--smoke` run as typed, its report's fields, option errors.
 
 The run uses the reduced stand-in with the smoke sizes (two levels, two short requests each), so it
 checks the report's shape and honesty (every documented field, finite numbers, both modes and the
@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 
 from tests.helpers.bench_cli import run_bench, run_bench_subprocess
-from vllm_omni.entrypoints.cli.bench.token2wav_serve import SUBCOMMAND, build_config
-from vllm_omni.entrypoints.cli.main import main
-from vllm_omni.entrypoints.cli.types import CLIUsageError
+from vllm_omni_token2wav.entrypoints.cli.bench.token2wav_serve import SUBCOMMAND, build_config
+from vllm_omni_token2wav.entrypoints.cli.main import main
+from vllm_omni_token2wav.entrypoints.cli.types import CLIUsageError
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 
@@ -93,6 +93,34 @@ def test_smoke_json_has_every_documented_field(smoke: dict[str, Any]) -> None:
 def test_option_mistakes_are_usage_errors(argv: tuple[str, ...], message: str) -> None:
     with pytest.raises(CLIUsageError, match=message.replace("[", r"\[").replace("]", r"\]")):
         build_config(_parse(*argv))
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (("--talker-rate", "50"), "--talker-rate does not apply to --engine: the served producer runs at its own rate"),
+        (
+            ("--voices", "2"),
+            "--voices does not apply to --engine: the speech endpoint serves this model with its default",
+        ),
+        (("--threads", "2"), "--threads does not apply to --engine"),
+        (("--full",), "--full does not apply to --engine"),
+        (("--family", "minicpmo"), "--family minicpmo does not apply to --engine"),
+        (("--device", "cuda"), "--device cuda does not apply to --engine"),
+        (("--requests", "0"), "--requests must be >= 1"),
+        (("--request-rate", "0"), "--request-rate must be > 0"),
+    ],
+)
+def test_engine_option_mistakes_are_usage_errors_before_any_work(argv: tuple[str, ...], message: str) -> None:
+    from vllm_omni_token2wav.entrypoints.cli.bench.token2wav_serve import build_engine_config
+
+    with pytest.raises(CLIUsageError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        build_engine_config(_parse("--engine", *argv))
+
+
+def test_server_logs_needs_engine(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code, _, err = run_bench(capsys, "token2wav-serve", "--server-logs", str(tmp_path))
+    assert code == 2 and "--server-logs keeps the servers' logs of an --engine run; add --engine" in err
 
 
 def test_plans_and_explicit_options(tmp_path: Path) -> None:

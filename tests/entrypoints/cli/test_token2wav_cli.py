@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""`vllm-omni token2wav`: token parsing, user errors (exit 2, one line), WAV output of both paths."""
+"""`vllm-omni-token2wav token2wav`: token parsing, user errors (exit 2, one line), WAV output of both paths."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import soundfile
 
-from vllm_omni.entrypoints.cli.main import main
-from vllm_omni.entrypoints.cli.token2wav import parse_tokens
-from vllm_omni.entrypoints.cli.types import CLIUsageError
+from vllm_omni_token2wav.entrypoints.cli.main import main
+from vllm_omni_token2wav.entrypoints.cli.token2wav import parse_tokens
+from vllm_omni_token2wav.entrypoints.cli.types import CLIUsageError
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 
@@ -42,7 +42,7 @@ def test_user_errors_exit_2_with_one_line(
 ) -> None:
     assert main(["token2wav", *[a.format(tmp=tmp_path) for a in argv]]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("vllm-omni: error:") and message in err[0]
+    assert len(err) == 1 and err[0].startswith("vllm-omni-token2wav: error:") and message in err[0]
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -68,7 +68,7 @@ def test_writes_a_24k_wav_of_the_expected_length(
 def test_an_unusable_out_path_is_refused_before_any_work(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, out: str
 ) -> None:
-    from vllm_omni.entrypoints.cli import token2wav
+    from vllm_omni_token2wav.entrypoints.cli import token2wav
 
     def must_not_run(*args: object) -> int:
         raise AssertionError("synthesis started although --out cannot be written")
@@ -79,12 +79,12 @@ def test_an_unusable_out_path_is_refused_before_any_work(
         monkeypatch.setattr(token2wav.os, "access", lambda path, mode: Path(path).name != "readonly")
     assert main(["token2wav", "--tokens", "1,2", "--standin", "reduced", "--out", out.format(tmp=tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("vllm-omni: error: --out")
+    assert len(err) == 1 and err[0].startswith("vllm-omni-token2wav: error: --out")
     assert ("is a folder" in err[0]) == (out == "{tmp}") and ("not writable" in err[0]) == (out != "{tmp}")
 
 
 def _forbid_synthesis(monkeypatch: pytest.MonkeyPatch) -> None:
-    from vllm_omni.entrypoints.cli import token2wav
+    from vllm_omni_token2wav.entrypoints.cli import token2wav
 
     def must_not_run(*args: object) -> int:
         raise AssertionError("synthesis started although the command line should have been refused")
@@ -109,13 +109,15 @@ def test_an_out_name_that_is_not_wav_is_refused_before_any_work(
     argv = ["token2wav", "--family", family, "--tokens", "1,2", "--standin", "reduced", "--out", str(tmp_path / name)]
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith(f"vllm-omni: error: --out {tmp_path / name}: ") and kind in err[0]
+    assert (
+        len(err) == 1 and err[0].startswith(f"vllm-omni-token2wav: error: --out {tmp_path / name}: ") and kind in err[0]
+    )
     assert "the output is a WAV file" in err[0] and f"(e.g. {tmp_path / Path(name).stem}.wav)" in err[0]
     assert not any(tmp_path.iterdir())
 
 
 def test_a_wav_name_in_any_case_is_a_usable_out(tmp_path: Path) -> None:
-    from vllm_omni.entrypoints.cli.token2wav import _check_out
+    from vllm_omni_token2wav.entrypoints.cli.token2wav import _check_out
 
     for name in ("reply.wav", "REPLY.WAV", "take.2.Wav"):
         _check_out(tmp_path / name)  # no error
@@ -134,7 +136,9 @@ def test_a_click_as_the_prompt_is_refused_before_any_work(
     argv += ["--prompt-tokens", "1,2,3"] if family == "cosyvoice3" else []
     assert main([*argv, "--out", str(tmp_path / "a.wav")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith(f"vllm-omni: error: --prompt: {prompt}: prompt has 0.03 s of sustained")
+    assert len(err) == 1 and err[0].startswith(
+        f"vllm-omni-token2wav: error: --prompt: {prompt}: prompt has 0.03 s of sustained"
+    )
     assert "below the 0.3 s minimum for a reference voice" in err[0]
     assert not (tmp_path / "a.wav").exists()
 
@@ -155,7 +159,7 @@ def test_cosyvoice3_writes_a_24k_wav_from_token_ids(
 
 
 def test_cosyvoice3_prompt_needs_its_tokens(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from vllm_omni.assets.audio import speech_sample
+    from vllm_omni_token2wav.assets.audio import speech_sample
 
     wav, rate = speech_sample()
     clip = tmp_path / "voice.wav"

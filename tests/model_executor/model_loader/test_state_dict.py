@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from vllm_omni.model_executor.model_loader.state_dict import (
+from vllm_omni_token2wav.model_executor.model_loader.state_dict import (
     check_state_dict_layout,
     ensure_cached_files,
     load_checked,

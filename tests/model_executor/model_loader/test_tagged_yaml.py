@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from vllm_omni.model_executor.model_loader.tagged_yaml import Tagged, read_tagged_yaml, resolve_refs
+from vllm_omni_token2wav.model_executor.model_loader.tagged_yaml import Tagged, read_tagged_yaml, resolve_refs
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 

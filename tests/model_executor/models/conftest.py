@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from tests.helpers.token2wav import make_token2wav_dir
-from vllm_omni import platforms
-from vllm_omni.assets.audio import speech_sample
-from vllm_omni.platforms.cpu.platform import CpuOmniPlatform
+from vllm_omni_token2wav import platforms
+from vllm_omni_token2wav.assets.audio import speech_sample
+from vllm_omni_token2wav.platforms.cpu.platform import CpuOmniPlatform
 
 
 @pytest.fixture
@@ -46,6 +46,6 @@ def short_speech(speech: tuple[np.ndarray, int]) -> tuple[np.ndarray, int]:
 def cv3_dir() -> Path:
     """The reduced stand-in Fun-CosyVoice3 directory (campplus.onnx full size, reduced flow.pt + causal hift.pt,
     cosyvoice3.yaml, default_voice.wav + .tokens), built once and cached."""
-    from vllm_omni.model_executor.models.cosyvoice3.standin import ensure_standin_cosyvoice3_dir
+    from vllm_omni_token2wav.model_executor.models.cosyvoice3.standin import ensure_standin_cosyvoice3_dir
 
     return ensure_standin_cosyvoice3_dir(reduced=True)

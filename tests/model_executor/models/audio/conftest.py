@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from vllm_omni.assets.audio import speech_sample
+from vllm_omni_token2wav.assets.audio import speech_sample
 
 
 @pytest.fixture(scope="session")

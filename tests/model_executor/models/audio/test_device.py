@@ -19,7 +19,7 @@ from torch.overrides import TorchFunctionMode
 
 from tests.helpers.mark import hardware_test
 from tests.model_executor.models.audio.conftest import knf_fbank
-from vllm_omni.model_executor.models.audio import kaldi_fbank, prompt_mel_24k, speaker_features
+from vllm_omni_token2wav.model_executor.models.audio import kaldi_fbank, prompt_mel_24k, speaker_features
 
 _HOST_CALLS = {"cpu", "numpy", "item", "tolist", "__bool__", "__int__", "__float__", "__index__", "__array__"}
 
@@ -98,7 +98,7 @@ def test_outputs_are_float32_for_any_float_input(dtype: torch.dtype) -> None:
 @pytest.mark.core_model
 @hardware_test(res={"cuda": "H100", "npu": "A2"}, num_cards=1)
 def test_front_end_on_the_platform_device_matches_kaldi_native_fbank(speech_16k: np.ndarray) -> None:
-    from vllm_omni import platforms
+    from vllm_omni_token2wav import platforms
 
     device = platforms.current_omni_platform.torch_device()
     wav = torch.from_numpy(speech_16k).to(device)

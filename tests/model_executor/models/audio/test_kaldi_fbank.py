@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from tests.model_executor.models.audio.conftest import float64_kaldi_fbank, knf_fbank
-from vllm_omni.model_executor.models.audio import FLT_EPSILON, kaldi_fbank
+from vllm_omni_token2wav.model_executor.models.audio import FLT_EPSILON, kaldi_fbank
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 

@@ -12,8 +12,8 @@ import pytest
 import soundfile
 import torch
 
-from vllm_omni.assets.audio import speech_sample_path
-from vllm_omni.model_executor.models.audio import load_audio, load_prompt_audio
+from vllm_omni_token2wav.assets.audio import speech_sample_path
+from vllm_omni_token2wav.model_executor.models.audio import load_audio, load_prompt_audio
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 
@@ -178,12 +178,12 @@ def test_speech_below_the_floor_is_rejected_and_quiet_real_speech_passes(
     quiet = np.round(_speech_at(speech_int16, -54.0).astype(np.float64) * 32768).astype(np.int16)
     assert _peak_dbfs(quiet / 32768.0) > -60
     caplog.clear()
-    with caplog.at_level("WARNING", logger="vllm_omni"):
+    with caplog.at_level("WARNING", logger="vllm_omni_token2wav"):
         audio = load_prompt_audio((quiet, 16000))
     assert audio.num_samples == len(quiet)
     assert any("very quiet" in r.getMessage() for r in caplog.records)
     caplog.clear()
-    with caplog.at_level("WARNING", logger="vllm_omni"):
+    with caplog.at_level("WARNING", logger="vllm_omni_token2wav"):
         load_prompt_audio((_speech_at(speech_int16, -30.0), 16000))
     assert not any("very quiet" in r.getMessage() for r in caplog.records)
 
@@ -275,7 +275,7 @@ def test_speech_at_the_level_floor_and_every_short_window_the_tests_use_pass(spe
 
 
 def test_prompt_activity_agrees_with_the_frame_by_frame_measure(speech_int16: np.ndarray) -> None:
-    from vllm_omni.model_executor.models.audio import prompt_activity
+    from vllm_omni_token2wav.model_executor.models.audio import prompt_activity
 
     x = speech_int16.astype(np.float32) / 32768.0
     for wave, rate in (

@@ -7,9 +7,14 @@ import numpy as np
 import pytest
 import torch
 
-from vllm_omni.model_executor.models.audio import PROMPT_MEL_CONFIG, MelConfig, log_mel_spectrogram, prompt_mel_24k
-from vllm_omni.model_executor.models.audio.mel import slaney_mel_filters
-from vllm_omni.model_executor.models.audio.resample import resample
+from vllm_omni_token2wav.model_executor.models.audio import (
+    PROMPT_MEL_CONFIG,
+    MelConfig,
+    log_mel_spectrogram,
+    prompt_mel_24k,
+)
+from vllm_omni_token2wav.model_executor.models.audio.mel import slaney_mel_filters
+from vllm_omni_token2wav.model_executor.models.audio.resample import resample
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from vllm_omni.model_executor.models.audio.resample import resample
+from vllm_omni_token2wav.model_executor.models.audio.resample import resample
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from tests.model_executor.models.audio.conftest import knf_fbank
-from vllm_omni.model_executor.models.audio import MIN_SPEAKER_FRAMES, min_speaker_samples, speaker_features
+from vllm_omni_token2wav.model_executor.models.audio import MIN_SPEAKER_FRAMES, min_speaker_samples, speaker_features
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 

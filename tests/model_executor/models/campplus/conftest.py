@@ -10,13 +10,13 @@ import pytest
 
 @pytest.fixture(scope="session")
 def full_standin() -> Path:
-    from vllm_omni.model_executor.models.campplus.standin import ensure_standin_campplus_onnx
+    from vllm_omni_token2wav.model_executor.models.campplus.standin import ensure_standin_campplus_onnx
 
     return ensure_standin_campplus_onnx(seed=0)
 
 
 @pytest.fixture(scope="session")
 def reduced_standin() -> Path:
-    from vllm_omni.model_executor.models.campplus.standin import ensure_standin_campplus_onnx
+    from vllm_omni_token2wav.model_executor.models.campplus.standin import ensure_standin_campplus_onnx
 
     return ensure_standin_campplus_onnx(seed=0, reduced=True)

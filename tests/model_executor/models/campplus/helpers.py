@@ -5,6 +5,9 @@
 (`audio.speaker.speaker_features`) of a deterministic waveform cut from the shipped real speech
 clip (tiled when T needs more than its 4 s), so exactly T frames come out.
 
+`fp32_floor(model)` is the relative L2 error a float32 evaluation of a network is expected to reach,
+the scale of the CAM++ parity bounds.
+
 `legacy_reference_model(path)` rewrites every AveragePool of an export so that onnxruntime >= 1.29
 computes what onnxruntime <= 1.28 computed: the time axis is zero-padded up to a multiple of 100
 and pooled without ceil mode, i.e. the last partial segment is divided by 100. That gives the
@@ -14,6 +17,7 @@ and pooled without ceil mode, i.e. the last partial segment is divided by 100. T
 from __future__ import annotations
 
 import functools
+import math
 from pathlib import Path
 
 import numpy as np
@@ -29,7 +33,7 @@ FRAME_SHIFT = 160  # 10 ms
 @functools.cache
 def _speech() -> np.ndarray:
     try:
-        from vllm_omni.assets.audio import speech_sample
+        from vllm_omni_token2wav.assets.audio import speech_sample
 
         wav, rate = speech_sample()
         if rate == 16000:
@@ -54,7 +58,7 @@ def speaker_feats(frames: int, offset: int = 8000) -> torch.Tensor:
     """float32 [frames, 80]: the serving transform when the audio front end is importable, else
     mean-normalised random features."""
     try:
-        from vllm_omni.model_executor.models.audio.speaker import speaker_features
+        from vllm_omni_token2wav.model_executor.models.audio.speaker import speaker_features
     except ImportError:
         rng = np.random.default_rng(frames + offset)
         x = rng.standard_normal((frames, 80)).astype(np.float32) * 3.0
@@ -130,6 +134,25 @@ def max_abs_and_cosine(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
     a64, b64 = np.asarray(a, dtype=np.float64).ravel(), np.asarray(b, dtype=np.float64).ravel()
     cos = float(a64 @ b64 / (np.linalg.norm(a64) * np.linalg.norm(b64)))
     return float(np.abs(a64 - b64).max()), cos
+
+
+def fp32_floor(model: torch.nn.Module) -> float:
+    """`u sqrt(sum_l K_l)`: the relative L2 error of a float32 evaluation of `model` (u = 2^-24, K_l = fan-in).
+
+    Probabilistic rounding-error analysis (Higham & Mary, SIAM J. Scientific Computing 41(5), 2019): a float32
+    dot product of length K is off by about sqrt(K) u relative to its terms, not by the worst case K u.
+    Different kernels (oneDNN, MKL, MLAS, AVX2 or AVX-512 blocking) sum in different orders, so each
+    layer's rounding error is an independent draw of that size; the network's normalisations keep the
+    gain to its output ~1, so the layers' errors add in quadrature. It counts every Conv / Linear layer
+    (weight elements per output channel); full-size CAM++: 225 layers, sum K = 68,457, floor 1.56e-5.
+    Measured (docs/design/speaker_embedding.md, "Tolerances"): torch 0.15-0.6x it, onnxruntime 0.1-0.3x.
+    """
+    fan_in = sum(
+        m.weight[0].numel()
+        for m in model.modules()
+        if isinstance(m, (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Linear))
+    )
+    return 2.0**-24 * math.sqrt(fan_in)
 
 
 def rel_l2(a: np.ndarray, b: np.ndarray) -> float:

@@ -11,7 +11,8 @@ seg-pool mode, on the full-size stand-in and the serving transform's features:
 - ORT(ENABLE_ALL) - ORT(DISABLE_ALL) and ORT 2 threads - 1 thread: onnxruntime against itself;
 - the rms of the raw output (the scale the absolute numbers refer to);
 - the same three comparisons as relative L2 errors (||a - b|| / ||b||), and torch's fp64 error over
-  onnxruntime's: the scale-free quantities the parity test bounds (torch - ORT <= 1e-5, ratio <= 2).
+  onnxruntime's: the scale-free quantities the parity test bounds, against the float32 floor F
+  (`helpers.fp32_floor`, printed first): torch - ORT <= sqrt(2) F, torch - fp64 <= max(2 x ORT - fp64, F).
 
     .venv/bin/python -m tests.model_executor.models.campplus.parity_floor [--onnx PATH]
 
@@ -29,6 +30,7 @@ import onnxruntime as ort
 import torch
 
 from tests.model_executor.models.campplus.helpers import (
+    fp32_floor,
     legacy_reference_model,
     max_abs_and_cosine,
     ort_embed,
@@ -52,9 +54,9 @@ def _session(model: onnx.ModelProto, threads: int, level: ort.GraphOptimizationL
 
 
 def main(argv: list[str] | None = None) -> int:
-    from vllm_omni.model_executor.models.campplus import ort_seg_pool_mode
-    from vllm_omni.model_executor.models.campplus.standin import ensure_standin_campplus_onnx
-    from vllm_omni.model_executor.models.cosyvoice3.speaker_embedding_torch import (
+    from vllm_omni_token2wav.model_executor.models.campplus import ort_seg_pool_mode
+    from vllm_omni_token2wav.model_executor.models.campplus.standin import ensure_standin_campplus_onnx
+    from vllm_omni_token2wav.model_executor.models.cosyvoice3.speaker_embedding_torch import (
         CampplusTorch,
         load_campplus_from_onnx,
     )
@@ -66,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     path = args.onnx or ensure_standin_campplus_onnx(seed=0)
     torch.set_num_threads(args.threads)
     print(f"{path}  onnxruntime {ort.__version__} ({ort_seg_pool_mode()} pooling)  torch {torch.__version__}")
+    print(f"float32 floor F = u sqrt(sum of fan-ins) = {fp32_floor(load_campplus_from_onnx(path)):.3e}")
     print(
         "mode   |     T | torch-ORT | cosine       | ORT-fp64 | torch-fp64 | ORT opt-noopt | ORT 2t-1t | rms out"
         " | rL2 torch-ORT | rL2 ORT-fp64 | rL2 torch-fp64 | ratio"

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from tests.model_executor.models.campplus.helpers import speaker_feats
-from vllm_omni.model_executor.buckets import Buckets, batch_buckets, campplus_frame_buckets
-from vllm_omni.model_executor.models.campplus.batching import Launch, plan_launches
+from vllm_omni_token2wav.model_executor.buckets import Buckets, batch_buckets, campplus_frame_buckets
+from vllm_omni_token2wav.model_executor.models.campplus.batching import Launch, plan_launches
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 
@@ -44,7 +44,7 @@ def test_plan_rejects_empty_and_non_positive_lengths() -> None:
 
 @pytest.fixture(scope="module")
 def backend(reduced_standin: Path):
-    from vllm_omni.model_executor.models.cosyvoice3.speaker_embedding_torch import (
+    from vllm_omni_token2wav.model_executor.models.cosyvoice3.speaker_embedding_torch import (
         CampplusTorch,
         load_campplus_from_onnx,
     )
@@ -77,7 +77,7 @@ def test_embed_batch_launches_bucket_shapes_and_rows_equal_single_calls(
 
 def test_off_cpu_rows_are_padded_to_a_batch_bucket(backend, monkeypatch: pytest.MonkeyPatch) -> None:
     # The row padding rule is the device's; exercise it on the CPU model by flipping the device test.
-    from vllm_omni.model_executor.models.cosyvoice3 import speaker_embedding_torch as set_
+    from vllm_omni_token2wav.model_executor.models.cosyvoice3 import speaker_embedding_torch as set_
 
     calls: list[dict] = []
     real = set_.plan_launches
@@ -116,7 +116,7 @@ def test_embed_batch_names_the_bad_item(backend) -> None:
 
 
 def test_cpu_calls_give_up_the_cores_other_threads_hold(backend, monkeypatch: pytest.MonkeyPatch) -> None:
-    from vllm_omni.platforms.cpu import threads
+    from vllm_omni_token2wav.platforms.cpu import threads
 
     feat = speaker_feats(97)
     seen: list[int] = []
@@ -146,7 +146,7 @@ def test_cpu_calls_give_up_the_cores_other_threads_hold(backend, monkeypatch: py
 def test_the_thread_sample_comes_before_the_input_checks(backend, monkeypatch: pytest.MonkeyPatch) -> None:
     """The checks run parallel ops; sampled after them, the OpenMP workers they woke (still spinning)
     counted as other runnable threads and a quiet 2-core host gave every call 1 thread (measured)."""
-    from vllm_omni.model_executor.models.cosyvoice3 import speaker_embedding_torch as set_
+    from vllm_omni_token2wav.model_executor.models.cosyvoice3 import speaker_embedding_torch as set_
 
     order: list[str] = []
     real_sample, real_check = set_.call_threads, set_.validate_speaker_features
@@ -163,7 +163,7 @@ def test_embed_batch_never_waits_for_the_device(reduced_standin: Path, monkeypat
     """On an accelerator a host read stalls the launching thread (and cannot be captured). The device is
     faked by `meta` under `HostSyncCounter` (tests/helpers/host_sync.py), which records every such site."""
     from tests.helpers.host_sync import HostSyncCounter
-    from vllm_omni.model_executor.models.cosyvoice3.speaker_embedding_torch import (
+    from vllm_omni_token2wav.model_executor.models.cosyvoice3.speaker_embedding_torch import (
         CampplusTorch,
         load_campplus_from_onnx,
     )

@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 
 
 def test_state_dict_has_the_upstream_keys_and_shapes() -> None:
-    from vllm_omni.model_executor.models.campplus import CAMPPlus
+    from vllm_omni_token2wav.model_executor.models.campplus import CAMPPlus
 
     sd = CAMPPlus().state_dict()
     assert len(sd) == 937
@@ -48,8 +48,8 @@ def test_full_standin_matches_the_real_file_fingerprint(full_standin: Path) -> N
     ids=lambda o: "-".join(f"{k}{v}" for k, v in o.items()),
 )
 def test_reduced_exports_load_and_match_onnxruntime(options: dict) -> None:
-    from vllm_omni.model_executor.models.campplus.standin import ensure_standin_campplus_onnx
-    from vllm_omni.model_executor.models.cosyvoice3.speaker_embedding_torch import (
+    from vllm_omni_token2wav.model_executor.models.campplus.standin import ensure_standin_campplus_onnx
+    from vllm_omni_token2wav.model_executor.models.cosyvoice3.speaker_embedding_torch import (
         CampplusTorch,
         load_campplus_from_onnx,
     )
@@ -66,8 +66,8 @@ def test_reduced_exports_load_and_match_onnxruntime(options: dict) -> None:
 
 
 def test_loaded_tensors_equal_the_exported_model(reduced_standin: Path) -> None:
-    from vllm_omni.model_executor.models.campplus.standin import build_standin_campplus
-    from vllm_omni.model_executor.models.cosyvoice3.speaker_embedding_torch import load_campplus_from_onnx
+    from vllm_omni_token2wav.model_executor.models.campplus.standin import build_standin_campplus
+    from vllm_omni_token2wav.model_executor.models.cosyvoice3.speaker_embedding_torch import load_campplus_from_onnx
 
     source = build_standin_campplus(seed=0, reduced=True).state_dict()
     loaded = load_campplus_from_onnx(reduced_standin).state_dict()
@@ -86,7 +86,7 @@ def _tiny_other_network(path: Path) -> Path:
 
 @pytest.mark.parametrize("kind", ["other_network", "garbage", "truncated", "missing", "extra_initializer"])
 def test_bad_files_raise_the_dedicated_error(kind: str, tmp_path: Path, reduced_standin: Path) -> None:
-    from vllm_omni.model_executor.models.cosyvoice3.speaker_embedding_torch import (
+    from vllm_omni_token2wav.model_executor.models.cosyvoice3.speaker_embedding_torch import (
         CampplusOnnxError,
         load_campplus_from_onnx,
     )
@@ -123,7 +123,7 @@ def test_bad_files_raise_the_dedicated_error(kind: str, tmp_path: Path, reduced_
     ],
 )
 def test_bad_features_are_rejected(feat: torch.Tensor, match: str) -> None:
-    from vllm_omni.model_executor.models.cosyvoice3.speaker_embedding_torch import validate_speaker_features
+    from vllm_omni_token2wav.model_executor.models.cosyvoice3.speaker_embedding_torch import validate_speaker_features
 
     with pytest.raises(ValueError, match=match):
         validate_speaker_features(feat)
@@ -132,7 +132,7 @@ def test_bad_features_are_rejected(feat: torch.Tensor, match: str) -> None:
 def test_bf16_default_dtype_and_two_threads_give_fp32_models(reduced_standin: Path) -> None:
     import threading
 
-    from vllm_omni.model_executor.models.cosyvoice3.speaker_embedding_torch import load_campplus_from_onnx
+    from vllm_omni_token2wav.model_executor.models.cosyvoice3.speaker_embedding_torch import load_campplus_from_onnx
 
     results: list = []
     previous = torch.get_default_dtype()
@@ -157,7 +157,7 @@ def test_embed_batch_rows_equal_single_calls_and_cache_keys(reduced_standin: Pat
     import shutil
     import threading
 
-    from vllm_omni.model_executor.models.cosyvoice3 import speaker_embedding_torch as set_
+    from vllm_omni_token2wav.model_executor.models.cosyvoice3 import speaker_embedding_torch as set_
 
     set_.clear_campplus_cache()
     copy = tmp_path / "campplus.onnx"
@@ -193,7 +193,7 @@ from tests.helpers.fake_npu import FakeNpuModule
 torch.utils.rename_privateuse1_backend("npu")
 torch.npu = FakeNpuModule(True, count=2)
 sys.modules["torch_npu"] = types.ModuleType("torch_npu")
-from vllm_omni.model_executor.models.cosyvoice3 import speaker_embedding_torch as set_
+from vllm_omni_token2wav.model_executor.models.cosyvoice3 import speaker_embedding_torch as set_
 
 builds, placed = [], []
 real_load = set_.load_campplus_from_onnx
@@ -250,7 +250,7 @@ def test_npu_spellings_share_one_cache_entry(reduced_standin: Path, tmp_path: Pa
         text=True,
         timeout=300,
         cwd=repo_root,
-        env=dict(os.environ, PYTHONPATH=str(repo_root), VLLM_OMNI_LOGGING_LEVEL="WARNING"),
+        env=dict(os.environ, PYTHONPATH=str(repo_root), VLLM_OMNI_TOKEN2WAV_LOGGING_LEVEL="WARNING"),
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])

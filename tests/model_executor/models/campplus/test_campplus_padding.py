@@ -20,9 +20,9 @@ import numpy as np
 import pytest
 import torch
 
-from vllm_omni.model_executor.buckets import campplus_frame_buckets
-from vllm_omni.model_executor.models.campplus.masking import FrameInfo, check_lengths
-from vllm_omni.model_executor.models.campplus.pooling import cam_context, frames_of_segments, statistics
+from vllm_omni_token2wav.model_executor.buckets import campplus_frame_buckets
+from vllm_omni_token2wav.model_executor.models.campplus.masking import FrameInfo, check_lengths
+from vllm_omni_token2wav.model_executor.models.campplus.pooling import cam_context, frames_of_segments, statistics
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 
@@ -51,8 +51,8 @@ def _feats(batch: int, frames: int, seed: int) -> torch.Tensor:
 
 @pytest.fixture(scope="module")
 def models(full_standin: Path, reduced_standin: Path) -> dict[tuple[str, str], object]:
-    from vllm_omni.model_executor.models.campplus.inference import CampplusInference
-    from vllm_omni.model_executor.models.cosyvoice3.speaker_embedding_torch import load_campplus_from_onnx
+    from vllm_omni_token2wav.model_executor.models.campplus.inference import CampplusInference
+    from vllm_omni_token2wav.model_executor.models.cosyvoice3.speaker_embedding_torch import load_campplus_from_onnx
 
     out: dict[tuple[str, str], object] = {}
     for size, path in (("full", full_standin), ("reduced", reduced_standin)):
@@ -141,7 +141,7 @@ def test_padded_forward_reads_no_device_value_on_the_host(models: dict) -> None:
     # On the meta device every tensor has a shape but no values: `.item()`, `bool(t)`, `nonzero`
     # or a value-dependent shape would raise. The padded forward must run there end to end,
     # which is what lets a CUDA / NPU graph capture it once per (frame, batch) bucket.
-    from vllm_omni.model_executor.models.campplus.inference import CampplusInference
+    from vllm_omni_token2wav.model_executor.models.campplus.inference import CampplusInference
 
     model, _ = models[("reduced", "exact")]
     net = CampplusInference(model, "meta")

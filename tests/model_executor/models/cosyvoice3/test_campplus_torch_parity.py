@@ -3,13 +3,20 @@
 
 CPU twin: the full-size stand-in, both seg-pool modes, each against an onnxruntime that computes
 that mode ("exact": ORT >= 1.29 as installed; "legacy": the graph rewritten to zero-pad to 100).
-The bound is stated relative to the reference's own float32 error, not as an absolute figure that
-depends on the output's scale (`tests.model_executor.models.campplus.parity_floor` measures it):
+torch and onnxruntime are two float32 evaluations of the same weights whose kernels sum in different
+orders (oneDNN / MKL vs MLAS, and per CPU: AVX2 vs AVX-512 blocking), so neither is a reference
+for the other's last bits. The bounds are stated relative to the float32 floor
+F = u sqrt(sum of the layers' fan-ins) (`helpers.fp32_floor`, 1.56e-5 for the stand-in): the relative
+L2 error a float32 evaluation of this network reaches against the exact result.
 
-- relative L2 of torch vs onnxruntime <= 1e-5 at every T (measured 3.0e-6 .. 6.6e-6), cosine >= 0.999999;
+- relative L2 of torch vs onnxruntime <= sqrt(2) F at every T (each is within F of the exact result
+  and their rounding errors are independent, so they add in quadrature), cosine >= 0.999999;
 - torch's relative L2 error vs a float64 evaluation of the same weights (`CAMPPlus.forward` in
-  float64: the exact result for the file) is at most `FP64_ERROR_FACTOR` = 2 x onnxruntime's own
-  error vs that evaluation (measured ratio 0.79 .. 1.41; onnxruntime's own error 2.0e-6 .. 5.6e-6).
+  float64: the exact result for the file) <= max(`FP64_ERROR_FACTOR` = 2 x onnxruntime's own error, F).
+  The old rule (2 x onnxruntime's error alone) compared two draws of the same rounding noise: their
+  ratio has no fixed bound and depends on the CPU's kernels (0.79 .. 1.41 where it was set up;
+  1.25 .. 2.29 on an AVX2 EPYC, where T=345 legacy failed at 2.09). Measured there in every kernel
+  variant: torch 2.4e-6 .. 9.3e-6 (0.15 .. 0.6 F), onnxruntime 1.7e-6 .. 4.3e-6, torch vs ORT <= 9.9e-6.
 
 Numbers and reasoning: docs/design/speaker_embedding.md ("Tolerances").
 Hardware twin: the real asset from CAMPPLUS_ONNX_PATH on the accelerator, max abs <= 1e-3.
@@ -18,6 +25,7 @@ Hardware twin: the real asset from CAMPPLUS_ONNX_PATH on the accelerator, max ab
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 from pathlib import Path
 
@@ -27,6 +35,7 @@ import torch
 
 from tests.helpers.mark import hardware_test
 from tests.model_executor.models.campplus.helpers import (
+    fp32_floor,
     legacy_reference_model,
     max_abs_and_cosine,
     ort_embed,
@@ -39,14 +48,16 @@ FRAMES = (4, 97, 200, 345, 501, 1000, 3000)
 # T at which the float64 evaluation runs too (it costs ~10x the fp32 one on CPU, so not at every T):
 # the shortest input and two with a partial last segment, where the seg-pool modes differ.
 FP64_FRAMES = (4, 97, 345)
-MAX_REL_L2_VS_ORT = 1e-5
+#: torch vs onnxruntime, in units of the float32 floor F: two independent errors of at most F each
+VS_ORT_FLOORS = math.sqrt(2)
+#: torch vs float64: at most this many times onnxruntime's own error, or F when that is larger
 FP64_ERROR_FACTOR = 2.0
 REAL_SHA256 = "a6ac6a63997761ae2997373e2ee1c47040854b4b759ea41ec48e4e42df0f4d73"
 
 
 @pytest.fixture(scope="module")
 def full_standin() -> Path:
-    from vllm_omni.model_executor.models.campplus.standin import ensure_standin_campplus_onnx
+    from vllm_omni_token2wav.model_executor.models.campplus.standin import ensure_standin_campplus_onnx
 
     return ensure_standin_campplus_onnx(seed=0)
 
@@ -55,8 +66,8 @@ def full_standin() -> Path:
 @pytest.mark.cpu
 @pytest.mark.parametrize("mode", ["exact", "legacy"])
 def test_torch_matches_onnxruntime_of_the_same_seg_pool_semantics(full_standin: Path, mode: str) -> None:
-    from vllm_omni.model_executor.models.campplus import ort_seg_pool_mode
-    from vllm_omni.model_executor.models.cosyvoice3.speaker_embedding_torch import (
+    from vllm_omni_token2wav.model_executor.models.campplus import ort_seg_pool_mode
+    from vllm_omni_token2wav.model_executor.models.cosyvoice3.speaker_embedding_torch import (
         CampplusTorch,
         load_campplus_from_onnx,
     )
@@ -68,6 +79,7 @@ def test_torch_matches_onnxruntime_of_the_same_seg_pool_semantics(full_standin: 
     )
     backend = CampplusTorch(load_campplus_from_onnx(full_standin, seg_pool_mode=mode), "cpu")
     exact64 = load_campplus_from_onnx(full_standin, seg_pool_mode=mode).double()
+    floor = fp32_floor(exact64)
     for frames in FRAMES:
         feats = speaker_feats(frames)
         ref = ort_embed(session, feats)
@@ -75,20 +87,23 @@ def test_torch_matches_onnxruntime_of_the_same_seg_pool_semantics(full_standin: 
         assert got.shape == ref.shape == (1, 192)
         _, cos = max_abs_and_cosine(got, ref)
         vs_ort = rel_l2(got, ref)
-        assert vs_ort <= MAX_REL_L2_VS_ORT and cos >= 0.999999, f"T={frames} {mode}: rel L2 {vs_ort:.2e}, cos {cos}"
+        assert vs_ort <= VS_ORT_FLOORS * floor and cos >= 0.999999, (
+            f"T={frames} {mode}: rel L2 {vs_ort:.2e} (float32 floor {floor:.2e}), cos {cos}"
+        )
         if frames in FP64_FRAMES:
             with torch.inference_mode():
                 truth = exact64(feats.double()[None]).numpy()
             ort_error, torch_error = rel_l2(ref, truth), rel_l2(got, truth)
-            assert torch_error <= FP64_ERROR_FACTOR * ort_error, (
-                f"T={frames} {mode}: torch is {torch_error:.2e} from the float64 result, onnxruntime {ort_error:.2e}"
+            assert torch_error <= max(FP64_ERROR_FACTOR * ort_error, floor), (
+                f"T={frames} {mode}: torch is {torch_error:.2e} from the float64 result, onnxruntime {ort_error:.2e}, "
+                f"float32 floor {floor:.2e}"
             )
 
 
 @pytest.mark.core_model
 @pytest.mark.cpu
 def test_seg_pool_modes_differ_exactly_when_the_last_segment_is_partial(full_standin: Path) -> None:
-    from vllm_omni.model_executor.models.cosyvoice3.speaker_embedding_torch import (
+    from vllm_omni_token2wav.model_executor.models.cosyvoice3.speaker_embedding_torch import (
         CampplusTorch,
         load_campplus_from_onnx,
     )
@@ -109,9 +124,9 @@ def test_seg_pool_modes_differ_exactly_when_the_last_segment_is_partial(full_sta
 def test_real_asset_parity_on_the_accelerator(caplog: pytest.LogCaptureFixture) -> None:
     import warnings
 
-    from vllm_omni import platforms
-    from vllm_omni.model_executor.models.campplus import ort_seg_pool_mode
-    from vllm_omni.model_executor.models.cosyvoice3.speaker_embedding_torch import get_campplus_torch
+    from vllm_omni_token2wav import platforms
+    from vllm_omni_token2wav.model_executor.models.campplus import ort_seg_pool_mode
+    from vllm_omni_token2wav.model_executor.models.cosyvoice3.speaker_embedding_torch import get_campplus_torch
 
     env = os.environ.get("CAMPPLUS_ONNX_PATH")
     if not env or not Path(env).is_file():

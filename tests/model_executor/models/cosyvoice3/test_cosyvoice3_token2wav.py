@@ -24,16 +24,25 @@ from tests.helpers.stream_race import race
 from tests.helpers.token2wav import SessionCounter, assert_embeddings_close, make_token2wav_dir
 from tests.model_executor.models.cosyvoice3.flow.reference import reference_mel
 from tests.model_executor.models.cosyvoice3.hift.reference import reference_inference, reference_noise
-from vllm_omni.assets.audio import speech_sample
-from vllm_omni.model_executor.models.cosyvoice3 import cosyvoice3_token2wav, speaker_embedding
-from vllm_omni.model_executor.models.cosyvoice3.cosyvoice3_token2wav import (
+from vllm_omni_token2wav.assets.audio import speech_sample
+from vllm_omni_token2wav.model_executor.models.cosyvoice3 import cosyvoice3_token2wav, speaker_embedding
+from vllm_omni_token2wav.model_executor.models.cosyvoice3.cosyvoice3_token2wav import (
     COSYVOICE3_ASSETS,
     CosyVoice3Token2Wav,
     upstream_chunks,
 )
-from vllm_omni.model_executor.models.cosyvoice3.prompt import CosyVoice3Prompt, read_prompt_tokens, voice_tokens_path
-from vllm_omni.model_executor.models.cosyvoice3.synthesis import StreamRow, flow_rows, open_stream, vocoder_rows
-from vllm_omni.model_executor.models.step_audio2.token2wav_stream import StreamInUseError
+from vllm_omni_token2wav.model_executor.models.cosyvoice3.prompt import (
+    CosyVoice3Prompt,
+    read_prompt_tokens,
+    voice_tokens_path,
+)
+from vllm_omni_token2wav.model_executor.models.cosyvoice3.synthesis import (
+    StreamRow,
+    flow_rows,
+    open_stream,
+    vocoder_rows,
+)
+from vllm_omni_token2wav.model_executor.models.step_audio2.token2wav_stream import StreamInUseError
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu, pytest.mark.usefixtures("cpu_platform")]
 
@@ -64,7 +73,7 @@ def _weights(core: CosyVoice3Token2Wav) -> dict[str, torch.Tensor]:
 def _ref_mel(
     core: CosyVoice3Token2Wav, prompt: CosyVoice3Prompt, ids: torch.Tensor, seed: int, **kw: bool
 ) -> torch.Tensor:
-    from vllm_omni.model_executor.models.cosyvoice3.flow.noise import draw_noise_table
+    from vllm_omni_token2wav.model_executor.models.cosyvoice3.flow.noise import draw_noise_table
 
     return reference_mel(
         _weights(core),
@@ -246,7 +255,7 @@ def test_device_switch_is_lazy_and_embeds_on_the_torch_path(cv3_dir: Path, monke
 def test_fallback_embedding_matches_onnxruntime_on_the_same_features(tmp_path: Path) -> None:
     import onnxruntime
 
-    from vllm_omni.model_executor.models import audio as frontend
+    from vllm_omni_token2wav.model_executor.models import audio as frontend
 
     directory = make_token2wav_dir(tmp_path / "cv3")
     wav, rate = speech_sample()

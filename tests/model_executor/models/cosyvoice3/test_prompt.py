@@ -15,9 +15,9 @@ import pytest
 import torch
 
 from tests.model_executor.models.audio.test_mel import MAX_ABS_LIMIT, _reference_mel
-from vllm_omni.model_executor.models.audio import PROMPT_MEL_CONFIG, log_mel_spectrogram
-from vllm_omni.model_executor.models.cosyvoice3.cosyvoice3_token2wav import CosyVoice3Token2Wav
-from vllm_omni.model_executor.models.cosyvoice3.prompt import (
+from vllm_omni_token2wav.model_executor.models.audio import PROMPT_MEL_CONFIG, log_mel_spectrogram
+from vllm_omni_token2wav.model_executor.models.cosyvoice3.cosyvoice3_token2wav import CosyVoice3Token2Wav
+from vllm_omni_token2wav.model_executor.models.cosyvoice3.prompt import (
     COSYVOICE3_MEL_CONFIG,
     MAX_PROMPT_TOKENS,
     build_prompt,
@@ -106,8 +106,8 @@ def test_token_files_and_token_values_are_checked(tmp_path: Path) -> None:
 
 
 def test_facade_prompt_uses_the_speaker_path_and_the_12_khz_mel_once_per_clip(cv3_dir: Path) -> None:
-    from vllm_omni.assets.audio import speech_sample
-    from vllm_omni.model_executor.models import audio as frontend
+    from vllm_omni_token2wav.assets.audio import speech_sample
+    from vllm_omni_token2wav.model_executor.models import audio as frontend
 
     core = CosyVoice3Token2Wav(cv3_dir, device="cpu")
     wav, rate = speech_sample()

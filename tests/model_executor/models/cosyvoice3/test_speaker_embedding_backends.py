@@ -24,20 +24,23 @@ from tests.helpers.token2wav import (
     copy_with_io_names,
     export_other_speaker_net_onnx,
 )
-from vllm_omni import platforms
-from vllm_omni.model_executor.models.campplus.onnx_import import CampplusOnnxError
-from vllm_omni.model_executor.models.cosyvoice3 import (
+from vllm_omni_token2wav import platforms
+from vllm_omni_token2wav.model_executor.models.campplus.onnx_import import CampplusOnnxError
+from vllm_omni_token2wav.model_executor.models.cosyvoice3 import (
     speaker_embedding,
     speaker_embedding_torch,
     speaker_embedding_trt,
 )
-from vllm_omni.model_executor.models.cosyvoice3.speaker_embedding import (
+from vllm_omni_token2wav.model_executor.models.cosyvoice3.speaker_embedding import (
     SpeakerEmbeddingBackend,
     select_speaker_embedding_backend,
 )
-from vllm_omni.model_executor.models.cosyvoice3.speaker_embedding_ort import OrtSpeakerEmbedding
-from vllm_omni.model_executor.models.cosyvoice3.speaker_embedding_trt import EngineCacheKey, load_or_build_engine
-from vllm_omni.platforms.cuda.platform import CudaOmniPlatform
+from vllm_omni_token2wav.model_executor.models.cosyvoice3.speaker_embedding_ort import OrtSpeakerEmbedding
+from vllm_omni_token2wav.model_executor.models.cosyvoice3.speaker_embedding_trt import (
+    EngineCacheKey,
+    load_or_build_engine,
+)
+from vllm_omni_token2wav.platforms.cuda.platform import CudaOmniPlatform
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu, pytest.mark.usefixtures("cpu_platform")]
 
@@ -47,7 +50,7 @@ CPU = torch.device("cpu")
 @pytest.fixture(scope="module")
 def campplus_onnx(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The full-size CAM++ stand-in (cached on disk), under the name a token2wav directory uses."""
-    from vllm_omni.model_executor.models.campplus.standin import ensure_standin_campplus_onnx
+    from vllm_omni_token2wav.model_executor.models.campplus.standin import ensure_standin_campplus_onnx
 
     link = tmp_path_factory.mktemp("campplus") / "campplus.onnx"
     os.symlink(ensure_standin_campplus_onnx(), link)
@@ -163,7 +166,7 @@ def test_ort_corrupt_file_names_the_file(tmp_path: Path) -> None:
 
 
 def test_ort_rejects_a_model_with_the_wrong_embedding_size() -> None:
-    from vllm_omni.model_executor.models.campplus.standin import ensure_standin_campplus_onnx
+    from vllm_omni_token2wav.model_executor.models.campplus.standin import ensure_standin_campplus_onnx
 
     reduced = ensure_standin_campplus_onnx(reduced=True)  # embedding_size 64
     with pytest.raises(CampplusOnnxError, match=r"CAM\+\+ export with embedding_size=64, but 192 is needed"):
@@ -416,10 +419,10 @@ def test_failed_engine_build_leaves_no_file_and_is_retried(tmp_path: Path) -> No
 def test_tensorrt_engine_matches_onnxruntime_on_gpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     if speaker_embedding_trt.tensorrt_unavailable_reason() is not None:
         pytest.skip(str(speaker_embedding_trt.tensorrt_unavailable_reason()))
-    from vllm_omni.model_executor.models.campplus.standin import ensure_standin_campplus_onnx
+    from vllm_omni_token2wav.model_executor.models.campplus.standin import ensure_standin_campplus_onnx
 
     onnx = ensure_standin_campplus_onnx()
-    monkeypatch.setenv("VLLM_OMNI_CACHE_DIR", str(tmp_path))  # a fresh engine cache
+    monkeypatch.setenv("VLLM_OMNI_TOKEN2WAV_CACHE_DIR", str(tmp_path))  # a fresh engine cache
     feat = _feat(300)
     device = platforms.current_omni_platform.torch_device(0)
     trt_out = speaker_embedding_trt.TrtSpeakerEmbedding(onnx, device)(feat).cpu().numpy()
@@ -536,7 +539,7 @@ def _fake_tensorrt(*, parse_ok: bool = True, build_ok: bool = True) -> types.Mod
 def fake_cuda(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     platforms.reset_current_platform(_FakeCudaPlatform())
     cache = tmp_path / "cache"
-    monkeypatch.setenv("VLLM_OMNI_CACHE_DIR", str(cache))
+    monkeypatch.setenv("VLLM_OMNI_TOKEN2WAV_CACHE_DIR", str(cache))
     return cache
 
 

@@ -17,11 +17,11 @@ import torch
 
 from tests.helpers.fake_device_graphs import fake_graph_api
 from tests.helpers.mark import hardware_test
-from vllm_omni.model_executor.models.campplus.dtdnn import CAMPPlus
-from vllm_omni.model_executor.models.campplus.inference import CampplusInference
-from vllm_omni.model_executor.models.campplus.standin import build_standin_campplus
-from vllm_omni.model_executor.models.cosyvoice3.speaker_embedding import SpeakerEmbeddingBackend
-from vllm_omni.model_executor.models.cosyvoice3.speaker_embedding_graphed import GraphedCampplus
+from vllm_omni_token2wav.model_executor.models.campplus.dtdnn import CAMPPlus
+from vllm_omni_token2wav.model_executor.models.campplus.inference import CampplusInference
+from vllm_omni_token2wav.model_executor.models.campplus.standin import build_standin_campplus
+from vllm_omni_token2wav.model_executor.models.cosyvoice3.speaker_embedding import SpeakerEmbeddingBackend
+from vllm_omni_token2wav.model_executor.models.cosyvoice3.speaker_embedding_graphed import GraphedCampplus
 
 
 @pytest.fixture(scope="module")
@@ -151,8 +151,8 @@ def test_switched_off_it_is_the_eager_torch_backend(model: CAMPPlus) -> None:
 @hardware_test(res={"npu": "A2", "cuda": "H100"}, num_cards=1)
 def test_real_device_graphs_replay_campplus_like_eager(model: CAMPPlus) -> None:
     """Hardware twin of the fake-runtime tests above: real CUDA / NPU graphs, same kernels as eager."""
-    from vllm_omni import platforms
-    from vllm_omni.model_executor.models.cosyvoice3.speaker_embedding_torch import CampplusTorch
+    from vllm_omni_token2wav import platforms
+    from vllm_omni_token2wav.model_executor.models.cosyvoice3.speaker_embedding_torch import CampplusTorch
 
     device = platforms.current_omni_platform.torch_device()
     model.set_seg_pool_mode("exact")

@@ -11,7 +11,7 @@ import pytest
 
 from tests.helpers.token2wav import rewrite_in_place_same_size
 from tests.model_executor.models.campplus.helpers import max_abs_and_cosine, ort_embed, ort_session, speaker_feats
-from vllm_omni.model_executor.models.cosyvoice3 import speaker_embedding_torch as set_
+from vllm_omni_token2wav.model_executor.models.cosyvoice3 import speaker_embedding_torch as set_
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 
@@ -19,7 +19,7 @@ pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 @pytest.fixture
 def own_copy(tmp_path: Path) -> Path:
     """A private copy of the reduced stand-in (the cached original must not be edited)."""
-    from vllm_omni.model_executor.models.campplus.standin import ensure_standin_campplus_onnx
+    from vllm_omni_token2wav.model_executor.models.campplus.standin import ensure_standin_campplus_onnx
 
     copy = tmp_path / "campplus.onnx"
     shutil.copyfile(ensure_standin_campplus_onnx(reduced=True), copy)
@@ -27,7 +27,7 @@ def own_copy(tmp_path: Path) -> Path:
 
 
 def test_a_same_size_in_place_rewrite_with_the_mtime_restored_is_rebuilt(own_copy: Path) -> None:
-    from vllm_omni.model_executor.models.campplus import ort_seg_pool_mode
+    from vllm_omni_token2wav.model_executor.models.campplus import ort_seg_pool_mode
 
     set_.clear_campplus_cache()
     mode = ort_seg_pool_mode()

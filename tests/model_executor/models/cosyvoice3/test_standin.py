@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from vllm_omni.model_executor.models.cosyvoice3 import standin
+from vllm_omni_token2wav.model_executor.models.cosyvoice3 import standin
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 
@@ -17,10 +17,14 @@ FILES = {"campplus.onnx", "cosyvoice3.yaml", "flow.pt", "hift.pt", "default_voic
 def test_reduced_directory_is_complete_and_loads_with_the_strict_loaders(cv3_dir: Path) -> None:
     import soundfile
 
-    from vllm_omni.model_executor.models.cosyvoice3.flow import REDUCED_FLOW_CONFIG, flow_config_from_yaml, load_flow
-    from vllm_omni.model_executor.models.cosyvoice3.hift import REDUCED_CAUSAL_HIFT_CONFIG, load_causal_hift
-    from vllm_omni.model_executor.models.cosyvoice3.hift.config import hift_config_from_yaml
-    from vllm_omni.model_executor.models.cosyvoice3.prompt import read_prompt_tokens
+    from vllm_omni_token2wav.model_executor.models.cosyvoice3.flow import (
+        REDUCED_FLOW_CONFIG,
+        flow_config_from_yaml,
+        load_flow,
+    )
+    from vllm_omni_token2wav.model_executor.models.cosyvoice3.hift import REDUCED_CAUSAL_HIFT_CONFIG, load_causal_hift
+    from vllm_omni_token2wav.model_executor.models.cosyvoice3.hift.config import hift_config_from_yaml
+    from vllm_omni_token2wav.model_executor.models.cosyvoice3.prompt import read_prompt_tokens
 
     assert FILES <= {p.name for p in cv3_dir.iterdir()}
     assert standin.ensure_standin_cosyvoice3_dir(reduced=True) == cv3_dir  # cached

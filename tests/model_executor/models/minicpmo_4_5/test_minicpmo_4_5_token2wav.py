@@ -12,16 +12,16 @@ import torch
 
 from tests.helpers.fake_npu import install_fake_torch_npu
 from tests.helpers.token2wav import SessionCounter
-from vllm_omni import platforms
-from vllm_omni.model_executor.models.cosyvoice3 import speaker_embedding
-from vllm_omni.model_executor.models.minicpmo_4_5.minicpmo_4_5_code2wav import MiniCPMO45Code2Wav
-from vllm_omni.model_executor.models.minicpmo_4_5.minicpmo_4_5_token2wav import (
+from vllm_omni_token2wav import platforms
+from vllm_omni_token2wav.model_executor.models.cosyvoice3 import speaker_embedding
+from vllm_omni_token2wav.model_executor.models.minicpmo_4_5.minicpmo_4_5_code2wav import MiniCPMO45Code2Wav
+from vllm_omni_token2wav.model_executor.models.minicpmo_4_5.minicpmo_4_5_token2wav import (
     MiniCPMO45Token2wav,
     resolve_token2wav_device,
 )
-from vllm_omni.model_executor.models.step_audio2.step_audio2_token2wav import StepAudio2Token2WavCore
-from vllm_omni.platforms.cuda.platform import CudaOmniPlatform
-from vllm_omni.platforms.npu.platform import NpuOmniPlatform
+from vllm_omni_token2wav.model_executor.models.step_audio2.step_audio2_token2wav import StepAudio2Token2WavCore
+from vllm_omni_token2wav.platforms.cuda.platform import CudaOmniPlatform
+from vllm_omni_token2wav.platforms.npu.platform import NpuOmniPlatform
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu, pytest.mark.usefixtures("cpu_platform")]
 
@@ -86,7 +86,7 @@ def test_construction_errors_surface_at_init(tmp_path: Path) -> None:
 def test_facade_prompt_path_matches_the_core_it_wraps(
     token2wav_dir: Path, short_speech: tuple[np.ndarray, int]
 ) -> None:
-    from vllm_omni.model_executor.models.step_audio2.step_audio2_token2wav import StepAudio2Token2WavCore
+    from vllm_omni_token2wav.model_executor.models.step_audio2.step_audio2_token2wav import StepAudio2Token2WavCore
 
     facade = MiniCPMO45Token2wav(token2wav_dir)
     expected = StepAudio2Token2WavCore(token2wav_dir).prepare_prompt(short_speech)
@@ -180,7 +180,7 @@ def test_a_click_in_silence_is_not_a_voice_for_the_facade_or_the_stage(token2wav
 
 
 def test_facade_streams_with_minicpmo_lookahead_and_trim_by_default(token2wav_dir: Path) -> None:
-    from vllm_omni.model_executor.models.cosyvoice2.flow import ConformerTrim, Lookahead
+    from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow import ConformerTrim, Lookahead
 
     core = MiniCPMO45Token2wav(token2wav_dir).core
     assert (core.stream_lookahead, core.conformer_trim) == (Lookahead.SILENCE, ConformerTrim.PROMPT_PLUS_TAIL)
@@ -194,7 +194,7 @@ def test_facade_streams_with_minicpmo_lookahead_and_trim_by_default(token2wav_di
 def test_code2wav_synthesizes_every_code_through_the_streaming_path(
     token2wav_dir: Path, speech: tuple[np.ndarray, int]
 ) -> None:
-    from vllm_omni.model_executor.models.step_audio2.token2wav_stream import stream_chunks
+    from vllm_omni_token2wav.model_executor.models.step_audio2.token2wav_stream import stream_chunks
 
     stage = MiniCPMO45Code2Wav(model=str(token2wav_dir), prompt_wav=speech, reference_seconds=2.0, n_timesteps=2)
     codes = torch.randint(0, 6561, (61,), generator=torch.Generator().manual_seed(0)).tolist()

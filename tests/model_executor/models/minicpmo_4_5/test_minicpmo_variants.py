@@ -21,14 +21,14 @@ import torch
 from tests.helpers.minicpmo_reference import LEADING_ZEROS, MiniCPMOReferenceStream
 from tests.helpers.token2wav import make_token2wav_dir
 from tests.helpers.torch_state import one_intra_op_thread
-from vllm_omni.model_executor.models.cosyvoice2.flow import ConformerTrim, Lookahead, load_flow
-from vllm_omni.model_executor.models.cosyvoice2.hift import load_hift
-from vllm_omni.model_executor.models.cosyvoice2.hift.loader import HiFTLoadError
-from vllm_omni.model_executor.models.minicpmo_4_5.minicpmo_4_5_token2wav import MiniCPMO45Token2wav
-from vllm_omni.model_executor.models.minicpmo_4_5.variants import MiniCPMOVariant
-from vllm_omni.model_executor.models.step_audio2.standin import MINICPMO_1_0_7_LAYOUT
-from vllm_omni.model_executor.models.step_audio2.stream_vocoder import VocoderKind
-from vllm_omni.model_executor.models.step_audio2.token2wav_stream import stream_chunks
+from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow import ConformerTrim, Lookahead, load_flow
+from vllm_omni_token2wav.model_executor.models.cosyvoice2.hift import load_hift
+from vllm_omni_token2wav.model_executor.models.cosyvoice2.hift.loader import HiFTLoadError
+from vllm_omni_token2wav.model_executor.models.minicpmo_4_5.minicpmo_4_5_token2wav import MiniCPMO45Token2wav
+from vllm_omni_token2wav.model_executor.models.minicpmo_4_5.variants import MiniCPMOVariant
+from vllm_omni_token2wav.model_executor.models.step_audio2.standin import MINICPMO_1_0_7_LAYOUT
+from vllm_omni_token2wav.model_executor.models.step_audio2.stream_vocoder import VocoderKind
+from vllm_omni_token2wav.model_executor.models.step_audio2.token2wav_stream import stream_chunks
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu, pytest.mark.usefixtures("cpu_platform")]
 

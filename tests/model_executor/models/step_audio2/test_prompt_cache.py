@@ -13,9 +13,9 @@ import pytest
 import soundfile
 import torch
 
-from vllm_omni.model_executor.models.audio import decode_audio
-from vllm_omni.model_executor.models.step_audio2.prompt_cache import ContentLruCache
-from vllm_omni.model_executor.models.step_audio2.prompt_features import PromptFeatures, waveform_digest
+from vllm_omni_token2wav.model_executor.models.audio import decode_audio
+from vllm_omni_token2wav.model_executor.models.step_audio2.prompt_cache import ContentLruCache
+from vllm_omni_token2wav.model_executor.models.step_audio2.prompt_features import PromptFeatures, waveform_digest
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 

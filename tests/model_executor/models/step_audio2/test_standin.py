@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from vllm_omni.model_executor.models.step_audio2 import standin
+from vllm_omni_token2wav.model_executor.models.step_audio2 import standin
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 
@@ -20,10 +20,10 @@ FILES = {"campplus.onnx", "speech_tokenizer_v2_25hz.onnx", "flow.yaml", "flow.pt
 
 
 def test_reduced_standin_directory_loads_with_the_strict_loaders() -> None:
-    from vllm_omni.model_executor.models.cosyvoice2.flow import load_flow
-    from vllm_omni.model_executor.models.cosyvoice2.hift import load_hift
-    from vllm_omni.model_executor.models.cosyvoice2.speech_tokenizer import load_speech_tokenizer_from_onnx
-    from vllm_omni.model_executor.models.cosyvoice3.speaker_embedding_torch import load_campplus_from_onnx
+    from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow import load_flow
+    from vllm_omni_token2wav.model_executor.models.cosyvoice2.hift import load_hift
+    from vllm_omni_token2wav.model_executor.models.cosyvoice2.speech_tokenizer import load_speech_tokenizer_from_onnx
+    from vllm_omni_token2wav.model_executor.models.cosyvoice3.speaker_embedding_torch import load_campplus_from_onnx
 
     directory = standin.ensure_standin_token2wav_dir(reduced=True)
     assert FILES <= {p.name for p in directory.iterdir()}
@@ -40,8 +40,8 @@ def test_the_default_voices_are_the_shipped_speech_clip_at_24k() -> None:
     import numpy as np
     import soundfile
 
-    from vllm_omni.assets.audio import speech_sample
-    from vllm_omni.model_executor.models import audio as frontend
+    from vllm_omni_token2wav.assets.audio import speech_sample
+    from vllm_omni_token2wav.model_executor.models import audio as frontend
 
     directory = standin.ensure_standin_token2wav_dir(reduced=True)
     clip, rate = speech_sample()
@@ -78,7 +78,7 @@ def test_write_fills_a_directory_of_the_callers_choice(tmp_path: Path) -> None:
 def test_a_regenerated_component_refreshes_the_cached_directory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("VLLM_OMNI_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("VLLM_OMNI_TOKEN2WAV_CACHE_DIR", str(tmp_path / "cache"))
     sources = {}
     for name in FILES:
         sources[name] = tmp_path / f"v1-{name}"
@@ -95,7 +95,7 @@ def test_a_regenerated_component_refreshes_the_cached_directory(
 def test_voices_written_with_another_resampler_are_rebuilt(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A directory assembled where the front end resampled differently (the device check's soxr stand-in on
     an image without python-soxr) must not be served as current where python-soxr resamples."""
-    monkeypatch.setenv("VLLM_OMNI_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("VLLM_OMNI_TOKEN2WAV_CACHE_DIR", str(tmp_path / "cache"))
     sources = {}
     for name in FILES - VOICES:
         sources[name] = tmp_path / name
@@ -112,7 +112,14 @@ def test_voices_written_with_another_resampler_are_rebuilt(tmp_path: Path, monke
 def test_cli_prints_the_directory(tmp_path: Path) -> None:
     out = tmp_path / "cli"
     proc = subprocess.run(
-        [sys.executable, "-m", "vllm_omni.model_executor.models.step_audio2.standin", "--reduced", "--out", str(out)],
+        [
+            sys.executable,
+            "-m",
+            "vllm_omni_token2wav.model_executor.models.step_audio2.standin",
+            "--reduced",
+            "--out",
+            str(out),
+        ],
         capture_output=True,
         text=True,
         timeout=600,

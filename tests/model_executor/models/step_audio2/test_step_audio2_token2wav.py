@@ -25,9 +25,9 @@ from tests.helpers.token2wav import (
     make_token2wav_dir,
     rewrite_in_place_same_size,
 )
-from vllm_omni.model_executor.models import audio as frontend
-from vllm_omni.model_executor.models.cosyvoice3 import speaker_embedding, speaker_embedding_torch
-from vllm_omni.model_executor.models.step_audio2.step_audio2_token2wav import StepAudio2Token2WavCore
+from vllm_omni_token2wav.model_executor.models import audio as frontend
+from vllm_omni_token2wav.model_executor.models.cosyvoice3 import speaker_embedding, speaker_embedding_torch
+from vllm_omni_token2wav.model_executor.models.step_audio2.step_audio2_token2wav import StepAudio2Token2WavCore
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu, pytest.mark.usefixtures("cpu_platform")]
 
@@ -106,7 +106,7 @@ def test_constructor_only_records_configuration(tmp_path: Path, monkeypatch: pyt
     selections: list[str] = []
     real_select = speaker_embedding.select_speaker_embedding_backend
     monkeypatch.setattr(
-        "vllm_omni.model_executor.models.step_audio2.step_audio2_token2wav.select_speaker_embedding_backend",
+        "vllm_omni_token2wav.model_executor.models.step_audio2.step_audio2_token2wav.select_speaker_embedding_backend",
         lambda *a, **k: selections.append(k["request"]) or real_select(*a, **k),
     )
     core = StepAudio2Token2WavCore(tmp_path / "does-not-exist", float16=True, n_timesteps=5)
@@ -230,10 +230,10 @@ from tests.helpers.fake_npu import FakeNpuModule
 torch.utils.rename_privateuse1_backend("npu")  # what torch_npu does; irreversible, hence a subprocess
 torch.npu = FakeNpuModule(True)
 sys.modules["torch_npu"] = types.ModuleType("torch_npu")
-from vllm_omni import platforms
-from vllm_omni.platforms.npu.platform import NpuOmniPlatform
+from vllm_omni_token2wav import platforms
+from vllm_omni_token2wav.platforms.npu.platform import NpuOmniPlatform
 platforms.reset_current_platform(NpuOmniPlatform())
-from vllm_omni.model_executor.models.cosyvoice3 import speaker_embedding_torch
+from vllm_omni_token2wav.model_executor.models.cosyvoice3 import speaker_embedding_torch
 loads, sessions = [], []
 
 class Fake:
@@ -244,9 +244,9 @@ class Fake:
 
 speaker_embedding_torch.get_campplus_torch = lambda path, device, **kw: loads.append(str(device)) or Fake(device)
 onnxruntime.InferenceSession = lambda *a, **k: sessions.append(1)
-from vllm_omni.model_executor.models.minicpmo_4_5.minicpmo_4_5_code2wav import MiniCPMO45Code2Wav
-from vllm_omni.model_executor.models.step_audio2.step_audio2_token2wav import StepAudio2Token2WavCore
-from vllm_omni.model_executor.models.step_audio2.step_audio2_token2wav_stage import (
+from vllm_omni_token2wav.model_executor.models.minicpmo_4_5.minicpmo_4_5_code2wav import MiniCPMO45Code2Wav
+from vllm_omni_token2wav.model_executor.models.step_audio2.step_audio2_token2wav import StepAudio2Token2WavCore
+from vllm_omni_token2wav.model_executor.models.step_audio2.step_audio2_token2wav_stage import (
     StepAudio2Token2WavForConditionalGeneration)
 core = StepAudio2Token2WavCore(sys.argv[1])
 core_name = core.enable_device_spk_embedding()
@@ -260,7 +260,7 @@ print(json.dumps({"core": core_name, "stage": stage.spk_backend, "stage_device":
 
 
 def test_fake_npu_platform_enables_the_device_path_in_core_and_stages(token2wav_dir: Path) -> None:
-    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), VLLM_OMNI_LOGGING_LEVEL="WARNING")
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), VLLM_OMNI_TOKEN2WAV_LOGGING_LEVEL="WARNING")
     proc = subprocess.run(
         [sys.executable, "-c", _NPU_SCRIPT, str(token2wav_dir)],
         capture_output=True,
@@ -304,7 +304,7 @@ def test_legacy_seg_pool_differs_from_exact_onnxruntime_only_slightly(
     # The default device path keeps onnxruntime-1.18 numerics (what the flow models were trained on);
     # onnxruntime >= 1.29 averages the last partial segment over its real length. 4 s of speech gives
     # T' = 200 frames only when the fbank has 399-400 frames, so this prompt has a partial segment.
-    from vllm_omni.model_executor.models.campplus import ort_seg_pool_mode
+    from vllm_omni_token2wav.model_executor.models.campplus import ort_seg_pool_mode
 
     legacy = StepAudio2Token2WavCore(token2wav_dir)  # spk_seg_pool_mode="legacy"
     legacy.enable_device_spk_embedding()
@@ -541,7 +541,7 @@ def test_a_speaker_model_of_another_network_is_refused_by_both_backends(
 ) -> None:
     """[B, T, 80] -> [B, 192] like CAM++, but another network: neither the ORT fallback nor the torch
     path may serve it (the same structural check, the same message), and nothing is cached."""
-    from vllm_omni.model_executor.models.campplus.onnx_import import CampplusOnnxError
+    from vllm_omni_token2wav.model_executor.models.campplus.onnx_import import CampplusOnnxError
 
     other = export_other_speaker_net_onnx(tmp_path / "other.onnx")
     directory = make_token2wav_dir(tmp_path / "t2w", campplus=other)
@@ -568,7 +568,7 @@ def test_a_changed_speaker_model_is_kept_until_reload_and_new_facades_see_it(
     tmp_path: Path, short_speech: tuple[np.ndarray, int], monkeypatch: pytest.MonkeyPatch, path: str
 ) -> None:
     from tests.model_executor.models.campplus.helpers import ort_embed, ort_session
-    from vllm_omni.model_executor.models.campplus.standin import ensure_standin_campplus_onnx
+    from vllm_omni_token2wav.model_executor.models.campplus.standin import ensure_standin_campplus_onnx
 
     own = tmp_path / "own-campplus.onnx"  # a private copy: the cached stand-in must not be edited
     shutil.copyfile(ensure_standin_campplus_onnx(), own)
@@ -610,10 +610,10 @@ def test_reload_refuses_to_guess_how_a_hand_installed_backend_was_made(tmp_path:
 def test_installing_a_backend_is_logged_at_info_once_per_process(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from vllm_omni.logger import _reset_once_cache
+    from vllm_omni_token2wav.logger import _reset_once_cache
 
     _reset_once_cache()
-    caplog.set_level("DEBUG", logger="vllm_omni")
+    caplog.set_level("DEBUG", logger="vllm_omni_token2wav")
     for _ in range(12):  # a benchmark installs the same backend into many facades
         StepAudio2Token2WavCore(tmp_path).install_spk_backend(ConstantBackend(name="constant-once-test"))
     StepAudio2Token2WavCore(tmp_path).install_spk_backend(ConstantBackend(name="constant-other-test"))

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from vllm_omni.model_executor.models.step_audio2.token2wav_stream import (
+from vllm_omni_token2wav.model_executor.models.step_audio2.token2wav_stream import (
     SOURCE_CACHE_SAMPLES,
     crossfade,
     crossfade_window,

@@ -18,12 +18,12 @@ import torch
 
 from tests.helpers.stream_race import race
 from tests.helpers.torch_state import one_intra_op_thread
-from vllm_omni.model_executor.models import audio as frontend
-from vllm_omni.model_executor.models.minicpmo_4_5.minicpmo_4_5_token2wav import MiniCPMO45Token2wav
-from vllm_omni.model_executor.models.step_audio2 import step_audio2_token2wav
-from vllm_omni.model_executor.models.step_audio2.prompt_features import fit_mel_to_tokens
-from vllm_omni.model_executor.models.step_audio2.step_audio2_token2wav import StepAudio2Token2WavCore
-from vllm_omni.model_executor.models.step_audio2.token2wav_stream import (
+from vllm_omni_token2wav.model_executor.models import audio as frontend
+from vllm_omni_token2wav.model_executor.models.minicpmo_4_5.minicpmo_4_5_token2wav import MiniCPMO45Token2wav
+from vllm_omni_token2wav.model_executor.models.step_audio2 import step_audio2_token2wav
+from vllm_omni_token2wav.model_executor.models.step_audio2.prompt_features import fit_mel_to_tokens
+from vllm_omni_token2wav.model_executor.models.step_audio2.step_audio2_token2wav import StepAudio2Token2WavCore
+from vllm_omni_token2wav.model_executor.models.step_audio2.token2wav_stream import (
     StreamInUseError,
     Token2WavStream,
     stream_chunks,
@@ -520,7 +520,7 @@ def test_passing_the_setup_path_with_every_chunk_decodes_nothing(
     ],
 )
 def test_unsigned_token_ids_are_accepted_and_range_checked(make: object) -> None:
-    from vllm_omni.model_executor.models.step_audio2.token2wav_synthesis import speech_token_tensor
+    from vllm_omni_token2wav.model_executor.models.step_audio2.token2wav_synthesis import speech_token_tensor
 
     ids = [0, 17, 6560, 3]
     got = speech_token_tensor(make(ids), 6561, torch.device("cpu"), what="t")  # type: ignore[operator]

@@ -11,9 +11,13 @@ import pytest
 import torch
 
 from tests.helpers.torch_state import one_intra_op_thread
-from vllm_omni.model_executor.models.cosyvoice2.hift import HiFTGenerator, load_hift
-from vllm_omni.model_executor.models.step_audio2.token2wav_stream import crossfade, crossfade_rows, crossfade_window
-from vllm_omni.model_executor.models.step_audio2.token2wav_vocoder import (
+from vllm_omni_token2wav.model_executor.models.cosyvoice2.hift import HiFTGenerator, load_hift
+from vllm_omni_token2wav.model_executor.models.step_audio2.token2wav_stream import (
+    crossfade,
+    crossfade_rows,
+    crossfade_window,
+)
+from vllm_omni_token2wav.model_executor.models.step_audio2.token2wav_vocoder import (
     NoiseState,
     VocoderRow,
     VocoderState,

@@ -39,7 +39,7 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="package")
 def voices() -> list[tuple[np.ndarray, int]]:
     """Three different reference voices: stretches of the shipped speech clip at 16 kHz."""
-    from vllm_omni.assets.audio import speech_sample
+    from vllm_omni_token2wav.assets.audio import speech_sample
 
     wav, rate = speech_sample()
     return [(wav[s : s + int(1.6 * rate)].copy(), rate) for s in (0, int(1.2 * rate), int(2.4 * rate))]

@@ -7,19 +7,30 @@ Every input here is written out by hand the way vLLM-Omni's runner and producers
 
 from __future__ import annotations
 
+import sys
+import types
+from typing import Any, NamedTuple
+
 import numpy as np
 import pytest
 import torch
 
-from vllm_omni.model_executor.models.output_templates import OmniOutput
-from vllm_omni.model_executor.models.token2wav_stage.contract import (
+from vllm_omni_token2wav.model_executor.models.minicpmo_4_5.minicpmo_4_5_code2wav import MiniCPMO45Code2Wav
+from vllm_omni_token2wav.model_executor.models.output_templates import OmniOutput
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.contract import (
     ChunkMeta,
     SegmentKind,
     SegmentResult,
     build_output,
     parse_step,
 )
-from vllm_omni.model_executor.models.token2wav_stage.families import MINICPMO_4_5, STEP_AUDIO2
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.errors import (
+    ERROR_KEY,
+    decode_error,
+    encode_error,
+    segment_errors,
+)
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.families import MINICPMO_4_5, STEP_AUDIO2
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 
@@ -139,7 +150,8 @@ def test_unreadable_segments_fail_alone_and_contract_breaks_raise() -> None:
         parse_step(ids, infos, {"seq_token_counts": [2, 2], "request_ids": ["x"]}, MINICPMO_4_5)
 
 
-def test_output_is_omni_output_shaped_in_input_order() -> None:
+def test_output_is_omni_output_shaped_in_input_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delitem(sys.modules, "vllm_omni", raising=False)  # the core alone: our own class
     audio = torch.arange(5, dtype=torch.float64).reshape(1, 5)
     out = build_output([SegmentResult(audio=audio), SegmentResult(error="request b: bad"), SegmentResult()], "cpu")
     assert isinstance(out, OmniOutput) and out._fields == (
@@ -153,4 +165,46 @@ def test_output_is_omni_output_shaped_in_input_order() -> None:
     assert [a.shape for a in mo["model_outputs"]] == [(5,), (0,), (0,)]
     assert all(a.dtype == torch.float32 for a in mo["model_outputs"])
     assert [int(r) for r in mo["sr"]] == [24000] * 3 and all(r.dtype == torch.int32 for r in mo["sr"])
-    assert mo["errors"] == [None, "request b: bad", None]
+    assert segment_errors(mo) == [None, "request b: bad", None]
+
+
+def test_every_output_entry_is_a_tensor_the_runner_can_detach() -> None:
+    """vLLM-Omni's runner calls `out[i].detach().to("cpu").contiguous()` on every entry of every list."""
+    results = [SegmentResult(error="request ü: ß failed"), SegmentResult(audio=torch.ones(3)), SegmentResult()]
+    mo = build_output(results, "cpu").multimodal_outputs
+    assert set(mo) == {"model_outputs", "sr", ERROR_KEY} and ERROR_KEY == "token2wav_error"
+    per_request = [{key: values[i].detach().to("cpu").contiguous() for key, values in mo.items()} for i in range(3)]
+    errors = [p[ERROR_KEY] for p in per_request]
+    assert all(e.dtype == torch.uint8 and e.dim() == 1 for e in errors)
+    assert errors[0].tolist() == list("request ü: ß failed".encode())
+    assert [e.numel() for e in errors[1:]] == [0, 0]
+
+
+def test_error_messages_round_trip_through_uint8_tensors() -> None:
+    assert encode_error(None).numel() == 0 and encode_error(None).dtype == torch.uint8
+    assert decode_error(encode_error("request r: chunk_seq 3: expected 2")) == "request r: chunk_seq 3: expected 2"
+    assert decode_error(None) is None and decode_error(torch.empty(0, dtype=torch.uint8)) is None
+    with pytest.raises(ValueError, match="token2wav_error: expected a 1-D uint8 tensor of UTF-8 bytes, got dtype"):
+        decode_error(torch.tensor([1.0]))
+
+
+def test_the_output_class_is_upstreams_once_vllm_omni_is_imported(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The runner checks `isinstance(out, vllm_omni...OmniOutput)`; any other class loses the audio."""
+
+    class UpstreamOmniOutput(NamedTuple):
+        text_hidden_states: Any
+        multimodal_outputs: Any = None
+        intermediate_tensors: Any = None
+        next_token_id: Any = None
+
+    names = ["vllm_omni", "vllm_omni.model_executor", "vllm_omni.model_executor.models"]
+    for name in names:
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    templates = types.ModuleType("vllm_omni.model_executor.models.output_templates")
+    templates.OmniOutput = UpstreamOmniOutput  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, templates.__name__, templates)
+    out = build_output([SegmentResult(audio=torch.ones(2))], "cpu")
+    assert type(out) is UpstreamOmniOutput and out.multimodal_outputs["model_outputs"][0].tolist() == [1.0, 1.0]
+    ours = OmniOutput(None, {"model_outputs": []})
+    assert type(MiniCPMO45Code2Wav.make_omni_output(None, ours)) is UpstreamOmniOutput  # type: ignore[arg-type]
+    assert MiniCPMO45Code2Wav.make_omni_output(None, out) is out  # type: ignore[arg-type]

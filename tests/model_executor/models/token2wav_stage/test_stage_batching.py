@@ -24,12 +24,13 @@ import pytest
 import torch
 
 from tests.model_executor.models.token2wav_stage.conftest import FAST_OPTIONS
-from vllm_omni.benchmarks.token2wav_producer import ChunkPayload, ProducerStream, all_chunks, forward_inputs
-from vllm_omni.model_executor.models.minicpmo_4_5.minicpmo_4_5_code2wav import MiniCPMO45Code2Wav
-from vllm_omni.model_executor.models.step_audio2.step_audio2_token2wav_stage import (
+from vllm_omni_token2wav.benchmarks.token2wav_producer import ChunkPayload, ProducerStream, all_chunks, forward_inputs
+from vllm_omni_token2wav.model_executor.models.minicpmo_4_5.minicpmo_4_5_code2wav import MiniCPMO45Code2Wav
+from vllm_omni_token2wav.model_executor.models.step_audio2.step_audio2_token2wav_stage import (
     StepAudio2Token2WavForConditionalGeneration,
 )
-from vllm_omni.model_executor.models.token2wav_stage.stage_model import Token2WavStageModel
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.errors import segment_errors
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.stage_model import Token2WavStageModel
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu, pytest.mark.usefixtures("cpu_platform")]
 
@@ -61,7 +62,7 @@ def _schedule(
 def _forward(stage: Token2WavStageModel, payloads: Sequence[ChunkPayload]) -> tuple[list[torch.Tensor], list]:
     input_ids, kwargs = forward_inputs(payloads, stage.family)
     out = stage(input_ids, None, **kwargs).multimodal_outputs
-    return out["model_outputs"], out["errors"]
+    return out["model_outputs"], segment_errors(out)
 
 
 def _run_batched(stage: Token2WavStageModel, requests: list[Request], seed: int) -> None:
@@ -261,7 +262,7 @@ def test_step_audio2_batches_streams_of_many_requests_and_whole_utterances_share
     kwargs["request_ids"].append("whole-1")
     kwargs["runtime_additional_information"].append({"codes": {"audio": torch.tensor(whole_tokens)}})
     out = batched(input_ids, None, **kwargs).multimodal_outputs
-    assert out["errors"] == [None, None, None]
+    assert segment_errors(out) == [None, None, None]
     whole = out["model_outputs"][2]
     alone_ids, alone_kwargs = (
         torch.tensor(whole_tokens),
@@ -289,8 +290,8 @@ def test_bucket_padded_launches_give_the_unpadded_audio(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Graph-capture shapes: frames padded to a stage-frame bucket, vocoder rows to a batch bucket."""
-    monkeypatch.setenv("VLLM_OMNI_STAGE_FRAME_BUCKETS", "64:2048")
-    monkeypatch.setenv("VLLM_OMNI_BATCH_BUCKETS", "4,8")
+    monkeypatch.setenv("VLLM_OMNI_TOKEN2WAV_STAGE_FRAME_BUCKETS", "64:2048")
+    monkeypatch.setenv("VLLM_OMNI_TOKEN2WAV_BATCH_BUCKETS", "4,8")
     _, solo = minicpmo
     padded = MiniCPMO45Code2Wav(model=str(model_dir), pad_to_buckets=True, **FAST_OPTIONS)
     requests = _schedule(MiniCPMO45Code2Wav, voices, n=3, seed=9)

@@ -23,11 +23,11 @@ import torch
 from tests.helpers.fake_device_graphs import fake_graph_api
 from tests.model_executor.models.token2wav_stage.conftest import FAST_OPTIONS
 from tests.model_executor.models.token2wav_stage.test_stage_batching import Request, _forward, _schedule
-from vllm_omni import envs
-from vllm_omni.model_executor import buckets
-from vllm_omni.model_executor.models.minicpmo_4_5.minicpmo_4_5_code2wav import MiniCPMO45Code2Wav
-from vllm_omni.model_executor.models.token2wav_stage.planner import StepPlan
-from vllm_omni.model_executor.models.token2wav_stage.stage_model import Token2WavStageModel
+from vllm_omni_token2wav import envs
+from vllm_omni_token2wav.model_executor import buckets
+from vllm_omni_token2wav.model_executor.models.minicpmo_4_5.minicpmo_4_5_code2wav import MiniCPMO45Code2Wav
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.planner import StepPlan
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.stage_model import Token2WavStageModel
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu, pytest.mark.usefixtures("cpu_platform")]
 

@@ -19,14 +19,15 @@ import torch
 
 from tests.helpers.token2wav import SessionCounter
 from tests.model_executor.models.token2wav_stage.conftest import FAST_OPTIONS
-from vllm_omni.benchmarks.token2wav_producer import ProducerStream, all_chunks, forward_inputs
-from vllm_omni.model_executor.models import audio as frontend
-from vllm_omni.model_executor.models.minicpmo_4_5.minicpmo_4_5_code2wav import MiniCPMO45Code2Wav
-from vllm_omni.model_executor.models.output_templates import OmniOutput
-from vllm_omni.model_executor.models.step_audio2.step_audio2_token2wav_stage import (
+from vllm_omni_token2wav.benchmarks.token2wav_producer import ProducerStream, all_chunks, forward_inputs
+from vllm_omni_token2wav.model_executor.models import audio as frontend
+from vllm_omni_token2wav.model_executor.models.minicpmo_4_5.minicpmo_4_5_code2wav import MiniCPMO45Code2Wav
+from vllm_omni_token2wav.model_executor.models.output_templates import OmniOutput
+from vllm_omni_token2wav.model_executor.models.step_audio2.step_audio2_token2wav_stage import (
     StepAudio2Token2WavForConditionalGeneration,
 )
-from vllm_omni.model_executor.models.token2wav_stage.stage_model import Token2WavStageModel
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.errors import segment_errors
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.stage_model import Token2WavStageModel
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu, pytest.mark.usefixtures("cpu_platform")]
 
@@ -137,6 +138,27 @@ def test_bad_stage_options_are_clear_errors(model_dir: Path, extra: dict[str, An
         MiniCPMO45Code2Wav(vllm_config=_config(model_dir), nope=1)
 
 
+def test_async_chunk_is_read_from_vllm_omnis_model_config_and_absent_means_sync(model_dir: Path) -> None:
+    config = _config(model_dir)
+    assert MiniCPMO45Code2Wav(vllm_config=config).options.async_chunk is False  # a plain vLLM model config
+    config.model_config.async_chunk = True
+    assert MiniCPMO45Code2Wav(vllm_config=config).options.async_chunk is True
+    assert MiniCPMO45Code2Wav(vllm_config=config, async_chunk=False).options.async_chunk is False
+
+
+def test_additional_config_sets_stage_options_over_the_connector_extra_and_keywords_win(model_dir: Path) -> None:
+    config = _config(model_dir, {"token2wav_seed": 5, "token2wav_max_streams": 7})
+    config.additional_config = {"token2wav_seed": 9, "token2wav_stream_idle_timeout_s": 42}
+    opts = MiniCPMO45Code2Wav(vllm_config=config).options
+    assert (opts.seed, opts.max_streams, opts.idle_timeout_s) == (9, 7, 42.0)
+    assert MiniCPMO45Code2Wav(vllm_config=config, seed=1).options.seed == 1
+    config.additional_config = object()  # vLLM allows any hashable object there: not stage options
+    assert MiniCPMO45Code2Wav(vllm_config=config).options.seed == 5
+    config.additional_config = {"codec_left_context_frames": 2}
+    with pytest.raises(ValueError, match="codec_left_context_frames=2"):
+        MiniCPMO45Code2Wav(vllm_config=config)
+
+
 def test_load_weights_drains_the_checkpoint_and_builds_the_models(model_dir: Path) -> None:
     stage = MiniCPMO45Code2Wav(model=str(model_dir), **FAST_OPTIONS)
     seen: list[int] = []
@@ -152,9 +174,9 @@ def test_dummy_load_format_builds_the_models_on_the_first_real_step_only(
     ids = torch.zeros(8, dtype=torch.long)
     for info in (None, [{"request_id": "a", "generated_len": 0, "meta": {}}]):  # profiling, then a placeholder step
         out = stage(ids, torch.arange(8), runtime_additional_information=info, seq_token_counts=[8], request_ids=["a"])
-        assert [a.numel() for a in out.multimodal_outputs["model_outputs"]] == [0] and out.multimodal_outputs[
-            "errors"
-        ] == [None]
+        assert [a.numel() for a in out.multimodal_outputs["model_outputs"]] == [0] and segment_errors(
+            out.multimodal_outputs
+        ) == [None]
         assert not _loaded(stage) and stage.live_streams == 0
     with caplog.at_level(logging.INFO):
         out = _step(stage, "r1", list(range(100, 140)))
@@ -180,6 +202,73 @@ def test_bf16_default_dtype_construction_and_serving_stay_fp32(model_dir: Path) 
     assert audio.dtype == torch.float32 and torch.equal(audio, expected)
 
 
+@pytest.mark.parametrize("stage_cls", STAGES)
+def test_pre_warm_placeholders_of_an_async_chunk_pipeline_leave_the_request_to_its_first_chunk(
+    stage_cls: type[Token2WavStageModel], model_dir: Path
+) -> None:
+    """The engine's pre-warm steps (one token, runner keys only) before the first codec window change nothing."""
+    rid = "0_11d4e86b-5b1c-4a55-9a3e-6e0d1f7c2a90"
+    warmed = stage_cls(model=str(model_dir), async_chunk=True, **FAST_OPTIONS)
+    fresh = stage_cls(model=str(model_dir), async_chunk=True, **FAST_OPTIONS)
+    stamps = {"global_request_id": [rid], "omni_final_stage_id": 0, "generated_len": 0}
+    placeholder = stamps | {"request_id": rid, "meta": {"request_id": rid, "num_processed_tokens": 0}}
+    for _ in range(2):
+        out = warmed(
+            torch.tensor([0], dtype=torch.int32),
+            torch.arange(1),
+            runtime_additional_information=[placeholder],
+            seq_token_counts=[1],
+            request_ids=[rid],
+        ).multimodal_outputs
+        assert out["model_outputs"][0].numel() == 0 and segment_errors(out) == [None]
+    assert warmed.live_streams == 0
+    for chunk in all_chunks(ProducerStream(rid, list(range(100, 160)), warmed.family)):
+        input_ids, kwargs = forward_inputs([chunk], warmed.family)
+        kwargs["runtime_additional_information"][0] |= stamps
+        got = warmed(input_ids.to(torch.int32), None, **kwargs).multimodal_outputs
+        want = fresh(input_ids, None, **kwargs).multimodal_outputs
+        assert segment_errors(got) == segment_errors(want) == [None]
+        assert torch.equal(got["model_outputs"][0], want["model_outputs"][0])
+    assert warmed.live_streams == fresh.live_streams == 0
+
+
+@pytest.mark.parametrize("stage_cls", STAGES)
+def test_a_forward_call_shaped_as_the_real_engine_makes_it_serves_requests_without_a_producer(
+    stage_cls: type[Token2WavStageModel], model_dir: Path
+) -> None:
+    """Two code2wav-alone requests in one step, every argument as vLLM-Omni 0.30's runner passed it."""
+    rids = ["0_11d4e86b-5b1c-4a55-9a3e-6e0d1f7c2a90", "1_5293c0de-93aa-4f7e-8d0b-2b3c4d5e6f70"]
+    tokens = [list(range(1000, 1040)), list(range(2000, 2060))]
+    infos = [{"foo": [1], "global_request_id": [r], "omni_final_stage_id": 0, "generated_len": 0} for r in rids]
+
+    def call(stage: Token2WavStageModel, which: list[int]) -> dict[str, Any]:
+        counts = [len(tokens[i]) for i in which]
+        spans = [[sum(counts[:k]), sum(counts[: k + 1])] for k in range(len(counts))]
+        step_infos = [dict(infos[i]) for i in which]
+        return stage(
+            input_ids=torch.tensor([t for i in which for t in tokens[i]], dtype=torch.int32),
+            positions=torch.cat([torch.arange(c, dtype=torch.int64) for c in counts]),
+            intermediate_tensors=None,
+            inputs_embeds=None,
+            runtime_additional_information=step_infos,
+            model_intermediate_buffer=step_infos,
+            seq_token_counts=counts,
+            request_ids=[rids[i] for i in which],
+            request_token_spans=spans,
+            sampling_metadata=None,
+            logits_index=None,
+            sampler=None,
+        ).multimodal_outputs
+
+    batched = stage_cls(vllm_config=_config(model_dir))  # a sync deployment: model_config has no async_chunk
+    out = call(batched, [0, 1])
+    assert segment_errors(out) == [None, None] and all(a.numel() > 0 for a in out["model_outputs"])
+    assert batched.live_streams == 0  # whole utterances, or one-chunk streams that ended
+    for i in (0, 1):  # each request's audio is its audio served alone (batched rows: <= 1e-5, the stage's bound)
+        got, alone = out["model_outputs"][i], call(stage_cls(vllm_config=_config(model_dir)), [i])["model_outputs"][0]
+        assert got.shape == alone.shape and float((got - alone).abs().max()) <= 1e-5
+
+
 def test_on_requests_finished_frees_streams_and_the_last_chunk_ends_them(model_dir: Path) -> None:
     stage = MiniCPMO45Code2Wav(model=str(model_dir), **FAST_OPTIONS)
     chunks = {rid: all_chunks(ProducerStream(rid, list(range(300, 360)), stage.family)) for rid in ("a", "b", "c")}
@@ -189,14 +278,14 @@ def test_on_requests_finished_frees_streams_and_the_last_chunk_ends_them(model_d
     stage.on_requests_finished({"a", "zzz"})
     assert stage.live_streams == 2 and stage.streams.get("a") is None
     input_ids, kwargs = forward_inputs([c[0] for c in chunks.values()][:1], stage.family)
-    assert stage(input_ids, None, **kwargs).multimodal_outputs["errors"] == [None]  # a finished id starts afresh
+    assert segment_errors(stage(input_ids, None, **kwargs).multimodal_outputs) == [None]  # a finished id starts afresh
     rest = chunks["b"][1:]
     for chunk in rest:
         input_ids, kwargs = forward_inputs([chunk], stage.family)
-        assert stage(input_ids, None, **kwargs).multimodal_outputs["errors"] == [None]
+        assert segment_errors(stage(input_ids, None, **kwargs).multimodal_outputs) == [None]
     assert stage.streams.get("b") is None and stage.live_streams == 2  # b ended at its last chunk
     input_ids, kwargs = forward_inputs([rest[-1]], stage.family)
-    error = stage(input_ids, None, **kwargs).multimodal_outputs["errors"][0]
+    error = segment_errors(stage(input_ids, None, **kwargs).multimodal_outputs)[0]
     assert error is not None and "arrived after its stream had its last chunk" in error
 
 
@@ -216,9 +305,40 @@ def test_abandoned_streams_are_evicted_and_a_late_chunk_says_so(
     now[0] += 31  # b and c went quiet: the next step sweeps them
     with caplog.at_level(logging.WARNING):
         input_ids, kwargs = forward_inputs([chunks["c"][1]], stage.family)
-        error = stage(input_ids, None, **kwargs).multimodal_outputs["errors"][0]
+        error = segment_errors(stage(input_ids, None, **kwargs).multimodal_outputs)[0]
     assert stage.live_streams == 0 and "stream of request b was evicted (idle 32 s > 30 s)" in caplog.text
     assert error is not None and "arrived after its stream was evicted (idle 31 s > 30 s)" in error
+
+
+def test_idle_streams_are_swept_on_every_call_also_empty_profiling_and_placeholder_only_ones(
+    model_dir: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stage = MiniCPMO45Code2Wav(model=str(model_dir), idle_timeout_s=30.0, async_chunk=True, **FAST_OPTIONS)
+    now = [0.0]
+    monkeypatch.setattr(stage.streams, "_clock", lambda: now[0])
+    no_work = {
+        "an empty step": dict(runtime_additional_information=[], seq_token_counts=[], request_ids=[]),
+        "a profiling pass": dict(runtime_additional_information=None, seq_token_counts=[1]),
+        "a placeholder-only step": dict(
+            runtime_additional_information=[{"global_request_id": ["p"], "generated_len": 0}],
+            seq_token_counts=[1],
+            request_ids=["p"],
+        ),
+    }
+    for what, kwargs in no_work.items():
+        rid = what.split()[-2]
+        input_ids, first = forward_inputs(
+            all_chunks(ProducerStream(rid, list(range(600, 660)), stage.family))[:1], stage.family
+        )
+        stage(input_ids, None, **first)
+        assert stage.live_streams == 1, what
+        now[0] += 31  # the request vanished: no last chunk, no finish notice
+        ids = torch.zeros(sum(kwargs["seq_token_counts"]), dtype=torch.int32)
+        with caplog.at_level(logging.WARNING):
+            out = stage(ids, None, **kwargs)
+        assert all(a.numel() == 0 for a in out.multimodal_outputs["model_outputs"]), what
+        assert stage.live_streams == 0, what
+        assert f"stream of request {rid} was evicted (idle 31 s > 30 s)" in caplog.text, what
 
 
 def test_streams_hold_their_own_caches_and_share_their_voice_setup(model_dir: Path) -> None:

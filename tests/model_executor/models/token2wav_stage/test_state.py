@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from vllm_omni.model_executor.models.token2wav_stage.contract import ChunkMeta
-from vllm_omni.model_executor.models.token2wav_stage.state import (
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.contract import ChunkMeta
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.state import (
     Admission,
     ChunkRejectedError,
     Ended,
     StreamState,
     admit,
 )
-from vllm_omni.model_executor.models.token2wav_stage.voice import VoiceRequest
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.voice import VoiceRequest
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 

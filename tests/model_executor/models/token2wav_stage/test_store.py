@@ -7,8 +7,8 @@ import logging
 
 import pytest
 
-from vllm_omni.model_executor.models.token2wav_stage.state import Ended, StreamState
-from vllm_omni.model_executor.models.token2wav_stage.store import StreamStore
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.state import Ended, StreamState
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.store import StreamStore
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 

@@ -9,15 +9,15 @@ import numpy as np
 import pytest
 import torch
 
-from vllm_omni.model_executor.models import audio as frontend
-from vllm_omni.model_executor.models.token2wav_stage.families import (
+from vllm_omni_token2wav.model_executor.models import audio as frontend
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.families import (
     MINICPMO_4_5,
     STEP_AUDIO2,
     default_voice_candidates,
     find_default_voice,
     resolve_token2wav_dir,
 )
-from vllm_omni.model_executor.models.token2wav_stage.voice import (
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.voice import (
     check_reference_seconds,
     normalize_reference,
     requested_voice,

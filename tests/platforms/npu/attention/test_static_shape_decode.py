@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from tests.helpers.fake_vllm import BatchDescriptor, CUDAGraphMode, Entry, FakeGraph, ForwardContext, install_fake_vllm
-from vllm_omni.platforms import graph_capture_guard
-from vllm_omni.platforms.cuda import cuda_graph_guard
-from vllm_omni.platforms.npu.attention import static_shape_decode
+from vllm_omni_token2wav.platforms import graph_capture_guard
+from vllm_omni_token2wav.platforms.cuda import cuda_graph_guard
+from vllm_omni_token2wav.platforms.npu.attention import static_shape_decode
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 
@@ -99,7 +99,7 @@ def test_capture_disabled_and_no_entry_runs_eager_and_counts(
     wrapper, runnable = _wrapper(target)
     _decode_step(fake)
     fake.monitor.set_cudagraph_capturing_enabled(False)
-    with caplog.at_level(logging.WARNING, logger="vllm_omni"):
+    with caplog.at_level(logging.WARNING, logger="vllm_omni_token2wav"):
         assert wrapper(3) == 6
         assert wrapper(4) == 8
     assert runnable.calls == 2

@@ -44,7 +44,7 @@ def ascend() -> Iterator[dict[str, Any]]:
     from vllm.config import CUDAGraphMode, VllmConfig
     from vllm.forward_context import BatchDescriptor
 
-    from vllm_omni.platforms.npu.attention import static_shape_decode
+    from vllm_omni_token2wav.platforms.npu.attention import static_shape_decode
 
     before = monitor.cudagraph_capturing_enabled
     static_shape_decode.reset_stats()

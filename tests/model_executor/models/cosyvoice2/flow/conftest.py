@@ -9,7 +9,11 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.torch_state import one_intra_op_thread
-from vllm_omni.model_executor.models.cosyvoice2.flow import CausalMaskedDiffWithXvec, load_flow, write_standin_flow
+from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow import (
+    CausalMaskedDiffWithXvec,
+    load_flow,
+    write_standin_flow,
+)
 
 STANDIN_SEED = 1234
 

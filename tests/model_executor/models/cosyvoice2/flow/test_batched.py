@@ -15,17 +15,17 @@ import pytest
 import torch
 from torch import nn
 
-from vllm_omni.model_executor.models.cosyvoice2.flow import CausalMaskedDiffWithXvec, ConformerTrim, Lookahead
-from vllm_omni.model_executor.models.cosyvoice2.flow.batched import (
+from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow import CausalMaskedDiffWithXvec, ConformerTrim, Lookahead
+from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow.batched import (
     FlowChunkRow,
     FlowRowState,
     check_chunk,
     flow_chunks,
     project_speaker,
 )
-from vllm_omni.model_executor.models.cosyvoice2.flow.kv_cache import EstimatorKV, plan_trim
-from vllm_omni.model_executor.models.cosyvoice2.flow.ragged import RaggedConv, RaggedLayout
-from vllm_omni.model_executor.models.cosyvoice2.flow.streaming import trim_time
+from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow.kv_cache import EstimatorKV, plan_trim
+from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow.ragged import RaggedConv, RaggedLayout
+from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow.streaming import trim_time
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 

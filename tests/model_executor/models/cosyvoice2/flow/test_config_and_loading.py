@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from tests.helpers.torch_state import process_default_dtype
-from vllm_omni.model_executor.models.cosyvoice2.flow import (
+from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow import (
     REAL_FLOW_CONFIG,
     REDUCED_FLOW_CONFIG,
     build_flow,
@@ -20,7 +20,7 @@ from vllm_omni.model_executor.models.cosyvoice2.flow import (
     render_flow_yaml,
     write_standin_flow,
 )
-from vllm_omni.model_executor.models.cosyvoice2.flow.config import TAG_DIT
+from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow.config import TAG_DIT
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 
@@ -178,7 +178,7 @@ def test_real_config_dict_renders_the_shipped_tags() -> None:
 
 
 def test_ensure_standin_flow_writes_once_into_the_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("VLLM_OMNI_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("VLLM_OMNI_TOKEN2WAV_CACHE_DIR", str(tmp_path))
     directory = ensure_standin_flow(reduced=True, seed=4)
     assert directory.is_relative_to(tmp_path)
     mtime = (directory / "flow.pt").stat().st_mtime_ns

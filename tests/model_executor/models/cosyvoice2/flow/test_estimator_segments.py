@@ -13,9 +13,9 @@ import torch
 
 from tests.helpers.fake_device_graphs import fake_graph_api
 from tests.model_executor.models.cosyvoice2.flow.test_batched import N_STEPS, _streams
-from vllm_omni.model_executor.models.cosyvoice2.flow import CausalMaskedDiffWithXvec
-from vllm_omni.model_executor.models.cosyvoice2.flow.batched import FlowChunkRow, flow_chunks
-from vllm_omni.model_executor.models.cosyvoice2.flow.estimator_segments import EstimatorGraphs
+from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow import CausalMaskedDiffWithXvec
+from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow.batched import FlowChunkRow, flow_chunks
+from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow.estimator_segments import EstimatorGraphs
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 
@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 def test_replayed_segments_give_each_stream_its_solo_chunk(
     reduced_flow: CausalMaskedDiffWithXvec, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("VLLM_OMNI_STAGE_FRAME_BUCKETS", "16:512")
+    monkeypatch.setenv("VLLM_OMNI_TOKEN2WAV_STAGE_FRAME_BUCKETS", "16:512")
     api, module = fake_graph_api()
     graphs = EstimatorGraphs(reduced_flow.decoder.estimator, context_rows=6, device="cpu", graph_api=api)
     streams = _streams(reduced_flow)
@@ -55,7 +55,7 @@ def test_replayed_segments_give_each_stream_its_solo_chunk(
 def test_launches_a_graph_cannot_serve_run_eagerly_and_are_counted(
     reduced_flow: CausalMaskedDiffWithXvec, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("VLLM_OMNI_STAGE_FRAME_BUCKETS", "64,128")
+    monkeypatch.setenv("VLLM_OMNI_TOKEN2WAV_STAGE_FRAME_BUCKETS", "64,128")
     api, module = fake_graph_api()
     graphs = EstimatorGraphs(reduced_flow.decoder.estimator, context_rows=2, device="cpu", graph_api=api)
     assert graphs.use_for(2, 128) and not graphs.use_for(3, 128) and not graphs.use_for(2, 100)

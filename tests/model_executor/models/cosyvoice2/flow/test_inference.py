@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from tests.model_executor.models.cosyvoice2.flow.inputs import make_prompt, make_tokens
-from vllm_omni.model_executor.models.cosyvoice2.flow import CausalMaskedDiffWithXvec, load_flow
+from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow import CausalMaskedDiffWithXvec, load_flow
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 

@@ -11,15 +11,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from vllm_omni.model_executor.models.cosyvoice2.flow import CausalMaskedDiffWithXvec
-from vllm_omni.model_executor.models.cosyvoice2.flow.cfm import CausalConditionalCFM, cosine_t_span
-from vllm_omni.model_executor.models.cosyvoice2.flow.dit import (
+from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow import CausalMaskedDiffWithXvec
+from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow.cfm import CausalConditionalCFM, cosine_t_span
+from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow.dit import (
     CausalConv1d,
     CausalConvBlock,
     DiTBlock,
     timestep_embedding,
 )
-from vllm_omni.model_executor.models.cosyvoice2.flow.encoder import (
+from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow.encoder import (
     ConformerEncoderLayer,
     PositionwiseFeedForward,
     PreLookaheadLayer,

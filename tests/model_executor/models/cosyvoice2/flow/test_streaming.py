@@ -14,13 +14,13 @@ import torch
 
 from tests.helpers.minicpmo_reference import minicpmo_1_0_7_conformer_trim
 from tests.model_executor.models.cosyvoice2.flow.inputs import make_prompt, make_tokens
-from vllm_omni.model_executor.models.cosyvoice2.flow import (
+from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow import (
     CausalMaskedDiffWithXvec,
     ConformerTrim,
     FlowStreamCache,
     Lookahead,
 )
-from vllm_omni.model_executor.models.cosyvoice2.flow.streaming import trim_conformer_cache
+from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow.streaming import trim_conformer_cache
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 

@@ -16,10 +16,10 @@ import torch
 
 from tests.helpers.fake_device_graphs import fake_graph_api
 from tests.helpers.torch_state import one_intra_op_thread
-from vllm_omni.model_executor.models.cosyvoice2.hift import HiFTGenerator, load_hift, write_standin_hift
-from vllm_omni.model_executor.models.cosyvoice2.hift.graphed import GraphedHiFT
-from vllm_omni.model_executor.models.cosyvoice2.hift.layers import centred_istft, hann_window
-from vllm_omni.model_executor.models.cosyvoice2.hift.source import DrawnNoise, draw, draw_ahead
+from vllm_omni_token2wav.model_executor.models.cosyvoice2.hift import HiFTGenerator, load_hift, write_standin_hift
+from vllm_omni_token2wav.model_executor.models.cosyvoice2.hift.graphed import GraphedHiFT
+from vllm_omni_token2wav.model_executor.models.cosyvoice2.hift.layers import centred_istft, hann_window
+from vllm_omni_token2wav.model_executor.models.cosyvoice2.hift.source import DrawnNoise, draw, draw_ahead
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 

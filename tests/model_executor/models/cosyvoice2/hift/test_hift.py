@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from tests.helpers.mark import hardware_test
-from vllm_omni.model_executor.models.cosyvoice2.hift import (
+from vllm_omni_token2wav.model_executor.models.cosyvoice2.hift import (
     FULL_HIFT_CONFIG,
     FULL_HIFT_NUM_KEYS,
     FULL_HIFT_NUM_PARAMS,
@@ -20,9 +20,9 @@ from vllm_omni.model_executor.models.cosyvoice2.hift import (
     load_hift,
     write_standin_hift,
 )
-from vllm_omni.model_executor.models.cosyvoice2.hift.loader import expected_hift_shapes, load_hift_state_dict
-from vllm_omni.model_executor.models.cosyvoice2.hift.source import SineGen, midpoint_downsample
-from vllm_omni.model_executor.models.cosyvoice2.hift.standin import standin_hift_state_dict
+from vllm_omni_token2wav.model_executor.models.cosyvoice2.hift.loader import expected_hift_shapes, load_hift_state_dict
+from vllm_omni_token2wav.model_executor.models.cosyvoice2.hift.source import SineGen, midpoint_downsample
+from vllm_omni_token2wav.model_executor.models.cosyvoice2.hift.standin import standin_hift_state_dict
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 

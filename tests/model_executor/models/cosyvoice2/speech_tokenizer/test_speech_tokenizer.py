@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from tests.helpers.mark import hardware_test
-from vllm_omni.assets.audio import speech_sample
-from vllm_omni.model_executor.models.cosyvoice2.speech_tokenizer import (
+from vllm_omni_token2wav.assets.audio import speech_sample
+from vllm_omni_token2wav.model_executor.models.cosyvoice2.speech_tokenizer import (
     CODEBOOK_SIZE,
     FULL_TOKENIZER_CONFIG,
     FULL_TOKENIZER_NUM_KEYS,
@@ -27,10 +27,13 @@ from vllm_omni.model_executor.models.cosyvoice2.speech_tokenizer import (
     select_speech_tokenizer,
     write_standin_speech_tokenizer,
 )
-from vllm_omni.model_executor.models.cosyvoice2.speech_tokenizer.frontend import slaney_mel_filters
-from vllm_omni.model_executor.models.cosyvoice2.speech_tokenizer.model import fsq_digits
-from vllm_omni.model_executor.models.cosyvoice2.speech_tokenizer.standin import standin_speech_tokenizer
-from vllm_omni.model_executor.models.cosyvoice2.speech_tokenizer.windowing import merge_window_tokens, window_starts
+from vllm_omni_token2wav.model_executor.models.cosyvoice2.speech_tokenizer.frontend import slaney_mel_filters
+from vllm_omni_token2wav.model_executor.models.cosyvoice2.speech_tokenizer.model import fsq_digits
+from vllm_omni_token2wav.model_executor.models.cosyvoice2.speech_tokenizer.standin import standin_speech_tokenizer
+from vllm_omni_token2wav.model_executor.models.cosyvoice2.speech_tokenizer.windowing import (
+    merge_window_tokens,
+    window_starts,
+)
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 

@@ -10,7 +10,11 @@ import pytest
 import torch
 
 from tests.helpers.torch_state import one_intra_op_thread
-from vllm_omni.model_executor.models.cosyvoice3.flow import CausalMaskedDiffWithDiT, load_flow, write_standin_flow
+from vllm_omni_token2wav.model_executor.models.cosyvoice3.flow import (
+    CausalMaskedDiffWithDiT,
+    load_flow,
+    write_standin_flow,
+)
 
 STANDIN_SEED = 1234
 

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """An independent, plain re-implementation of CosyVoice3's flow for the tests (not the code under test).
 
-Written from the reference semantics with different building blocks than `vllm_omni`: functional ops
+Written from the reference semantics with different building blocks than `vllm_omni_token2wav`: functional ops
 on the raw state_dict, explicit softmax attention with an additive mask, RoPE as complex rotation,
 convolutions with explicit padding. One function runs a whole sequence; called on a prefix with
 `streaming=True, finalize=False` it IS upstream's per-chunk prefix re-run, the behaviour the cached
@@ -15,7 +15,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from vllm_omni.model_executor.models.cosyvoice3.flow import CosyVoice3FlowConfig
+from vllm_omni_token2wav.model_executor.models.cosyvoice3.flow import CosyVoice3FlowConfig
 
 Weights = dict[str, torch.Tensor]
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from tests.helpers.torch_state import process_default_dtype
-from vllm_omni.model_executor.models.cosyvoice3.flow import (
+from vllm_omni_token2wav.model_executor.models.cosyvoice3.flow import (
     NOISE_FRAMES,
     REAL_FLOW_CONFIG,
     REDUCED_FLOW_CONFIG,
@@ -23,7 +23,7 @@ from vllm_omni.model_executor.models.cosyvoice3.flow import (
     render_cosyvoice3_yaml,
     write_standin_flow,
 )
-from vllm_omni.model_executor.models.cosyvoice3.flow.config import TAG_DIT
+from vllm_omni_token2wav.model_executor.models.cosyvoice3.flow.config import TAG_DIT
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 
@@ -180,7 +180,7 @@ def test_float16_load_halves_weights_but_keeps_rope_float32(cv3_flow_files: tupl
 
 
 def test_ensure_standin_flow_writes_once_into_the_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("VLLM_OMNI_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("VLLM_OMNI_TOKEN2WAV_CACHE_DIR", str(tmp_path))
     directory = ensure_standin_flow(reduced=True, seed=4)
     assert directory.is_relative_to(tmp_path)
     mtime = (directory / "flow.pt").stat().st_mtime_ns

@@ -11,14 +11,14 @@ import torch.nn.functional as F
 
 from tests.model_executor.models.cosyvoice2.flow.inputs import make_prompt, make_tokens
 from tests.model_executor.models.cosyvoice3.flow.reference import reference_mel
-from vllm_omni.model_executor.models.cosyvoice2.flow.pre_lookahead import PreLookaheadLayer
-from vllm_omni.model_executor.models.cosyvoice3.flow import (
+from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow.pre_lookahead import PreLookaheadLayer
+from vllm_omni_token2wav.model_executor.models.cosyvoice3.flow import (
     REDUCED_FLOW_CONFIG,
     CausalMaskedDiffWithDiT,
     align_prompt,
     noise_table,
 )
-from vllm_omni.model_executor.models.cosyvoice3.flow.dit import (
+from vllm_omni_token2wav.model_executor.models.cosyvoice3.flow.dit import (
     CausalConvPositionEmbedding,
     FinalLayer,
     RotaryEmbedding,

@@ -15,7 +15,7 @@ import torch
 
 from tests.model_executor.models.cosyvoice2.flow.inputs import make_prompt, make_tokens
 from tests.model_executor.models.cosyvoice3.flow.reference import reference_mel
-from vllm_omni.model_executor.models.cosyvoice3.flow import (
+from vllm_omni_token2wav.model_executor.models.cosyvoice3.flow import (
     REAL_FLOW_CONFIG,
     REDUCED_FLOW_CONFIG,
     CausalMaskedDiffWithDiT,
@@ -244,7 +244,7 @@ def test_cache_memory_is_sized_to_the_frames_and_grows_geometrically(cv3_flow: C
 
 
 def test_a_float16_flow_streams_float32_mel_close_to_the_float32_flow(cv3_flow_files) -> None:  # type: ignore[no-untyped-def]
-    from vllm_omni.model_executor.models.cosyvoice3.flow import load_flow
+    from vllm_omni_token2wav.model_executor.models.cosyvoice3.flow import load_flow
 
     half = load_flow(cv3_flow_files[0].parent, device="cpu", float16=True)
     full = load_flow(cv3_flow_files[0].parent, device="cpu")

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from vllm_omni.model_executor.models.cosyvoice3.hift import (
+from vllm_omni_token2wav.model_executor.models.cosyvoice3.hift import (
     CausalHiFTGenerator,
     NoiseOrigin,
     load_causal_hift,

@@ -17,7 +17,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from vllm_omni.model_executor.models.cosyvoice3.hift import CausalHiFTGenerator
+from vllm_omni_token2wav.model_executor.models.cosyvoice3.hift import CausalHiFTGenerator
 
 
 def reference_noise(seed: int, draws_before: int, samples: int, harmonics: int = 9) -> torch.Tensor:

@@ -14,8 +14,17 @@ import torch
 
 from tests.model_executor.models.cosyvoice3.hift.conftest import NOISE, flow_like_mel
 from tests.model_executor.models.cosyvoice3.hift.reference import reference_inference, reference_noise
-from vllm_omni.model_executor.models.cosyvoice3.hift import COSYVOICE3_STREAM, CausalHiFTGenerator, CausalHiFTStreamer
-from vllm_omni.model_executor.models.cosyvoice3.hift.batched import push_key, push_rows, split_state, stack_states
+from vllm_omni_token2wav.model_executor.models.cosyvoice3.hift import (
+    COSYVOICE3_STREAM,
+    CausalHiFTGenerator,
+    CausalHiFTStreamer,
+)
+from vllm_omni_token2wav.model_executor.models.cosyvoice3.hift.batched import (
+    push_key,
+    push_rows,
+    split_state,
+    stack_states,
+)
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 

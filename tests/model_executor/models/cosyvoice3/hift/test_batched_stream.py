@@ -17,7 +17,7 @@ import torch
 
 from tests.helpers.torch_state import one_intra_op_thread
 from tests.model_executor.models.cosyvoice3.hift.conftest import flow_like_mel
-from vllm_omni.model_executor.models.cosyvoice3.hift import (
+from vllm_omni_token2wav.model_executor.models.cosyvoice3.hift import (
     COSYVOICE3_STREAM,
     MINICPMO_1_0_7_STREAM,
     CausalHiFTGenerator,
@@ -26,7 +26,7 @@ from vllm_omni.model_executor.models.cosyvoice3.hift import (
     TensorNoiseTable,
     load_causal_hift,
 )
-from vllm_omni.model_executor.models.cosyvoice3.hift.batched_stream import launch_key, push_rows
+from vllm_omni_token2wav.model_executor.models.cosyvoice3.hift.batched_stream import launch_key, push_rows
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 

@@ -8,8 +8,8 @@ import torch
 
 from tests.model_executor.models.cosyvoice3.hift.conftest import NOISE, flow_like_mel
 from tests.model_executor.models.cosyvoice3.hift.reference import reference_inference, reference_noise
-from vllm_omni.model_executor.models.cosyvoice3.hift import CausalHiFTGenerator, PhaseMode
-from vllm_omni.model_executor.models.cosyvoice3.hift.source import CausalSource
+from vllm_omni_token2wav.model_executor.models.cosyvoice3.hift import CausalHiFTGenerator, PhaseMode
+from vllm_omni_token2wav.model_executor.models.cosyvoice3.hift.source import CausalSource
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from tests.model_executor.models.cosyvoice3.hift.conftest import NOISE, flow_like_mel
-from vllm_omni.model_executor.models.cosyvoice2.hift import HiFTLoadError, load_hift, write_standin_hift
-from vllm_omni.model_executor.models.cosyvoice2.hift.loader import expected_hift_shapes, load_hift_state_dict
-from vllm_omni.model_executor.models.cosyvoice3.hift import (
+from vllm_omni_token2wav.model_executor.models.cosyvoice2.hift import HiFTLoadError, load_hift, write_standin_hift
+from vllm_omni_token2wav.model_executor.models.cosyvoice2.hift.loader import expected_hift_shapes, load_hift_state_dict
+from vllm_omni_token2wav.model_executor.models.cosyvoice3.hift import (
     FULL_CAUSAL_HIFT_CONFIG,
     FULL_CAUSAL_HIFT_NUM_KEYS,
     FULL_CAUSAL_HIFT_NUM_PARAMS,

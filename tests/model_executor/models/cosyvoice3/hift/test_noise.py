@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch import nn
 
-from vllm_omni.model_executor.models.cosyvoice3.hift import (
+from vllm_omni_token2wav.model_executor.models.cosyvoice3.hift import (
     FULL_CAUSAL_HIFT_CONFIG,
     REDUCED_CAUSAL_HIFT_CONFIG,
     CausalHiFTConfig,
@@ -24,7 +24,7 @@ from vllm_omni.model_executor.models.cosyvoice3.hift import (
     load_causal_hift,
     write_standin_causal_hift,
 )
-from vllm_omni.model_executor.models.cosyvoice3.hift.noise import f0_predictor_init_draws
+from vllm_omni_token2wav.model_executor.models.cosyvoice3.hift.noise import f0_predictor_init_draws
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 

@@ -12,7 +12,7 @@ import torch
 from tests.helpers.mark import hardware_test
 from tests.model_executor.models.cosyvoice3.hift.conftest import NOISE, flow_like_mel
 from tests.model_executor.models.cosyvoice3.hift.reference import reference_inference, reference_noise
-from vllm_omni.model_executor.models.cosyvoice3.hift import (
+from vllm_omni_token2wav.model_executor.models.cosyvoice3.hift import (
     COSYVOICE3_STREAM,
     MINICPMO_1_0_7_STREAM,
     REDUCED_CAUSAL_HIFT_CONFIG,

@@ -7,12 +7,12 @@ import logging
 
 import pytest
 
-from vllm_omni.model_executor.models.cosyvoice3.hift import (
+from vllm_omni_token2wav.model_executor.models.cosyvoice3.hift import (
     FULL_CAUSAL_HIFT_CONFIG,
     REDUCED_CAUSAL_HIFT_CONFIG,
     NoiseOrigin,
 )
-from vllm_omni.model_executor.models.cosyvoice3.hift.yaml_config import read_vocoder_yaml, render_vocoder_yaml
+from vllm_omni_token2wav.model_executor.models.cosyvoice3.hift.yaml_config import read_vocoder_yaml, render_vocoder_yaml
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 

@@ -1,0 +1,122 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Fixtures of the end-to-end tests: this checkout in every engine process, and the served deployments.
+
+Engine processes (vLLM's engine cores and workers, a `vllm-omni-token2wav serve` process) import
+`vllm_omni_token2wav` on their own. An editable install in the environment may point at another checkout;
+`PYTHONPATH` is set to this one before any engine starts, so every process runs the code under test.
+
+The served deployments start once per run of this folder (a served process takes ~2 minutes on a 2-core
+CPU) and are shared by every test that needs them: the stand-in Step-Audio2 stream (`/v1/audio/speech`) and
+Step-Audio2's code2wav stage alone (`/v1/completions` with codec ids). They are launched when this
+folder's first test starts, if a collected test uses them, and the served tests run last, so the servers
+come up while the offline tests run (starting an engine is mostly one process importing at a time: the
+second core is free for another); their tests then wait until `/health` answers. Each writes its code2wav
+stage's counters to its own `VLLM_OMNI_TOKEN2WAV_STAGE_STATS` file; every process group is stopped after
+the folder's last test.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.engines import FAST_STAGE_OPTIONS, StageCounters, deployment
+from vllm_omni_token2wav import envs
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p)
+
+SERVER_STARTUP_TIMEOUT_S = 420.0
+
+
+@dataclass
+class Served:
+    """A running `vllm-omni-token2wav serve` (`EngineServer`) and where its stage writes its counters."""
+
+    server: object
+    model: Path
+    stats_path: Path
+
+    @property
+    def url(self) -> str:
+        return self.server.url  # type: ignore[attr-defined]
+
+    def counters(self) -> StageCounters:
+        return StageCounters.read(self.stats_path)
+
+    def log_tail(self, lines: int = 60) -> str:
+        text = self.server.log_path.read_text(errors="replace")  # type: ignore[attr-defined]
+        return "\n".join(text.splitlines()[-lines:])
+
+
+#: fixture name -> (family, shipped deploy YAML, the code2wav stage's id in it)
+SERVED = {
+    "stream_server": ("step_audio2", "standin_step_audio2_stream", 1),
+    "code2wav_server": ("step_audio2", "step_audio2_code2wav", 0),
+}
+
+
+def _launch(tmp: Path, family: str, name: str, stage_id: int) -> Served:
+    from vllm_omni_token2wav.benchmarks.engine_server import EngineServer
+    from vllm_omni_token2wav.model_executor.models.standin.model_dirs import ensure_engine_model_dir
+
+    model = ensure_engine_model_dir(family)
+    stats = tmp / "stage_stats.json"
+    deploy = deployment(tmp, name, {stage_id: {"additional_config": FAST_STAGE_OPTIONS}})
+    server = EngineServer(
+        model=model,
+        deploy=deploy,
+        log_path=tmp / "serve.log",
+        env={envs.STAGE_STATS_ENV: str(stats)},
+        startup_timeout_s=SERVER_STARTUP_TIMEOUT_S,
+    )
+    server.launch()
+    return Served(server, model, stats)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Among this folder's tests, the served ones last (their servers come up while the others run)."""
+    here = Path(__file__).parent
+    slots = [i for i, item in enumerate(items) if here in Path(str(item.path)).parents]
+    ordered = sorted((items[i] for i in slots), key=lambda it: bool(set(getattr(it, "fixturenames", ())) & set(SERVED)))
+    for i, item in zip(slots, ordered, strict=True):
+        items[i] = item
+
+
+@pytest.fixture(scope="package", autouse=True)
+def _served_deployments(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, Served]]:
+    """Launch, when this folder's first test starts, every served deployment its collected tests use; stop them
+    all after its last test (package scope: the rest of a full run does not carry idle servers)."""
+    wanted = {name for item in request.session.items for name in getattr(item, "fixturenames", ()) if name in SERVED}
+    launched: dict[str, Served] = {}
+    try:
+        for name in sorted(wanted):
+            launched[name] = _launch(tmp_path_factory.mktemp(name), *SERVED[name])
+        yield launched
+    finally:
+        for served in launched.values():
+            served.server.stop()  # type: ignore[attr-defined]
+
+
+def _ready(launched: dict[str, Served], name: str) -> Served:
+    served = launched[name]
+    served.server.wait_ready()  # type: ignore[attr-defined]
+    return served
+
+
+@pytest.fixture(scope="package")
+def stream_server(_served_deployments: dict[str, Served]) -> Served:
+    """`standin_step_audio2_stream` served on 127.0.0.1 (stand-in producer -> our code2wav, 2 Euler steps)."""
+    return _ready(_served_deployments, "stream_server")
+
+
+@pytest.fixture(scope="package")
+def code2wav_server(_served_deployments: dict[str, Served]) -> Served:
+    """`step_audio2_code2wav` served on 127.0.0.1: requests are codec ids (`/v1/completions`)."""
+    return _ready(_served_deployments, "code2wav_server")

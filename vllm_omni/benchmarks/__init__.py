@@ -1,2 +1,0 @@
-# SPDX-License-Identifier: Apache-2.0
-"""Benchmark implementations behind `vllm-omni bench ...` (the CLI modules only parse options)."""

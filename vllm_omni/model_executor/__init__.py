@@ -1,2 +1,0 @@
-# SPDX-License-Identifier: Apache-2.0
-"""Model code of the Token2Wav stage (device-agnostic: platform checks go through `vllm_omni.platforms`)."""

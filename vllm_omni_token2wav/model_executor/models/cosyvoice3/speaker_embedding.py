@@ -1,0 +1,143 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Where the CAM++ speaker embedding of a Token2Wav request runs: one Protocol, one selection function.
+
+Upstream runs `campplus.onnx` in a CPU onnxruntime session on every request; on Ascend hosts that
+costs 120-155 ms per call and blocks the host. This fork can also run the same weights in torch on
+the serving device (`speaker_embedding_torch`), or as a TensorRT engine on CUDA
+(`speaker_embedding_trt`). The Token2Wav facades never pick a backend themselves: they call
+`select_speaker_embedding_backend` and hold whatever it returns behind `SpeakerEmbeddingBackend`.
+
+The backend modules (`_ort`, `_torch`, `_graphed` = the torch one replayed from device graphs, `_trt`)
+live next to this one so that "where does the speaker embedding happen" is answered by reading this
+folder.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Final, Literal, Protocol, runtime_checkable
+
+import torch
+
+from vllm_omni_token2wav.logger import init_logger
+
+logger = init_logger(__name__)
+
+BackendRequest = Literal["fallback", "device", "tensorrt"]
+_REQUESTS: Final = ("fallback", "device", "tensorrt")
+
+# The one policy entry that depends on a measurement: which backend `enable_device_spk_embedding()`
+# installs when the facade's device is the CPU. "onnxruntime" or "torch".
+# Measured by `vllm-omni-token2wav bench spk-embedding --threads 1,2` on the 2-core build host: at one thread
+# torch-cpu costs 0.95-1.11x onnxruntime's time at T 97-3000 (3-10 % more CPU time), at two threads
+# 0.93-1.12x at T 97-501: level at best, slower at T=97, so the CPU keeps onnxruntime. Numbers and the
+# condition for flipping this: docs/design/speaker_embedding.md ("CPU policy").
+CPU_DEVICE_PATH_BACKEND: Final[Literal["onnxruntime", "torch"]] = "onnxruntime"
+
+
+@runtime_checkable
+class SpeakerEmbeddingBackend(Protocol):
+    """A CAM++ speaker-embedding runner.
+
+    `backend(feat)` takes the mean-normalised Kaldi fbank of one utterance, `[T, 80]` float32 (any
+    device), and returns the embedding `[1, 192]` float32 on `backend.device` (the facade's device).
+    `name` identifies the backend and its device for logs, reports and cache keys, e.g.
+    `"onnxruntime-cpu"`, `"torch-npu:0"`, `"tensorrt-cuda:0"`.
+    """
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def device(self) -> torch.device: ...
+
+    def __call__(self, feat: torch.Tensor) -> torch.Tensor: ...
+
+
+def select_speaker_embedding_backend(
+    onnx_path: str | Path,
+    device: torch.device,
+    *,
+    request: BackendRequest,
+    ort_intra_op_threads: int = 1,
+    seg_pool_mode: str = "legacy",
+) -> SpeakerEmbeddingBackend:
+    """Build the speaker-embedding backend for `request` on the facade's `device`.
+
+    | request      | facade device             | backend (`name`)                    | why                          |
+    |--------------|---------------------------|-------------------------------------|------------------------------|
+    | `"fallback"` | any                       | ORT CPU (`onnxruntime-cpu`),        | upstream; session built on   |
+    |              |                           | result moved to `device`            | first call, never otherwise  |
+    | `"device"`   | `npu:N`                   | torch CAM++ (`torch-npu:N`)         | 30-32 ms vs 120-155 ms ORT   |
+    |              |                           |                                     | that blocks the host         |
+    | `"device"`   | `cuda:N`, tensorrt found  | TensorRT (`tensorrt-cuda:N`)        | ~3.6 ms vs ~50 ms ORT        |
+    | `"device"`   | `cuda:N`, no tensorrt     | torch CAM++ (`torch-cuda:N`)        | on the device, no host trip  |
+    | `"device"`   | `cpu`                     | `CPU_DEVICE_PATH_BACKEND`           | faster of ORT / torch on CPU |
+    |              |                           |                                     | (recorded benchmark)         |
+    | `"device"`   | other torch device types  | torch CAM++ (`torch-<type>:N`)      | runs wherever torch runs     |
+    | `"tensorrt"` | `cuda:N`, tensorrt found  | TensorRT (`tensorrt-cuda:N`)        | `enable_trt_spk_embedding()` |
+    | `"tensorrt"` | otherwise                 | raises `RuntimeError`, with cause   | explicit: never falls back   |
+
+    A device path that cannot be built (missing file, torch loader error, TensorRT build error)
+    raises: the caller asked for it explicitly, so falling back to the CPU session would hide the
+    problem. `seg_pool_mode` is passed to the torch CAM++ (`"legacy"`: onnxruntime <= 1.28 numerics,
+    which the flow models were trained on; `"auto"`: whatever the installed onnxruntime computes, so
+    the torch path agrees with the ORT fallback). ORT and TensorRT compute what their runtime does.
+    ORT backends (the fallback, and the CPU device path when the policy says
+    "onnxruntime") build their session on the first call; torch and TensorRT backends are ready
+    when this returns.
+    """
+    if request not in _REQUESTS:
+        raise ValueError(f"speaker-embedding backend request must be one of {_REQUESTS}, got {request!r}")
+    onnx_path = Path(onnx_path)
+    if request == "fallback":
+        return _ort_backend(onnx_path, device, ort_intra_op_threads)
+
+    from vllm_omni_token2wav.model_executor.models.cosyvoice3 import speaker_embedding_trt
+
+    if request == "tensorrt":
+        if device.type != "cuda":
+            raise RuntimeError(
+                f"TensorRT speaker embedding needs a CUDA device, but the facade runs on {device}; "
+                "use enable_device_spk_embedding() for the device path of this platform"
+            )
+        reason = speaker_embedding_trt.tensorrt_unavailable_reason()
+        if reason is not None:
+            raise RuntimeError(f"TensorRT speaker embedding requested but {reason}")
+        return speaker_embedding_trt.TrtSpeakerEmbedding(onnx_path, device)
+
+    # request == "device"
+    if device.type == "cuda":
+        reason = speaker_embedding_trt.tensorrt_unavailable_reason()
+        if reason is None:
+            return speaker_embedding_trt.TrtSpeakerEmbedding(onnx_path, device)
+        logger.info_once("speaker embedding: %s; using the torch CAM++ on %s", reason, device)
+        return _torch_backend(onnx_path, device, seg_pool_mode)
+    if device.type == "cpu" and CPU_DEVICE_PATH_BACKEND == "onnxruntime":
+        return _ort_backend(onnx_path, device, ort_intra_op_threads)
+    return _torch_backend(onnx_path, device, seg_pool_mode)
+
+
+def check_speaker_model_path(onnx_path: Path) -> None:
+    """Raise the error a user can act on when `onnx_path` is not a file: missing, or a directory."""
+    if onnx_path.is_file():
+        return
+    if onnx_path.is_dir():
+        inside = onnx_path / "campplus.onnx"
+        hint = f"; did you mean {inside}?" if inside.is_file() else ""
+        raise IsADirectoryError(f"speaker model {onnx_path} is a directory, not the campplus.onnx file{hint}")
+    raise FileNotFoundError(f"speaker model {onnx_path} does not exist; the token2wav directory needs campplus.onnx")
+
+
+def _ort_backend(onnx_path: Path, device: torch.device, threads: int) -> SpeakerEmbeddingBackend:
+    from vllm_omni_token2wav.model_executor.models.cosyvoice3 import speaker_embedding_ort
+
+    return speaker_embedding_ort.OrtSpeakerEmbedding(onnx_path, device, intra_op_num_threads=threads)
+
+
+def _torch_backend(onnx_path: Path, device: torch.device, seg_pool_mode: str) -> SpeakerEmbeddingBackend:
+    # Looked up through the module at call time so tests can observe (patch) the loader.
+    from vllm_omni_token2wav.model_executor.models.cosyvoice3 import speaker_embedding_torch
+
+    check_speaker_model_path(onnx_path)
+    return speaker_embedding_torch.get_campplus_torch(onnx_path, device, seg_pool_mode=seg_pool_mode)

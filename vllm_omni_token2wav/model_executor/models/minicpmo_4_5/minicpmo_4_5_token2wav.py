@@ -1,0 +1,145 @@
+# SPDX-License-Identifier: Apache-2.0
+"""MiniCPM-o 4.5's Token2Wav facade: the Step-Audio2 core with MiniCPM-o's streaming variant.
+
+MiniCPM-o ships the Step-Audio2 token2wav assets and wraps the core so that construction errors
+(missing directory or file, bad device spec) surface when the stage starts, not on the first
+request, while the models themselves load lazily (first synthesis, or `load()`): constructing the
+stage costs no model memory and no file reads beyond a directory check. vLLM constructs stage models
+under `set_default_torch_dtype(bf16/fp16)`; everything this facade builds is fp32 by explicit dtype,
+and the process default dtype is never switched (a global switch races with the concurrent
+initialisation of other stages).
+
+MiniCPM-o comes in two Token2Wav variants (`variants.MiniCPMOVariant`, table there): vLLM-Omni
+0.30's (the default: three silence tokens (4218) as the prompt's lookahead, the conformer cache
+trimmed like the estimator cache, HiFT with a cross-fade) and minicpmo-utils 1.0.7's (the prompt's
+first 3 tokens, token- and mel-rate conformer layers trimmed apart, the causal vocoder of
+`config.yaml` + `hift.pt` streamed bounded, `hift_original.pt` for whole utterances). `variant=`
+picks all three rules; `stream_lookahead` / `conformer_trim` override one of them when given.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from vllm_omni_token2wav.logger import init_logger
+from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow import ConformerTrim, Lookahead
+from vllm_omni_token2wav.model_executor.models.cosyvoice3.speaker_embedding import SpeakerEmbeddingBackend
+from vllm_omni_token2wav.model_executor.models.minicpmo_4_5.variants import MiniCPMOVariant
+from vllm_omni_token2wav.model_executor.models.step_audio2.prompt_features import PromptFeatures
+from vllm_omni_token2wav.model_executor.models.step_audio2.step_audio2_token2wav import (
+    DEFAULT_PROMPT_CACHE_SIZE,
+    PromptWav,
+    StepAudio2Token2WavCore,
+)
+from vllm_omni_token2wav.model_executor.models.step_audio2.token2wav_stream import Token2WavStream
+from vllm_omni_token2wav.model_executor.models.step_audio2.token2wav_synthesis import SpeechTokens
+from vllm_omni_token2wav.platforms import DeviceSpec, normalize_device
+
+logger = init_logger(__name__)
+
+
+def resolve_token2wav_device(device: DeviceSpec) -> torch.device:
+    """The facade's device: explicit spec -> platform serving device.
+
+    Upstream's chain is explicit -> platform device type -> cuda -> npu -> cpu; here the platform
+    layer already decides between NPU, CUDA and CPU (`vllm_omni_token2wav.platforms.detect`), so the
+    platform's serving device ends the chain. `VLLM_OMNI_TOKEN2WAV_PLATFORM` pins it.
+    """
+    if device is not None:
+        return normalize_device(device)
+    from vllm_omni_token2wav import platforms
+
+    return platforms.current_omni_platform.torch_device()
+
+
+class MiniCPMO45Token2wav:
+    """Token2Wav of MiniCPM-o 4.5 over a Step-Audio2 token2wav directory (prompt path and synthesis)."""
+
+    def __init__(
+        self,
+        model_path: str | Path,
+        float16: bool = False,
+        n_timesteps: int = 10,
+        device: DeviceSpec = None,
+        *,
+        variant: MiniCPMOVariant | str | None = None,
+        prompt_cache_size: int = DEFAULT_PROMPT_CACHE_SIZE,
+        ort_intra_op_threads: int = 1,
+        spk_seg_pool_mode: str = "legacy",
+        speech_tokenizer_backend: str = "auto",
+        stream_lookahead: Lookahead | None = None,
+        conformer_trim: ConformerTrim | None = None,
+        seed: int = 0,
+    ) -> None:
+        self.variant = MiniCPMOVariant.parse(variant)
+        self.device = resolve_token2wav_device(device)
+        self.core = StepAudio2Token2WavCore(
+            model_path,
+            float16=float16,
+            device=self.device,
+            n_timesteps=n_timesteps,
+            prompt_cache_size=prompt_cache_size,
+            ort_intra_op_threads=ort_intra_op_threads,
+            spk_seg_pool_mode=spk_seg_pool_mode,
+            speech_tokenizer_backend=speech_tokenizer_backend,
+            stream_lookahead=self.variant.lookahead if stream_lookahead is None else stream_lookahead,
+            conformer_trim=self.variant.conformer_trim if conformer_trim is None else conformer_trim,
+            seed=seed,
+            vocoder=self.variant.vocoder,
+        )
+        # A broken asset directory fails the stage start; nothing is loaded (models load on first
+        # use or `load()`), and no ORT session is built, so the stage can still install a device path.
+        self.core.check_assets()
+
+    @property
+    def spk_backend(self) -> str:
+        return self.core.spk_backend
+
+    @property
+    def spk_model(self) -> SpeakerEmbeddingBackend:
+        return self.core.spk_model
+
+    def enable_device_spk_embedding(self) -> str:
+        return self.core.enable_device_spk_embedding()
+
+    def enable_trt_spk_embedding(self) -> str:
+        return self.core.enable_trt_spk_embedding()
+
+    def prepare_prompt(self, prompt_wav: PromptWav) -> PromptFeatures:
+        return self.core.prepare_prompt(prompt_wav)
+
+    def speaker_embedding(self, prompt_wav: PromptWav) -> torch.Tensor:
+        return self.core.speaker_embedding(prompt_wav)
+
+    def load(self) -> None:
+        """Load every model now (speech tokenizer, flow, HiFT; speaker fallback if none installed)."""
+        self.core._ensure_models_loaded()
+
+    def __call__(self, tokens: SpeechTokens, prompt_wav: PromptWav, *, seed: int | None = None) -> torch.Tensor:
+        """Whole-utterance waveform `[1, 480 * 2 * len(tokens)]` (see `StepAudio2Token2WavCore.__call__`).
+
+        The 1.0.7 variant vocodes it with `hift_original.pt` (FileNotFoundError naming it when absent).
+        """
+        return self.core(tokens, prompt_wav, seed=seed)
+
+    def set_stream_cache(self, prompt_wav: PromptWav, *, seed: int | None = None) -> Token2WavStream:
+        return self.core.set_stream_cache(prompt_wav, seed=seed)
+
+    def stream(
+        self,
+        tokens: SpeechTokens,
+        prompt_wav: PromptWav | None = None,
+        last_chunk: bool = False,
+        return_waveform: bool = False,
+        *,
+        state: Token2WavStream | None = None,
+    ) -> torch.Tensor | bytes:
+        return self.core.stream(tokens, prompt_wav, last_chunk, return_waveform, state=state)
+
+    def __repr__(self) -> str:
+        return (
+            f"MiniCPMO45Token2wav({str(self.core.model_path)!r}, device={self.device}, variant={self.variant.value}, "
+            f"spk={self.spk_backend})"
+        )

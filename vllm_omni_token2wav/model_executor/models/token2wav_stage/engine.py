@@ -1,0 +1,320 @@
+# SPDX-License-Identifier: Apache-2.0
+"""One scheduler step of the Token2Wav stage: admit every segment, plan the launches, run them, commit.
+
+`Token2WavEngine.step(segments)` is what a stage model's `forward` does after the adapter
+(`contract.py`) has read the step (and after the idle-stream sweep, which `forward` runs on every
+call, work or not), and it is family-agnostic: models are behind a
+`Token2WavBackend`, stream rules in `state.py`, launch grouping in `planner.py`.
+
+1. Admit each segment in input order, against the stream state found at the START of the step
+   (`state.admit`), with its voice prepared and its chunk shape checked by the backend. A second
+   segment of the same request in one step is rejected. Anything wrong becomes that segment's
+   error message (request id, expected vs got); nothing has run yet.
+2. Plan (`plan_step`) and run the flow launches, then the vocoder launches of the rows whose flow
+   succeeded. A launch that raises is re-run row by row: only rows that fail alone get an error.
+   Whole utterances run one by one (each is one bidirectional flow call); 0-token last chunks
+   release the held-back tail; 0-token non-final chunks (segment boundaries) just advance.
+3. Commit: every segment that succeeded replaces its stream state (or ends it at its last chunk);
+   a failed segment leaves its stream as it was. Results come back in input order.
+
+Noise: a stream's NSF generator is seeded from `meta.seed` or, by default, from
+`sha256(stage seed, request id, epoch)`, so a request's audio depends on its own inputs only and
+a request run alone or batched with any others gives the same audio.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import torch
+
+from vllm_omni_token2wav.logger import init_logger
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.backend import ChunkWork, StreamBytes, Token2WavBackend
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.contract import Segment, SegmentKind, SegmentResult
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.planner import Launch, PlanItem, StepPlan, plan_step
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.state import (
+    ChunkRejectedError,
+    Ended,
+    StreamState,
+    admit,
+)
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.store import StreamStore
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.voice import (
+    DEFAULT_VOICE,
+    VoiceRequest,
+    normalize_reference,
+)
+
+logger = init_logger(__name__)
+
+#: Exceptions that mean "this request's input cannot be served" (its error message is the answer).
+REQUEST_ERRORS = (ValueError, FileNotFoundError, RuntimeError, TypeError, IndexError)
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    max_rows: int = 32
+    pad_to_buckets: bool = False
+    seed: int = 0
+    reference_seconds: float = 6.0
+    voice_cache_size: int = 16
+    #: What `backend.prepare_voice` gets for a voice source (request's or default) and `reference_seconds`;
+    #: None: `voice.normalize_reference` (24 kHz mono, fixed length). CosyVoice3 passes sources through.
+    load_voice: Callable[[object, float], object] | None = None
+
+
+@dataclass
+class _Item:
+    """A segment that passed admission, and what happened to it in this step."""
+
+    segment: Segment
+    kind: str  # "chunk", "flush", "advance", "end", "whole"
+    epoch: int = 0
+    chunk_seq: int = 0
+    voice_key: str = ""
+    voice: object = None
+    caches: object = None
+    previous: StreamState | None = None
+    seed: int = 0
+    product: object = None
+    audio: torch.Tensor | None = None
+    new_caches: object = None
+    error: str | None = None
+
+
+class Token2WavEngine:
+    """Streams by request key and the step loop over a `Token2WavBackend` (see the module docstring).
+
+    `default_voice` is the voice of requests that bring none: a path, encoded bytes or
+    `(waveform, rate)`, normalised like every other reference.
+    """
+
+    def __init__(
+        self,
+        backend: Token2WavBackend,
+        store: StreamStore,
+        default_voice: object,
+        config: EngineConfig | None = None,
+    ) -> None:
+        self.backend = backend
+        self.store = store
+        self.config = config or EngineConfig()
+        self._default_voice = default_voice
+        self._voices: OrderedDict[str, object] = OrderedDict()
+        self.last_plan: StepPlan = StepPlan()
+        #: The noise seed of every stream the last step opened and every whole utterance it ran, by state
+        #: key (what `VLLM_OMNI_TOKEN2WAV_STAGE_STATS` reports, so a test can rebuild a request's noise).
+        self.last_seeds: dict[str, int] = {}
+
+    # ---- voices ---------------------------------------------------------------------------
+
+    def voice(self, request: VoiceRequest | None) -> tuple[str, object]:
+        """(voice key, prepared voice) for a request's voice (None: the default), cached by key."""
+        request = request or DEFAULT_VOICE
+        prepared = self._voices.get(request.key)
+        if prepared is None:
+            source = request.source
+            if source is None:
+                source = str(self._default_voice) if isinstance(self._default_voice, Path) else self._default_voice
+            load = self.config.load_voice or normalize_reference
+            try:
+                prepared = self.backend.prepare_voice(request.key, load(source, self.config.reference_seconds))
+            except ValueError as exc:  # e.g. the front end's prompt checks: say which voice was refused
+                raise ValueError(f"{request.label}: {exc}") from exc
+            self._voices[request.key] = prepared
+            while len(self._voices) > max(self.config.voice_cache_size, 1):
+                self._voices.popitem(last=False)
+        else:
+            self._voices.move_to_end(request.key)
+        return request.key, prepared
+
+    def noise_seed(self, request_id: str, epoch: int) -> int:
+        digest = hashlib.sha256(f"{self.config.seed}:{request_id}:{epoch}".encode()).digest()
+        return int.from_bytes(digest[:8], "little") & (2**63 - 1)
+
+    # ---- the step ---------------------------------------------------------------------------
+
+    def step(self, segments: Sequence[Segment]) -> list[SegmentResult]:
+        results: list[SegmentResult | None] = [None] * len(segments)
+        items: list[_Item] = []
+        self.last_seeds = {}
+        seen: dict[str, int] = {}
+        for seg in segments:
+            if seg.error is not None:
+                results[seg.index] = SegmentResult(error=seg.error)
+                continue
+            if seg.kind is SegmentKind.PLACEHOLDER:
+                results[seg.index] = SegmentResult()
+                continue
+            if seg.key in seen:
+                results[seg.index] = SegmentResult(
+                    error=f"request {seg.request_id}: a second segment of this request in one step (the first is "
+                    f"segment {seen[seg.key]}); one chunk per request per step"
+                )
+                continue
+            seen[seg.key] = seg.index
+            try:
+                items.append(self._admit(seg))
+            except REQUEST_ERRORS as exc:
+                results[seg.index] = SegmentResult(error=_message(seg, exc))
+
+        chunks = [it for it in items if it.kind == "chunk"]
+        self._run_chunks(chunks)
+        for it in items:
+            if it.kind == "whole":
+                self._guard(it, lambda it=it: self.backend.whole(it.voice, it.segment.tokens, it.seed))
+            elif it.kind == "flush":
+                self._guard(it, lambda it=it: self.backend.flush(it.caches))
+        self._commit(items)
+        for it in items:
+            results[it.segment.index] = SegmentResult(error=it.error) if it.error else SegmentResult(audio=it.audio)
+        return [r if r is not None else SegmentResult() for r in results]
+
+    def finish(self, keys: Sequence[str]) -> int:
+        """Free the streams of finished requests (the runner's `on_requests_finished`)."""
+        return self.store.forget(str(k) for k in keys)
+
+    def stream_bytes(self) -> list[StreamBytes]:
+        """Memory of every live stream (own bytes vs. bytes shared with its voice)."""
+        return [self.backend.stream_bytes(s.caches, s.voice) for s in self.store.states()]
+
+    # ---- admission ----------------------------------------------------------------------------
+
+    def _admit(self, seg: Segment) -> _Item:
+        if seg.kind is SegmentKind.WHOLE:
+            voice_key, voice = self.voice(seg.voice)
+            seed = seg.seed if seg.seed is not None else self.noise_seed(seg.request_id, 0)
+            if not seg.tokens:
+                raise ChunkRejectedError(f"request {seg.request_id}: a whole utterance without speech tokens")
+            self.last_seeds[seg.key] = seed
+            return _Item(seg, "whole", voice_key=voice_key, voice=voice, seed=seed)
+        assert seg.chunk is not None
+        previous = self.store.get(seg.key)
+        adm = admit(seg.request_id, seg.chunk, seg.voice, previous, self.store.ended(seg.key))
+        if adm.previous is None:
+            voice_key, voice = self.voice(seg.voice)
+            seed = seg.seed if seg.seed is not None else self.noise_seed(seg.request_id, adm.epoch)
+            caches = self.backend.open_stream(voice, seed)
+            self.last_seeds[seg.key] = seed
+        else:
+            voice_key, voice, caches = adm.previous.voice_key, adm.previous.voice, adm.previous.caches
+        item = _Item(seg, "chunk", adm.epoch, adm.chunk_seq, voice_key, voice, caches, adm.previous)
+        if seg.tokens:
+            try:
+                item.product = self.backend.shape(caches, seg.tokens, seg.chunk.last)
+            except ValueError as exc:
+                raise ChunkRejectedError(f"request {seg.request_id}: chunk_seq {adm.chunk_seq}: {exc}") from exc
+        elif seg.chunk.last:
+            item.kind = "flush" if adm.previous is not None else "end"
+        else:
+            item.kind = "advance"
+        return item
+
+    # ---- launches -------------------------------------------------------------------------------
+
+    def _run_chunks(self, chunks: list[_Item]) -> None:
+        if not chunks:
+            self.last_plan = StepPlan()
+            return
+        plan = plan_step(
+            [PlanItem(i, it.segment.request_id, it.product) for i, it in enumerate(chunks)],  # type: ignore[arg-type]
+            max_rows=self.config.max_rows,
+            pad_to_buckets=self.config.pad_to_buckets,
+        )
+        self.last_plan = plan
+        for launch in plan.flow:
+            self._launch(launch, chunks, self._flow)
+        for launch in plan.vocoder:
+            alive = tuple(r for r in launch.rows if chunks[r].error is None)
+            if alive:
+                self._launch(replace(launch, rows=alive), chunks, self._vocoder)
+
+    def _flow(self, rows: list[_Item], pad: int) -> None:
+        products = self.backend.run_flow([_work(it) for it in rows], pad)
+        for it, product in zip(rows, products, strict=True):
+            it.product = product
+
+    def _vocoder(self, rows: list[_Item], pad: int) -> None:
+        outs = self.backend.run_vocoder([_work(it) for it in rows], [it.product for it in rows], pad)
+        for it, (audio, caches) in zip(rows, outs, strict=True):
+            it.audio, it.new_caches = audio, caches
+
+    def _launch(self, launch: Launch, chunks: list[_Item], run: Callable[[list[_Item], int], None]) -> None:
+        rows = [chunks[r] for r in launch.rows]
+        try:
+            run(rows, launch.pad)
+            return
+        except Exception as exc:  # noqa: BLE001 - isolate the culprit below, whatever failed
+            if len(rows) == 1:
+                rows[0].error = _message(rows[0].segment, exc)
+                logger.warning(
+                    "token2wav stage: %s launch failed for request %s: %s", launch.kind, rows[0].segment.request_id, exc
+                )
+                return
+            logger.warning(
+                "token2wav stage: a %s launch of %d rows failed (%s: %s); re-running its rows one by one",
+                launch.kind,
+                len(rows),
+                type(exc).__name__,
+                exc,
+            )
+        for it in rows:
+            try:
+                run([it], 0)
+            except Exception as exc:  # noqa: BLE001 - this row alone fails; the others keep their results
+                it.error = _message(it.segment, exc)
+                logger.warning("token2wav stage: request %s failed alone: %s", it.segment.request_id, exc)
+
+    def _guard(self, it: _Item, compute: Callable[[], torch.Tensor]) -> None:
+        try:
+            it.audio = compute()
+        except Exception as exc:  # noqa: BLE001 - one request's failure is its own result
+            it.error = _message(it.segment, exc)
+
+    # ---- commit -----------------------------------------------------------------------------------
+
+    def _commit(self, items: list[_Item]) -> None:
+        put: list[StreamState] = []
+        end: list[tuple[str, Ended]] = []
+        for it in items:
+            seg = it.segment
+            if it.error is not None or it.kind == "whole":
+                continue
+            assert seg.chunk is not None
+            emitted = 0 if it.audio is None else int(it.audio.shape[-1])
+            base = it.previous.samples_emitted if it.previous is not None else 0
+            if seg.chunk.last:
+                end.append((seg.key, Ended(it.epoch, it.chunk_seq, f"had its last chunk (chunk_seq {it.chunk_seq})")))
+                continue
+            caches = it.new_caches if it.kind == "chunk" else it.caches
+            put.append(
+                StreamState(
+                    key=seg.key,
+                    request_id=seg.request_id,
+                    epoch=it.epoch,
+                    chunk_seq=it.chunk_seq,
+                    voice_key=it.voice_key,
+                    voice=it.voice,
+                    caches=caches,
+                    samples_emitted=base + emitted,
+                )
+            )
+        self.store.commit(put, end)
+
+
+def _work(it: _Item) -> ChunkWork:
+    assert it.segment.chunk is not None
+    return ChunkWork(it.caches, it.segment.tokens, it.segment.chunk.last)
+
+
+def _message(seg: Segment, exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    prefix = f"request {seg.request_id}"
+    return text if text.startswith(prefix) else f"{prefix}: {type(exc).__name__}: {text}"
+
+
+__all__ = ["REQUEST_ERRORS", "EngineConfig", "Token2WavEngine"]

@@ -1,0 +1,200 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The stage's options, and where each is read from a vLLM `VllmConfig` (read by attribute, never imported).
+
+Every attribute the stage reads, in one table. `extra[...]` is a stage option given in either of two
+places of a deploy YAML's stage, the later winning: the connector's `extra` (vLLM-Omni's
+`model_config.stage_connector_config["extra"]`), then the stage's `additional_config:` (vLLM's
+`vllm_config.additional_config`, a dict). A plain vLLM config has neither and the defaults apply.
+
+| option              | read from                                                               | default          |
+|---------------------|-------------------------------------------------------------------------|------------------|
+| `model`             | `vllm_config.model_config.model`                                        | required         |
+| `token2wav_path`    | `model_config.hf_config.token2wav_path` (Step-Audio2 upstream)          | from `model`     |
+| `float16`           | `hf_config.token2wav_float16`, `extra["token2wav_float16"]`             | False            |
+| `device`            | `vllm_config.device_config.device`                                      | platform device  |
+| `max_rows`          | `vllm_config.scheduler_config.max_num_seqs` (rows per launch)           | 32               |
+| `async_chunk`       | `vllm_config.model_config.async_chunk` (vLLM-Omni: the pipeline streams | False            |
+|                     | chunks; a segment without producer payload is then a pre-warm           |                  |
+|                     | placeholder, see `contract.py`)                                         |                  |
+| `n_timesteps`       | `extra["token2wav_n_timesteps"]`                                        | 10               |
+| `reference_seconds` | `extra["ref_audio_max_seconds"]` (MiniCPM-o's name)                     | 6.0              |
+| `prompt_wav`        | `extra["prompt_wav"]` (the default voice file)                          | family lookup    |
+| `seed`              | `extra["token2wav_seed"]` (NSF noise seeds)                             | 0                |
+| `max_streams`       | `extra["token2wav_max_streams"]`                                        | 2 x max_rows    |
+| `idle_timeout_s`    | `extra["token2wav_stream_idle_timeout_s"]`                              | 600              |
+| `kv_cache_dtype`    | `extra["token2wav_kv_cache_dtype"]` ("bfloat16", "float16", "float32")  | the flow's dtype |
+| `pad_to_buckets`    | `extra["token2wav_pad_to_buckets"]` (graph-capture shapes)              | False            |
+| `setup_cache_size`  | `extra["token2wav_setup_cache_size"]` (post-prompt flow states kept)    | 4                |
+| `batch_vocoder`     | `extra["token2wav_batch_vocoder"]` (CosyVoice3: rows at equal stream    | False            |
+|                     | positions share a causal-HiFT launch, ~1e-6 from solo)                  |                  |
+| `final_chunk`       | `extra["token2wav_final_chunk"]` (CosyVoice3: "block_causal" or         | "block_causal"   |
+|                     | "full_attention", how a stream's last chunk attends)                    |                  |
+| `device_graphs`     | `extra["token2wav_device_graphs"]` (true / false / auto, `graphs.py`)   | auto (None)      |
+| `device_graph_api`  | keyword only: the graph runtime (tests pass a fake)                     | the platform's   |
+| `variant`           | `extra["token2wav_variant"]` (MiniCPM-o: "vllm-omni-0.30" or            | the family's     |
+|                     | "minicpmo-utils-1.0.7", `minicpmo_4_5/variants.py`)                     |                  |
+| (check only)        | `extra["codec_left_context_frames"]` must be 3 (the flow's lookahead)   | 3                |
+| (log only)          | `vllm_config.load_config.load_format` (dummy: built on first use)       |                  |
+
+`model_config.dtype` is deliberately not used: vLLM builds stage models under a bf16/fp16 default
+dtype, and the token2wav parts are built fp32 by explicit dtype (fp16 flow only with `float16`).
+Precedence: keyword arguments given to the stage model (tests, tools) > `additional_config` >
+the connector's `extra`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+import torch
+
+from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow.streaming import CACHE_TAIL_FRAMES
+from vllm_omni_token2wav.model_executor.models.step_audio2.token2wav_stream import PRE_LOOKAHEAD_TOKENS
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.store import DEFAULT_IDLE_TIMEOUT_S
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.voice import (
+    DEFAULT_REFERENCE_SECONDS,
+    check_reference_seconds,
+)
+from vllm_omni_token2wav.platforms import DeviceSpec
+from vllm_omni_token2wav.platforms.device_graphs import FROM_PLATFORM
+
+_KV_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+@dataclass(frozen=True)
+class StageOptions:
+    model: Any = None
+    token2wav_path: Any = None
+    device: DeviceSpec = None
+    float16: bool = False
+    n_timesteps: int = 10
+    reference_seconds: float = DEFAULT_REFERENCE_SECONDS
+    prompt_wav: Any = None
+    seed: int = 0
+    max_rows: int = 32
+    max_streams: int | None = None
+    idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S
+    kv_cache_dtype: torch.dtype | None = None
+    pad_to_buckets: bool = False
+    setup_cache_size: int = 4
+    load_format: str | None = None
+    batch_vocoder: bool = False
+    final_chunk: str = "block_causal"
+    device_graphs: bool | None = None
+    device_graph_api: Any = FROM_PLATFORM
+    variant: str | None = None
+    async_chunk: bool = False
+
+    def __post_init__(self) -> None:
+        check_reference_seconds(self.reference_seconds)
+        if isinstance(self.n_timesteps, bool) or not isinstance(self.n_timesteps, int) or self.n_timesteps < 1:
+            raise ValueError(f"token2wav_n_timesteps must be an int >= 1, got {self.n_timesteps!r}")
+        if self.max_rows < 1:
+            raise ValueError(f"max_num_seqs (rows per launch) must be >= 1, got {self.max_rows}")
+        if self.max_streams is not None and self.max_streams < 1:
+            raise ValueError(f"token2wav_max_streams must be >= 1, got {self.max_streams}")
+        if self.final_chunk not in ("block_causal", "full_attention"):
+            raise ValueError(
+                f"token2wav_final_chunk must be 'block_causal' or 'full_attention', got {self.final_chunk!r}"
+            )
+
+    @property
+    def stream_limit(self) -> int:
+        return self.max_streams if self.max_streams is not None else max(2 * self.max_rows, 16)
+
+    @property
+    def tail_frames(self) -> int:
+        return CACHE_TAIL_FRAMES
+
+
+def _attr(obj: Any, *path: str) -> Any:
+    for name in path:
+        obj = getattr(obj, name, None)
+        if obj is None:
+            return None
+    return obj
+
+
+def _extra(vllm_config: Any) -> dict[str, Any]:
+    """The `extra[...]` options: the connector's `extra`, then `additional_config` over it (module docstring)."""
+    connector = _attr(vllm_config, "model_config", "stage_connector_config")
+    if isinstance(connector, Mapping):
+        extra = connector.get("extra", connector)
+    else:
+        extra = getattr(connector, "extra", None)
+    merged = dict(extra) if isinstance(extra, Mapping) else {}
+    additional = getattr(vllm_config, "additional_config", None)
+    # vLLM also allows any hashable object there (a platform's own config): only a dict holds our options.
+    return merged | (dict(additional) if isinstance(additional, Mapping) else {})
+
+
+def kv_dtype(value: Any) -> torch.dtype | None:
+    if value is None or isinstance(value, torch.dtype):
+        return value
+    name = str(value).removeprefix("torch.")
+    if name not in _KV_DTYPES:
+        raise ValueError(f"token2wav_kv_cache_dtype must be one of {sorted(_KV_DTYPES)}, got {value!r}")
+    return _KV_DTYPES[name]
+
+
+def graphs_switch(value: Any) -> bool | None:
+    """`token2wav_device_graphs`: True / False, None or "auto" (follow the environment and the platform)."""
+    if value is None or isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("auto", ""):
+        return None
+    if text in ("1", "true", "on", "yes"):
+        return True
+    if text in ("0", "false", "off", "no"):
+        return False
+    raise ValueError(f"token2wav_device_graphs must be true, false or auto, got {value!r}")
+
+
+def stage_options(vllm_config: Any, overrides: Mapping[str, Any]) -> StageOptions:
+    """`StageOptions` from a (real or duck-typed) `VllmConfig`, then `overrides` (see the module table)."""
+    extra = _extra(vllm_config)
+    left = int(extra.get("codec_left_context_frames", PRE_LOOKAHEAD_TOKENS))
+    if left != PRE_LOOKAHEAD_TOKENS:
+        raise ValueError(
+            f"codec_left_context_frames={left}: the flow's pre-lookahead is {PRE_LOOKAHEAD_TOKENS} tokens, so the "
+            f"producer must repeat exactly {PRE_LOOKAHEAD_TOKENS} tokens between chunks"
+        )
+    hf = _attr(vllm_config, "model_config", "hf_config")
+    max_rows = _attr(vllm_config, "scheduler_config", "max_num_seqs")
+    device = _attr(vllm_config, "device_config", "device")
+    values: dict[str, Any] = {
+        "model": _attr(vllm_config, "model_config", "model"),
+        "token2wav_path": getattr(hf, "token2wav_path", None),
+        "device": device,
+        "float16": bool(getattr(hf, "token2wav_float16", False) or extra.get("token2wav_float16", False)),
+        "n_timesteps": int(extra.get("token2wav_n_timesteps", 10)),
+        "reference_seconds": float(extra.get("ref_audio_max_seconds", DEFAULT_REFERENCE_SECONDS)),
+        "prompt_wav": extra.get("prompt_wav"),
+        "seed": int(extra.get("token2wav_seed", 0)),
+        "max_rows": int(max_rows) if max_rows else 32,
+        "max_streams": int(extra["token2wav_max_streams"]) if "token2wav_max_streams" in extra else None,
+        "idle_timeout_s": float(extra.get("token2wav_stream_idle_timeout_s", DEFAULT_IDLE_TIMEOUT_S)),
+        "kv_cache_dtype": kv_dtype(extra.get("token2wav_kv_cache_dtype")),
+        "pad_to_buckets": bool(extra.get("token2wav_pad_to_buckets", False)),
+        "setup_cache_size": int(extra.get("token2wav_setup_cache_size", 4)),
+        "load_format": _attr(vllm_config, "load_config", "load_format"),
+        "batch_vocoder": bool(extra.get("token2wav_batch_vocoder", False)),
+        "final_chunk": str(extra.get("token2wav_final_chunk", "block_causal")),
+        "device_graphs": graphs_switch(extra.get("token2wav_device_graphs")),
+        "variant": extra.get("token2wav_variant"),
+        "async_chunk": bool(_attr(vllm_config, "model_config", "async_chunk") or False),
+    }
+    known = {f.name for f in fields(StageOptions)}
+    unknown = sorted(set(overrides) - known)
+    if unknown:
+        raise TypeError(f"unknown token2wav stage option(s) {unknown}; known: {sorted(known)}")
+    options = StageOptions(**values)
+    convert = {"kv_cache_dtype": kv_dtype, "device_graphs": graphs_switch}
+    given = {k: convert[k](v) if k in convert else v for k, v in overrides.items()}
+    return replace(options, **given) if given else options
+
+
+__all__ = ["StageOptions", "graphs_switch", "kv_dtype", "stage_options"]

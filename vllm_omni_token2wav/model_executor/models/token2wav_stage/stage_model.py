@@ -1,0 +1,290 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The Token2Wav stage as vLLM-Omni's runner drives it: one `nn.Module` per family over the shared engine.
+
+`MiniCPMO45Code2Wav` and `StepAudio2Token2WavForConditionalGeneration` are thin subclasses of
+`Token2WavStageModel` that only name their `FamilySpec`. The runner:
+
+1. builds the model as `Cls(*, vllm_config, prefix="")` under a bf16/fp16 default dtype
+   (`options.py` lists every config attribute read). Construction opens no model file: it checks
+   the token2wav folder, finds the family's default voice (a clear error if there is none), and on
+   Ascend installs the device speaker embedding;
+2. calls `load_weights(weights)`: the token2wav assets are not in the LLM checkpoint, so the
+   iterable is drained and the flow, HiFT, speech tokenizer and speaker path are built from the
+   folder (fp32 by explicit dtype). With `load_format=dummy` the runner skips this and the first
+   real step builds them;
+3. calls `forward(input_ids, positions, intermediate_tensors, inputs_embeds,
+   runtime_additional_information=[...], seq_token_counts=[...], request_ids=[...])` once per
+   scheduler step: the idle-stream sweep (`store.StreamStore.sweep`, on every call: profiling and
+   placeholder-only steps return before the engine runs, and abandoned streams must not wait for
+   real work to be freed) -> `contract.parse_step` -> `Token2WavEngine.step` -> `contract.build_output`;
+4. calls `on_requests_finished(ids)` to free streams.
+
+With `VLLM_OMNI_TOKEN2WAV_STAGE_STATS=<path>` the model writes its cumulative counters there after
+every `forward` and `on_requests_finished` (`stats.py`; engine tests read the worker through it).
+
+Class flags the runner reads, the same for both families (the engine routes state by request id,
+so both need what vLLM-Omni 0.30 sets only for MiniCPM-o): `have_multimodal_outputs` (audio is in
+`multimodal_outputs`), `enable_update_additional_information` (pass the producer's dicts every step),
+`requires_raw_input_tokens` and `requires_exact_input_shape` (the codec ids as sent, unpadded),
+`requires_request_ids` (`kwargs["request_ids"]`), `replace_runtime_additional_information` (each
+step's dict is that step's chunk, not merged with earlier ones). `embed_input_ids` and
+`compute_logits` exist because vLLM's generate runner requires them of every model; there are
+no logits.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+from vllm_omni_token2wav.logger import init_logger
+from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow import ConformerTrim, Lookahead
+from vllm_omni_token2wav.model_executor.models.output_templates import omni_output_class
+from vllm_omni_token2wav.model_executor.models.step_audio2.step_audio2_token2wav import StepAudio2Token2WavCore
+from vllm_omni_token2wav.model_executor.models.step_audio2.stream_vocoder import VocoderKind
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.backend import Token2WavBackend
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.contract import (
+    SegmentKind,
+    SegmentResult,
+    build_output,
+    parse_step,
+)
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.cosyvoice2_backend import (
+    CosyVoice2Backend,
+    GraphSettings,
+)
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.engine import EngineConfig, Token2WavEngine
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.families import (
+    FamilySpec,
+    find_default_voice,
+    resolve_token2wav_dir,
+)
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.options import StageOptions, stage_options
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.stats import StatsWriter
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.store import StreamStore
+
+logger = init_logger(__name__)
+
+
+class Token2WavStageModel(nn.Module):
+    """A Token2Wav stage model with the engine's contract (see the module docstring)."""
+
+    family: ClassVar[FamilySpec]
+
+    input_modalities = "audio"
+    have_multimodal_outputs = True
+    enable_update_additional_information = True
+    requires_raw_input_tokens = True
+    requires_request_ids = True
+    requires_exact_input_shape = True
+    replace_runtime_additional_information = True
+    has_preprocess = False
+    has_postprocess = False
+
+    def __init__(self, *, vllm_config: Any = None, prefix: str = "", **overrides: Any) -> None:
+        super().__init__()
+        from vllm_omni_token2wav import platforms
+
+        self.prefix = prefix
+        self.options: StageOptions = stage_options(vllm_config, overrides)
+        opts = self.options
+        if opts.token2wav_path is not None:
+            folder = Path(opts.token2wav_path)
+        elif opts.model is not None:
+            folder = resolve_token2wav_dir(opts.model, self.family.asset_markers)
+        else:
+            raise ValueError(
+                f"{type(self).__name__} needs vllm_config.model_config.model (the model folder), "
+                "hf_config.token2wav_path, or the option token2wav_path="
+            )
+        self.token2wav = self._build_core(folder, opts)
+        self.token2wav.check_assets()
+        self.default_voice: Any = self._default_voice(opts, folder)
+        if platforms.current_omni_platform.is_npu():
+            name = self.token2wav.enable_device_spk_embedding()
+            logger.info("%s: NPU platform, speaker embedding on the device (%s)", type(self).__name__, name)
+        self.backend = self._build_backend(opts)
+        self.streams = StreamStore(max_streams=opts.stream_limit, idle_timeout_s=opts.idle_timeout_s)
+        self._stats = StatsWriter(self.family.name)
+        self.engine = Token2WavEngine(
+            self.backend,
+            self.streams,
+            self.default_voice,
+            EngineConfig(
+                max_rows=opts.max_rows,
+                pad_to_buckets=opts.pad_to_buckets,
+                seed=opts.seed,
+                reference_seconds=opts.reference_seconds,
+                load_voice=self._voice_loader(),
+            ),
+        )
+
+    # ---- what a family's subclass may replace ----------------------------------------------------
+
+    def _build_core(self, folder: Path, opts: StageOptions) -> StepAudio2Token2WavCore:
+        """The Token2Wav core over the asset folder (models stay unloaded until `load_weights`)."""
+        lookahead, conformer_trim, vocoder = self.stream_rules(opts)
+        return StepAudio2Token2WavCore(
+            folder,
+            float16=opts.float16,
+            device=opts.device,
+            n_timesteps=opts.n_timesteps,
+            stream_lookahead=lookahead,
+            conformer_trim=conformer_trim,
+            stream_setup_cache_size=opts.setup_cache_size,
+            seed=opts.seed,
+            kv_cache_dtype=opts.kv_cache_dtype,
+            vocoder=vocoder,
+        )
+
+    def _build_backend(self, opts: StageOptions) -> Token2WavBackend:
+        graphs = None
+        if opts.device_graphs is not False:
+            graphs = GraphSettings(max_rows=opts.max_rows, enabled=opts.device_graphs, graph_api=opts.device_graph_api)
+        return CosyVoice2Backend(self.token2wav, graphs, equal_vocoder_shapes=opts.pad_to_buckets)
+
+    def _voice_loader(self) -> Callable[[object, float], object] | None:
+        """`EngineConfig.load_voice` (None: the fixed-length 24 kHz normalisation of every reference)."""
+        return None
+
+    def stream_rules(self, opts: StageOptions) -> tuple[Lookahead, ConformerTrim, VocoderKind]:
+        """Stream set-up lookahead, conformer trim and vocoder: the family's (MiniCPM-o: its `variant`)."""
+        if opts.variant is not None:
+            raise ValueError(
+                f"{type(self).__name__}: token2wav_variant={opts.variant!r}, but {self.family.name} has no "
+                "token2wav variants (MiniCPM-o 4.5 has: minicpmo_4_5/variants.py)"
+            )
+        return self.family.lookahead, self.family.conformer_trim, VocoderKind.HIFT
+
+    def _default_voice(self, opts: StageOptions, folder: Path) -> Any:
+        override = opts.prompt_wav
+        if override is not None and not isinstance(override, str | Path):
+            return override  # bytes or (waveform, rate), given in-process
+        model = opts.model if opts.model is not None else folder
+        return find_default_voice(self.family, model, folder, None if override is None else str(override))
+
+    # ---- what the runner calls ------------------------------------------------------------------
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
+        """Build the token2wav models from their folder; the LLM checkpoint's `weights` are drained unused.
+
+        Returns no names: the models are owned by the Token2Wav core, not registered as parameters
+        of this module, so vLLM's loaded-weights audit has nothing to check.
+        """
+        for _ in weights:
+            pass
+        self._build()
+        return set()
+
+    def _build(self) -> None:
+        """Build the models (and their graph runners); launches replaying graphs get bucketed shapes."""
+        self.backend.ensure_loaded()
+        self._plan_for_graphs()
+
+    def _plan_for_graphs(self) -> None:
+        pad = self.options.pad_to_buckets or self.backend.graphs_active
+        if pad != self.engine.config.pad_to_buckets:
+            self.engine.config = replace(self.engine.config, pad_to_buckets=pad)
+
+    def set_device_graphs(self, enabled: bool) -> bool:
+        """Switch graph replay of the launches at run time (benchmarks compare both on one stage).
+
+        Off: the plain eager kernels at exact launch shapes (unless `pad_to_buckets`), as a stage built
+        with `token2wav_device_graphs=False`. On: replay where this stage built graphs (the option is
+        not False) and the platform has a graph API. Returns whether launches now replay graphs.
+        """
+        self._ensure_loaded()
+        self.backend.use_graphs = bool(enabled)
+        self._plan_for_graphs()
+        return self.backend.graphs_active
+
+    def _ensure_loaded(self) -> None:
+        if not self.token2wav._models_loaded:
+            logger.info(
+                "%s: token2wav models were not built at weight loading (load_format=%s); building them now",
+                type(self).__name__,
+                self.options.load_format,
+            )
+            self._build()
+
+    @torch.inference_mode()
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        positions: torch.Tensor | None = None,
+        intermediate_tensors: Any = None,
+        inputs_embeds: torch.Tensor | None = None,
+        runtime_additional_information: list[dict[str, Any]] | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """One scheduler step: the new audio of every segment (see `contract.py` for the input rules)."""
+        del positions, intermediate_tensors, inputs_embeds
+        stats = self._stats.target()  # None unless VLLM_OMNI_TOKEN2WAV_STAGE_STATS is set (stats.py)
+        start, start_cpu = (time.perf_counter(), time.thread_time()) if stats is not None else (0.0, 0.0)
+        try:
+            self.streams.sweep()  # every call, also profiling and placeholder-only ones: abandoned streams go now
+            step = parse_step(
+                input_ids, runtime_additional_information, kwargs, self.family, async_chunk=self.options.async_chunk
+            )
+            ran = not step.profiling and any(s.kind is not SegmentKind.PLACEHOLDER for s in step.segments)
+            if not ran:
+                results = [SegmentResult(error=s.error) for s in step.segments]
+            else:
+                self._ensure_loaded()
+                results = self.engine.step(step.segments)
+        except Exception as exc:
+            if stats is not None:
+                stats.record_failure(f"{type(exc).__name__}: {exc}", live_streams=len(self.streams))
+                self._stats.write()
+            raise
+        output = build_output(results, step.device)
+        if stats is not None:
+            seeds = self.engine.last_seeds if ran else None
+            stats.record_step(
+                step.segments,
+                results,
+                profiling=step.profiling,
+                live_streams=len(self.streams),
+                seeds=seeds,
+                seconds=time.perf_counter() - start,
+                cpu_seconds=time.thread_time() - start_cpu,
+            )
+            self._stats.write(force=False)
+        return output
+
+    def on_requests_finished(self, finished_req_ids: Iterable[str]) -> None:
+        """Free the streams of finished requests (their state, their ended-stream records)."""
+        freed = self.engine.finish([str(r) for r in finished_req_ids])
+        stats = self._stats.target()
+        if stats is not None:
+            stats.record_finished(freed, live_streams=len(self.streams))
+            self._stats.write()
+
+    def embed_input_ids(self, input_ids: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        """Codec ids are not embedded by the runner; a `[num_tokens, 1]` float32 zero tensor keeps its shapes."""
+        return torch.zeros((input_ids.numel(), 1), device=input_ids.device, dtype=torch.float32)
+
+    def compute_logits(self, hidden_states: Any, sampling_metadata: Any = None) -> None:
+        return None
+
+    def make_omni_output(self, model_outputs: Any, **_: Any) -> Any:
+        """`model_outputs` as the `OmniOutput` class the runner checks for (`output_templates.omni_output_class`)."""
+        cls = omni_output_class()
+        if isinstance(model_outputs, cls):
+            return model_outputs
+        if isinstance(model_outputs, tuple) and len(model_outputs) == len(cls._fields):
+            return cls(*model_outputs)  # our NamedTuple (or a plain tuple) of the four fields
+        raise TypeError(f"{type(self).__name__} expected an OmniOutput, got {type(model_outputs).__name__}")
+
+    @property
+    def live_streams(self) -> int:
+        return len(self.streams)
+
+
+__all__ = ["Token2WavStageModel"]

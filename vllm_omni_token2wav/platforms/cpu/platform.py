@@ -1,0 +1,11 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Plain CPU serving: no device module, no synchronisation, no device index."""
+
+from __future__ import annotations
+
+from vllm_omni_token2wav.platforms.interface import OmniPlatform, PlatformEnum
+
+
+class CpuOmniPlatform(OmniPlatform):
+    _enum = PlatformEnum.CPU
+    device_type = "cpu"

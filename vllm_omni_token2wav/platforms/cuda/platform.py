@@ -1,0 +1,35 @@
+# SPDX-License-Identifier: Apache-2.0
+"""NVIDIA GPU serving through `torch.cuda` (the only module allowed to touch it directly)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from vllm_omni_token2wav.platforms.graph_api import DeviceGraphApi, TorchGraphApi
+from vllm_omni_token2wav.platforms.interface import OmniPlatform, PlatformEnum
+
+
+class CudaOmniPlatform(OmniPlatform):
+    _enum = PlatformEnum.CUDA
+    device_type = "cuda"
+
+    def device_module(self) -> Any:
+        return torch.cuda
+
+    def device_graph_api(self) -> DeviceGraphApi | None:
+        """CUDA graphs: `torch.cuda.CUDAGraph` captured with `torch.cuda.graph`."""
+        return TorchGraphApi(torch.cuda, "CUDAGraph", "cuda-graph")
+
+    def get_device_name(self, index: int | None = None) -> str:
+        return str(torch.cuda.get_device_name(index if index is not None else self.current_device_index()))
+
+    def device_count(self) -> int:
+        return int(torch.cuda.device_count())
+
+    def current_device_index(self) -> int | None:
+        return int(torch.cuda.current_device())
+
+    def synchronize(self, device: torch.device | str | int | None = None) -> None:
+        torch.cuda.synchronize(device)

@@ -1,0 +1,125 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Our stage classes under vLLM-Omni's architecture names: upstream's pipelines then build ours.
+
+vLLM-Omni resolves a stage's class by architecture name in two registries: `OmniModelRegistry`
+(what its stage model configs use to build the model) and vLLM's `ModelRegistry` (what vLLM's
+`ModelConfig` validation inspects, in a subprocess, before the stage exists). Registering in the
+first alone is not enough: vLLM-Omni re-registers its whole table into vLLM's registry every time
+it creates a stage's model config (`vllm_omni.engine.arg_utils.register_omni_models_to_vllm`), so
+vLLM would inspect upstream's class (and fail where upstream's module cannot import, e.g. Step-Audio2's
+without `hyperpyyaml`). We therefore wrap that function: each re-registration is followed by ours.
+
+| upstream architecture name                     | served by (this fork)                                  |
+|------------------------------------------------|--------------------------------------------------------|
+| `MiniCPMO45Code2Wav`                           | `minicpmo_4_5.minicpmo_4_5_code2wav.MiniCPMO45Code2Wav` |
+| `StepAudio2Token2WavForConditionalGeneration`  | `step_audio2.step_audio2_token2wav_stage.               |
+| `StepAudio2Token2WavModel` (Step-Audio2's      | StepAudio2Token2WavForConditionalGeneration`           |
+| pipeline uses this alias)                      |                                                        |
+| `CosyVoice3Model` (ONE class for the talker    | `cosyvoice3.cosyvoice3_model.CosyVoice3Model`: builds  |
+| and code2wav stages, by `model_stage`)         | upstream's talker or our `CosyVoice3Code2Wav`           |
+
+Added, not replacing anything: `Token2WavStandinProducer` (a deterministic codec-token producer
+for the engine tests and `bench token2wav-serve --engine`, `standin/producer.py`).
+
+`VLLM_OMNI_TOKEN2WAV_OVERRIDES=0` (read when the plugin loads, in every process) keeps upstream's
+classes. Which classes were replaced is logged once per process.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from vllm_omni_token2wav.logger import init_logger
+
+logger = init_logger(__name__)
+
+OVERRIDES_ENV = "VLLM_OMNI_TOKEN2WAV_OVERRIDES"
+_PKG = "vllm_omni_token2wav.model_executor.models"
+_STEP_AUDIO2 = f"{_PKG}.step_audio2.step_audio2_token2wav_stage:StepAudio2Token2WavForConditionalGeneration"
+
+#: Upstream architecture name -> our class ("module:Class"), the table of the module docstring.
+STAGE_OVERRIDES: Mapping[str, str] = {
+    "MiniCPMO45Code2Wav": f"{_PKG}.minicpmo_4_5.minicpmo_4_5_code2wav:MiniCPMO45Code2Wav",
+    "StepAudio2Token2WavForConditionalGeneration": _STEP_AUDIO2,
+    "StepAudio2Token2WavModel": _STEP_AUDIO2,
+    "CosyVoice3Model": f"{_PKG}.cosyvoice3.cosyvoice3_model:CosyVoice3Model",
+}
+#: Architectures we add (names upstream does not use).
+ADDED_ARCHITECTURES: Mapping[str, str] = {
+    "Token2WavStandinProducer": f"{_PKG}.standin.producer:Token2WavStandinProducer",
+}
+
+_TRUE = ("1", "true", "on", "yes")
+_FALSE = ("0", "false", "off", "no")
+
+
+def overrides_enabled() -> bool:
+    """`VLLM_OMNI_TOKEN2WAV_OVERRIDES` (default on); a ValueError names the variable for other values."""
+    text = os.environ.get(OVERRIDES_ENV, "1").strip().lower() or "1"
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise ValueError(f"{OVERRIDES_ENV}={text!r}: expected one of {', '.join(_TRUE + _FALSE)}")
+
+
+def active_table() -> dict[str, str]:
+    """What `apply_overrides` registers in this process: the added architectures, and ours unless disabled."""
+    table = dict(ADDED_ARCHITECTURES)
+    if overrides_enabled():
+        table.update(STAGE_OVERRIDES)
+    return table
+
+
+def apply_overrides() -> dict[str, str]:
+    """Register `active_table()` in both registries and keep it there (see the module docstring)."""
+    table = active_table()
+    _register(table)
+    _reapply_after_upstream_registration()
+    replaced = sorted(arch for arch in table if arch in STAGE_OVERRIDES)
+    if replaced:
+        logger.info_once(
+            "vllm-omni-token2wav serves %s with this fork's classes (%s=0 restores vLLM-Omni's)",
+            ", ".join(replaced),
+            OVERRIDES_ENV,
+        )
+    else:
+        logger.info_once("vllm-omni-token2wav: %s=0, vLLM-Omni's own stage classes are used", OVERRIDES_ENV)
+    return table
+
+
+def _register(table: Mapping[str, str]) -> None:
+    from vllm.model_executor.models import ModelRegistry
+    from vllm_omni.model_executor.models.registry import OmniModelRegistry
+
+    for arch, target in table.items():
+        OmniModelRegistry.register_model(arch, target)
+        ModelRegistry.register_model(arch, target)
+
+
+def _reapply_after_upstream_registration() -> None:
+    """Wrap `register_omni_models_to_vllm` so every later call of it is followed by our registration."""
+    import vllm_omni.engine.arg_utils as arg_utils
+
+    stock = arg_utils.register_omni_models_to_vllm
+    if getattr(stock, "_token2wav_wrapped", False):
+        return
+
+    def register_omni_models_then_ours() -> None:
+        stock()
+        _register(active_table())
+
+    register_omni_models_then_ours._token2wav_wrapped = True  # type: ignore[attr-defined]
+    register_omni_models_then_ours.__wrapped__ = stock  # type: ignore[attr-defined]
+    arg_utils.register_omni_models_to_vllm = register_omni_models_then_ours
+
+
+__all__ = [
+    "ADDED_ARCHITECTURES",
+    "OVERRIDES_ENV",
+    "STAGE_OVERRIDES",
+    "active_table",
+    "apply_overrides",
+    "overrides_enabled",
+]
