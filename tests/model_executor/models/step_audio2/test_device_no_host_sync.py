@@ -28,10 +28,10 @@ from vllm_omni_token2wav.assets.audio import speech_sample
 from vllm_omni_token2wav.model_executor.models.audio import load_prompt_audio
 from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow.batched import FlowChunkRow, flow_chunks
 from vllm_omni_token2wav.model_executor.models.cosyvoice2.hift.source import DrawnNoise
-from vllm_omni_token2wav.model_executor.models.cosyvoice3 import speaker_embedding_torch
+from vllm_omni_token2wav.model_executor.models.speaker_embedding import torch_backend as speaker_embedding_torch
 from vllm_omni_token2wav.model_executor.models.step_audio2.standin import ensure_standin_token2wav_dir
 from vllm_omni_token2wav.model_executor.models.step_audio2.step_audio2_token2wav import StepAudio2Token2WavCore
-from vllm_omni_token2wav.model_executor.models.step_audio2.token2wav_synthesis import synthesize_utterance
+from vllm_omni_token2wav.model_executor.models.token2wav_core.synthesis import synthesize_utterance
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 
@@ -106,7 +106,7 @@ def test_a_synchronisation_put_back_into_the_prompt_path_is_caught(
         _prompt(core, audio)
     # the innermost project frame is the caller of the (test-defined) check: CAM++'s input preparation
     assert [(s.kind, s.where.split(":")[0], s.where.split(" ")[-1]) for s in syncs.sites] == [
-        ("scalar", "model_executor/models/cosyvoice3/speaker_embedding_torch.py", "(_prepare)")
+        ("scalar", "model_executor/models/speaker_embedding/torch_backend.py", "(_prepare)")
     ]
 
 

@@ -39,12 +39,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
+from vllm_omni_token2wav.model_executor.models.cosyvoice3.backend import CosyVoice3Backend
 from vllm_omni_token2wav.model_executor.models.cosyvoice3.cosyvoice3_token2wav import CosyVoice3Token2Wav
 from vllm_omni_token2wav.model_executor.models.cosyvoice3.flow import FinalChunk
 from vllm_omni_token2wav.model_executor.models.cosyvoice3.prompt import read_prompt_tokens, voice_tokens_path
+from vllm_omni_token2wav.model_executor.models.cosyvoice3.voice import ReferenceVoice
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.backend import Token2WavBackend
-from vllm_omni_token2wav.model_executor.models.token2wav_stage.cosyvoice3_backend import CosyVoice3Backend
-from vllm_omni_token2wav.model_executor.models.token2wav_stage.cosyvoice3_voice import ReferenceVoice
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.families import (
     COSYVOICE3,
     FamilySpec,

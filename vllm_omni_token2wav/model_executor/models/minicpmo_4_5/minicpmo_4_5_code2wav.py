@@ -27,16 +27,16 @@ import torch
 
 from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow import ConformerTrim, Lookahead
 from vllm_omni_token2wav.model_executor.models.minicpmo_4_5.variants import MiniCPMOVariant
-from vllm_omni_token2wav.model_executor.models.step_audio2.prompt_features import PromptFeatures
-from vllm_omni_token2wav.model_executor.models.step_audio2.step_audio2_token2wav import PromptWav
-from vllm_omni_token2wav.model_executor.models.step_audio2.stream_vocoder import VocoderKind
-from vllm_omni_token2wav.model_executor.models.step_audio2.token2wav_stream import (
+from vllm_omni_token2wav.model_executor.models.token2wav_core.core import PromptWav
+from vllm_omni_token2wav.model_executor.models.token2wav_core.prompt_features import PromptFeatures
+from vllm_omni_token2wav.model_executor.models.token2wav_core.stream import (
     CHUNK_TOKENS,
     PRE_LOOKAHEAD_TOKENS,
     Token2WavStream,
     stream_chunks,
 )
-from vllm_omni_token2wav.model_executor.models.step_audio2.token2wav_synthesis import SpeechTokens
+from vllm_omni_token2wav.model_executor.models.token2wav_core.stream_vocoder import VocoderKind
+from vllm_omni_token2wav.model_executor.models.token2wav_core.synthesis import SpeechTokens
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.families import MINICPMO_4_5, FamilySpec
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.options import StageOptions
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.stage_model import Token2WavStageModel

@@ -25,16 +25,16 @@ import torch
 
 from vllm_omni_token2wav.logger import init_logger
 from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow import ConformerTrim, Lookahead
-from vllm_omni_token2wav.model_executor.models.cosyvoice3.speaker_embedding import SpeakerEmbeddingBackend
 from vllm_omni_token2wav.model_executor.models.minicpmo_4_5.variants import MiniCPMOVariant
-from vllm_omni_token2wav.model_executor.models.step_audio2.prompt_features import PromptFeatures
+from vllm_omni_token2wav.model_executor.models.speaker_embedding.backend import SpeakerEmbeddingBackend
 from vllm_omni_token2wav.model_executor.models.step_audio2.step_audio2_token2wav import (
     DEFAULT_PROMPT_CACHE_SIZE,
     PromptWav,
     StepAudio2Token2WavCore,
 )
-from vllm_omni_token2wav.model_executor.models.step_audio2.token2wav_stream import Token2WavStream
-from vllm_omni_token2wav.model_executor.models.step_audio2.token2wav_synthesis import SpeechTokens
+from vllm_omni_token2wav.model_executor.models.token2wav_core.prompt_features import PromptFeatures
+from vllm_omni_token2wav.model_executor.models.token2wav_core.stream import Token2WavStream
+from vllm_omni_token2wav.model_executor.models.token2wav_core.synthesis import SpeechTokens
 from vllm_omni_token2wav.platforms import DeviceSpec, normalize_device
 
 logger = init_logger(__name__)

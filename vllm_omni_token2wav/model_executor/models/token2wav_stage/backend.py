@@ -10,7 +10,7 @@ voices and caches as opaque, immutable values it stores and hands back.
 Every Token2Wav family is flow (tokens -> mel) then vocoder (mel -> audio), so a chunk is two
 launches, planned separately because their batching constraints differ (the flow is ragged over
 rows of any length; a vocoder launch needs equal mel lengths). The CosyVoice3 DiT flow with its
-causal HiFT (`cosyvoice3_backend.py`) implements the same methods:
+causal HiFT (`cosyvoice3/backend.py`) implements the same methods:
 
 | method                              | contract                                                       |
 |-------------------------------------|----------------------------------------------------------------|

@@ -113,7 +113,7 @@ STEP_AUDIO2 = FamilySpec(
 
 
 def _cosyvoice3_voice(info: Mapping[str, Any]) -> VoiceRequest | None:
-    from vllm_omni_token2wav.model_executor.models.token2wav_stage.cosyvoice3_voice import read_voice
+    from vllm_omni_token2wav.model_executor.models.cosyvoice3.voice import read_voice
 
     return read_voice(info)
 

@@ -47,17 +47,17 @@ from vllm_omni_token2wav.logger import init_logger
 from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow import ConformerTrim, Lookahead
 from vllm_omni_token2wav.model_executor.models.output_templates import omni_output_class
 from vllm_omni_token2wav.model_executor.models.step_audio2.step_audio2_token2wav import StepAudio2Token2WavCore
-from vllm_omni_token2wav.model_executor.models.step_audio2.stream_vocoder import VocoderKind
+from vllm_omni_token2wav.model_executor.models.token2wav_core.stage_backend import (
+    CosyVoice2Backend,
+    GraphSettings,
+)
+from vllm_omni_token2wav.model_executor.models.token2wav_core.stream_vocoder import VocoderKind
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.backend import Token2WavBackend
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.contract import (
     SegmentKind,
     SegmentResult,
     build_output,
     parse_step,
-)
-from vllm_omni_token2wav.model_executor.models.token2wav_stage.cosyvoice2_backend import (
-    CosyVoice2Backend,
-    GraphSettings,
 )
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.engine import EngineConfig, Token2WavEngine
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.families import (
