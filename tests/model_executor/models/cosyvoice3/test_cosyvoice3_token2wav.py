@@ -235,7 +235,7 @@ def test_a_hift_section_that_does_not_describe_hift_pt_is_an_error(cv3_dir: Path
     text = (cv3_dir / "cosyvoice3.yaml").read_text().replace("nsf_voiced_threshold: 10", "nsf_voiced_threshold: 5")
     (tmp_path / "cosyvoice3.yaml").write_text(text)
     with pytest.raises(ValueError, match=r"nsf_voiced_threshold: yaml 5.0, hift.pt / in-tree 10.0"):
-        CosyVoice3Token2Wav(tmp_path, device="cpu")._ensure_models_loaded()
+        CosyVoice3Token2Wav(tmp_path, device="cpu").load_models()
 
 
 # ---- the speaker path (the facade before synthesis existed): laziness and backends ------------------------
@@ -246,7 +246,7 @@ def test_device_switch_is_lazy_and_embeds_on_the_torch_path(cv3_dir: Path, monke
     counter = SessionCounter(monkeypatch)
     facade = CosyVoice3Token2Wav(cv3_dir, device="cpu")
     assert facade.enable_device_spk_embedding().startswith("torch-cpu")
-    facade._ensure_models_loaded()
+    facade.load_models()
     wav, rate = speech_sample()
     features = facade.prepare_prompt((wav[:rate], rate))
     assert features.speaker_embedding.shape == (1, 192) and features.backend.startswith("torch-cpu")

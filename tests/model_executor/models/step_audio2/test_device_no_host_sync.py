@@ -49,7 +49,7 @@ def core() -> StepAudio2Token2WavCore:
     """A core whose every model lives on the fake device, speaker embedding on the device path."""
     core = StepAudio2Token2WavCore(ensure_standin_token2wav_dir(reduced=True), device=META, prompt_cache_size=0)
     core.enable_device_spk_embedding()
-    core._ensure_models_loaded()
+    core.load_models()
     assert core.spk_model.name.startswith("torch-meta") and core.speech_tokenizer.name == "torch"
     return core
 
@@ -84,7 +84,7 @@ def test_a_whole_reply_never_waits_for_the_device(core: StepAudio2Token2WavCore,
     """The stage's whole-reply path (MiniCPM-o's one-chunk stream): ids checked on the host, flow, HiFT."""
     features = _prompt(core, audio)
     with HostSyncCounter() as syncs:
-        ids = core._tokens([11] * 30, "token2wav")  # host list: range-checked, then a non-blocking copy
+        ids = core.speech_token_ids([11] * 30, "token2wav")  # host list: range-checked, then a non-blocking copy
         speech = synthesize_utterance(core.flow, core.hift, features, ids, n_timesteps=2, generator=None)
     assert syncs.sites == [], syncs.report()
     assert syncs.ops > 500

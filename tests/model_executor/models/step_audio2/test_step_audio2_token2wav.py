@@ -122,7 +122,7 @@ def test_enable_device_path_builds_no_ort_session_and_loads_no_models(
 ) -> None:
     counter = SessionCounter(monkeypatch)
     loads: list[int] = []
-    monkeypatch.setattr(StepAudio2Token2WavCore, "_ensure_models_loaded", lambda self: loads.append(1))
+    monkeypatch.setattr(StepAudio2Token2WavCore, "load_models", lambda self: loads.append(1))
     core = StepAudio2Token2WavCore(token2wav_dir)
     assert core.enable_device_spk_embedding() == core.spk_backend
     assert core.spk_backend.startswith("torch-cpu")
@@ -130,23 +130,23 @@ def test_enable_device_path_builds_no_ort_session_and_loads_no_models(
     assert counter.count == 0 and loads == []
 
 
-def test_ensure_models_loaded_keeps_an_installed_backend(token2wav_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def testload_models_keeps_an_installed_backend(token2wav_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     counter = SessionCounter(monkeypatch)
     core = StepAudio2Token2WavCore(token2wav_dir)
     backend = ConstantBackend()
     core.install_spk_backend(backend)
-    core._ensure_models_loaded()
-    core._ensure_models_loaded()
+    core.load_models()
+    core.load_models()
     assert core.spk_model is backend and core.spk_backend == "constant-cpu"
     assert counter.count == 0
 
 
-def test_ensure_models_loaded_installs_the_fallback_without_building_it(
+def testload_models_installs_the_fallback_without_building_it(
     token2wav_dir: Path, monkeypatch: pytest.MonkeyPatch, short_speech: tuple[np.ndarray, int]
 ) -> None:
     counter = SessionCounter(monkeypatch)
     core = StepAudio2Token2WavCore(token2wav_dir)
-    core._ensure_models_loaded()
+    core.load_models()
     assert core.spk_backend == "onnxruntime-cpu" and counter.count == 0
     core.prepare_prompt(short_speech)
     assert counter.count == 1
@@ -158,7 +158,7 @@ def test_device_path_never_builds_the_ort_session(
     counter = SessionCounter(monkeypatch)
     core = StepAudio2Token2WavCore(token2wav_dir)
     core.enable_device_spk_embedding()
-    core._ensure_models_loaded()
+    core.load_models()
     features = core.prepare_prompt(short_speech)
     core.speaker_embedding((short_speech[0][:8000], short_speech[1]))
     assert features.backend.startswith("torch-cpu")
@@ -470,7 +470,7 @@ def test_missing_speaker_model_is_named_with_the_directory_listing(tmp_path: Pat
     (tmp_path / "flow.pt").write_bytes(b"")
     core = StepAudio2Token2WavCore(tmp_path)
     with pytest.raises(FileNotFoundError, match=r"campplus\.onnx is missing.*\['flow\.pt'\]"):
-        core._ensure_models_loaded()
+        core.load_models()
 
 
 @pytest.mark.parametrize(

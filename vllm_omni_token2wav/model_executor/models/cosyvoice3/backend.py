@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import torch
 
 from vllm_omni_token2wav.model_executor.models.cosyvoice3.cosyvoice3_token2wav import CosyVoice3Token2Wav
-from vllm_omni_token2wav.model_executor.models.cosyvoice3.flow import plan_chunk
+from vllm_omni_token2wav.model_executor.models.cosyvoice3.flow import FlowStreamState, plan_chunk
 from vllm_omni_token2wav.model_executor.models.cosyvoice3.flow.noise import check_noise
 from vllm_omni_token2wav.model_executor.models.cosyvoice3.hift.batched import push_key
 from vllm_omni_token2wav.model_executor.models.cosyvoice3.prompt import CosyVoice3Prompt, token_ids
@@ -48,6 +48,9 @@ from vllm_omni_token2wav.model_executor.models.cosyvoice3.synthesis import (
 )
 from vllm_omni_token2wav.model_executor.models.cosyvoice3.voice import ReferenceVoice
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.backend import ChunkShape, ChunkWork, StreamBytes
+
+#: What `run_flow` gives per row and `run_vocoder` takes back: the new mel `(1, 80, F)` and the next flow state.
+FlowRowOut = tuple[torch.Tensor, FlowStreamState]
 
 
 @dataclass(frozen=True)
@@ -80,7 +83,7 @@ class CosyVoice3Backend:
         return self.core.device
 
     def ensure_loaded(self) -> None:
-        self.core._ensure_models_loaded()
+        self.core.load_models()
 
     # ---- voices and streams -------------------------------------------------------------------
 
@@ -94,8 +97,7 @@ class CosyVoice3Backend:
             f"got {type(source).__name__}"
         )
 
-    def open_stream(self, voice: object, seed: int) -> StreamCaches:
-        assert isinstance(voice, CosyVoice3Voice)
+    def open_stream(self, voice: CosyVoice3Voice, seed: int) -> StreamCaches:
         core = self.core
         return open_stream(
             core.flow,
@@ -119,8 +121,7 @@ class CosyVoice3Backend:
             )
         return ids[:, overlap:]
 
-    def shape(self, caches: object, tokens: Sequence[int], last: bool) -> ChunkShape:
-        assert isinstance(caches, StreamCaches)
+    def shape(self, caches: StreamCaches, tokens: Sequence[int], last: bool) -> ChunkShape:
         flow = self.core.flow
         state = caches.flow
         new = self.new_tokens(caches, tokens).shape[1]
@@ -150,37 +151,28 @@ class CosyVoice3Backend:
 
     # ---- launches -----------------------------------------------------------------------------
 
-    def _rows(self, works: Sequence[ChunkWork]) -> list[StreamRow]:
-        rows = []
-        for work in works:
-            assert isinstance(work.caches, StreamCaches)
-            rows.append(StreamRow(work.caches, self.new_tokens(work.caches, work.tokens), work.last))
-        return rows
+    def _rows(self, works: Sequence[ChunkWork[StreamCaches]]) -> list[StreamRow]:
+        return [StreamRow(work.caches, self.new_tokens(work.caches, work.tokens), work.last) for work in works]
 
-    def run_flow(self, works: Sequence[ChunkWork], pad_frames: int) -> list[object]:
+    def run_flow(self, works: Sequence[ChunkWork[StreamCaches]], pad_frames: int) -> list[FlowRowOut]:
         return list(flow_rows(self.core.flow, self._rows(works), pad_frames=pad_frames))
 
     def run_vocoder(
-        self, works: Sequence[ChunkWork], products: Sequence[object], pad_rows: int
+        self, works: Sequence[ChunkWork[StreamCaches]], products: Sequence[FlowRowOut], pad_rows: int
     ) -> list[tuple[torch.Tensor, StreamCaches]]:
-        flows = []
-        for product in products:
-            if not (isinstance(product, tuple) and len(product) == 2):
-                raise TypeError(f"run_vocoder: expected the (mel, flow state) pairs of run_flow, got {product!r:.60}")
-            flows.append(product)
-        return vocoder_rows(self.core.streamer, self._rows(works), flows, batch=self.batch_vocoder, pad_rows=pad_rows)
+        return vocoder_rows(
+            self.core.streamer, self._rows(works), products, batch=self.batch_vocoder, pad_rows=pad_rows
+        )
 
-    def flush(self, caches: object) -> torch.Tensor:
+    def flush(self, caches: StreamCaches) -> torch.Tensor:
         """A 0-token last chunk: the mel of the pending lookahead tokens and every sample held back so far."""
-        assert isinstance(caches, StreamCaches)
         if caches.received == 0:  # nothing was generated: nothing to say
             return torch.empty(0, dtype=torch.float32, device=self.device)
         row = StreamRow(caches, torch.empty(1, 0, dtype=torch.long), True)
         ((audio, _),) = stream_rows(self.core.flow, self.core.streamer, [row])
         return audio
 
-    def whole(self, voice: object, tokens: Sequence[int], seed: int) -> torch.Tensor:
-        assert isinstance(voice, CosyVoice3Voice)
+    def whole(self, voice: CosyVoice3Voice, tokens: Sequence[int], seed: int) -> torch.Tensor:
         core = self.core
         ids = token_ids(list(tokens), "tokens")
         audio = synthesize_whole(
@@ -190,9 +182,8 @@ class CosyVoice3Backend:
 
     # ---- memory -----------------------------------------------------------------------------------
 
-    def stream_bytes(self, caches: object, voice: object) -> StreamBytes:
+    def stream_bytes(self, caches: StreamCaches, voice: CosyVoice3Voice) -> StreamBytes:
         """The stream's own caches (the flow's K/V arena dominates) vs. its voice's prompt (shared)."""
-        assert isinstance(caches, StreamCaches) and isinstance(voice, CosyVoice3Voice)
         return StreamBytes(own=caches.nbytes, shared=voice.prompt.nbytes)
 
 

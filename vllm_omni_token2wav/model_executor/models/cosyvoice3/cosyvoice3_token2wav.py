@@ -181,20 +181,20 @@ class CosyVoice3Token2Wav(Token2WavCore):
 
     @property
     def flow(self) -> CausalMaskedDiffWithDiT:  # type: ignore[override]
-        self._ensure_models_loaded()
+        self.load_models()
         assert self._cv3_flow is not None
         return self._cv3_flow
 
     @property
     def hift(self) -> CausalHiFTGenerator:  # type: ignore[override]
-        self._ensure_models_loaded()
+        self.load_models()
         assert self._cv3_hift is not None
         return self._cv3_hift
 
     @property
     def streamer(self) -> CausalHiFTStreamer:
         """The causal HiFT's streamer (`COSYVOICE3_STREAM`), shared by every stream of this facade."""
-        self._ensure_models_loaded()
+        self.load_models()
         assert self._streamer is not None
         return self._streamer
 

@@ -37,8 +37,7 @@ from vllm_omni_token2wav.model_executor.models.cosyvoice3.prompt import (
     prompt_from_conditioning,
     token_ids,
 )
-from vllm_omni_token2wav.model_executor.models.token2wav_stage.contract import request_voice
-from vllm_omni_token2wav.model_executor.models.token2wav_stage.voice import VoiceRequest
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.voice import VoiceRequest, request_voice
 
 
 @dataclass(frozen=True)

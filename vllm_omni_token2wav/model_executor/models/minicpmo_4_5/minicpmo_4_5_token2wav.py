@@ -115,7 +115,7 @@ class MiniCPMO45Token2wav:
 
     def load(self) -> None:
         """Load every model now (speech tokenizer, flow, HiFT; speaker fallback if none installed)."""
-        self.core._ensure_models_loaded()
+        self.core.load_models()
 
     def __call__(self, tokens: SpeechTokens, prompt_wav: PromptWav, *, seed: int | None = None) -> torch.Tensor:
         """Whole-utterance waveform `[1, 480 * 2 * len(tokens)]` (see `StepAudio2Token2WavCore.__call__`).

@@ -18,9 +18,9 @@ glue install the speaker-embedding backend before anything is built:
 | `spk_model` (first access)           | the installed backend, or the ORT fallback object (no session yet) |
 | first embedding on the ORT fallback  | the onnxruntime CPU session, built once                            |
 | `check_assets()`                     | every asset file of the family is known to exist; nothing loaded   |
-| `_ensure_models_loaded()`            | speaker fallback installed if none (never replaces one); speech    |
+| `load_models()`                      | speaker fallback installed if none (never replaces one); speech    |
 |                                      | tokenizer, flow and HiFT loaded (fp32 by explicit dtype)           |
-| `speech_tokenizer` / `flow` / `hift` | `_ensure_models_loaded()` first                                    |
+| `speech_tokenizer` / `flow` / `hift` | `load_models()` first                                              |
 | `reload_spk_embedding()`             | campplus.onnx read again: the backend rebuilt the way it was made, |
 |                                      | prompt-feature and stream set-up caches emptied                    |
 
@@ -394,7 +394,12 @@ class Token2WavCore:
                 ) from None
             raise
 
-    def _ensure_models_loaded(self) -> None:
+    @property
+    def models_loaded(self) -> bool:
+        """Whether `load_models()` has run (the stage builds the models late when the runner skipped it)."""
+        return self._models_loaded
+
+    def load_models(self) -> None:
         """Idempotently load everything synthesis needs: speaker backend, speech tokenizer, flow, HiFT.
 
         Installs the lazy ORT fallback if no speaker backend is installed (an installed backend is
@@ -476,7 +481,7 @@ class Token2WavCore:
                 f"{type(self).__name__}.{what}: synthesis for this model family is not in-tree "
                 "(only the prompt path is); use StepAudio2Token2WavCore for Step-Audio2 / MiniCPM-o assets"
             )
-        self._ensure_models_loaded()
+        self.load_models()
 
     @property
     def speech_tokenizer(self) -> SpeechTokenizerBackend:
@@ -614,7 +619,8 @@ class Token2WavCore:
 
     # ---- synthesis -----------------------------------------------------------------------------
 
-    def _tokens(self, tokens: SpeechTokens, what: str) -> torch.Tensor:
+    def speech_token_ids(self, tokens: SpeechTokens, what: str) -> torch.Tensor:
+        """`tokens` as a device `(1, n)` long tensor, range-checked against the vocabulary (`what`: the caller)."""
         return speech_token_tensor(tokens, SPEECH_VOCAB_SIZE, self.device, what=what)
 
     def _generator(self, seed: int | None) -> torch.Generator:
@@ -627,7 +633,7 @@ class Token2WavCore:
         the facade's NSF-noise seed for this call.
         """
         self._require_synthesis("__call__")
-        ids = self._tokens(tokens, "token2wav")
+        ids = self.speech_token_ids(tokens, "token2wav")
         features = self.prepare_prompt(prompt_wav, with_tokens=True)
         return synthesize_utterance(
             self.flow, self.hift, features, ids, n_timesteps=self.n_timesteps, generator=self._generator(seed)
@@ -738,7 +744,7 @@ class Token2WavCore:
                 state.samples_emitted += speech.shape[-1]
                 state.finished = True
             return speech if return_waveform else waveform_to_pcm16(speech)
-        ids = self._tokens(tokens, "stream")
+        ids = self.speech_token_ids(tokens, "stream")
         emitted = ids.shape[1] if last_chunk else ids.shape[1] - PRE_LOOKAHEAD_TOKENS
         min_tokens = max(2, -(-vocoder.min_chunk_frames // TOKEN_MEL_RATIO))  # the flow's encoder needs 2
         if emitted < (1 if last_chunk else min_tokens):

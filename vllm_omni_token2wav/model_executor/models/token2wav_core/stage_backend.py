@@ -91,7 +91,7 @@ class CosyVoice2Backend:
         return self.core.device
 
     def ensure_loaded(self) -> None:
-        self.core._ensure_models_loaded()
+        self.core.load_models()
         settings = self.graph_settings
         if settings is not None and self.graphs is None:
             self.graphs = StageGraphs(
@@ -115,12 +115,10 @@ class CosyVoice2Backend:
         features = self.core.prepare_prompt((wav_24k, VOICE_SAMPLE_RATE), with_tokens=True)
         return CosyVoice2Voice(key=key, features=features, setup=self.core.stream_setup(features))
 
-    def open_stream(self, voice: object, seed: int) -> StreamCaches:
-        assert isinstance(voice, CosyVoice2Voice)
+    def open_stream(self, voice: CosyVoice2Voice, seed: int) -> StreamCaches:
         return open_stream(self.core.flow, voice.setup, voice.features, seed, self.core.stream_vocoder)
 
-    def shape(self, caches: object, tokens: Sequence[int], last: bool) -> ChunkShape:
-        assert isinstance(caches, StreamCaches)
+    def shape(self, caches: StreamCaches, tokens: Sequence[int], last: bool) -> ChunkShape:
         flow, vocoder = self.core.flow, self.core.stream_vocoder
         lookahead = flow.pre_lookahead_len
         emitted = emitted_tokens(len(tokens), last, lookahead)
@@ -143,11 +141,10 @@ class CosyVoice2Backend:
 
     # ---- launches -----------------------------------------------------------------------------
 
-    def run_flow(self, works: Sequence[ChunkWork], pad_frames: int) -> list[FlowChunkOut]:
+    def run_flow(self, works: Sequence[ChunkWork[StreamCaches]], pad_frames: int) -> list[FlowChunkOut]:
         device = self.device
         rows = []
         for work in works:
-            assert isinstance(work.caches, StreamCaches)
             tokens = torch.tensor(work.tokens, dtype=torch.long).to(device, non_blocking=True)
             rows.append(FlowChunkRow(tokens, work.caches.flow, work.last))
         # Inactive graphs (CPU, switched off): the plain kernels, without the fixed-shape padding.
@@ -155,11 +152,10 @@ class CosyVoice2Backend:
         return flow_chunks(self.core.flow, rows, pad_frames=pad_frames, graphs=graphs)
 
     def run_vocoder(
-        self, works: Sequence[ChunkWork], products: Sequence[object], pad_rows: int
+        self, works: Sequence[ChunkWork[StreamCaches]], products: Sequence[FlowChunkOut], pad_rows: int
     ) -> list[tuple[torch.Tensor, StreamCaches]]:
         chunks = []
         for work, product in zip(works, products, strict=True):
-            assert isinstance(work.caches, StreamCaches) and isinstance(product, FlowChunkOut)
             chunks.append(VocoderChunk(product.mel, work.caches.vocoder, work.last))
         graphed = self.graphs.hift if self.graphs_active and self.graphs is not None else None
         outs = self.core.stream_vocoder.vocode(chunks, pad_rows=pad_rows, graphed=graphed)
@@ -168,16 +164,14 @@ class CosyVoice2Backend:
             for (speech, state), product in zip(outs, products, strict=True)
         ]
 
-    def flush(self, caches: object) -> torch.Tensor:
+    def flush(self, caches: StreamCaches) -> torch.Tensor:
         """A 0-token last chunk: what the stream still holds back (the cross-fade tail, or the causal
         vocoder's last frames)."""
-        assert isinstance(caches, StreamCaches)
         return self.core.stream_vocoder.flush(caches.vocoder).reshape(-1)
 
-    def whole(self, voice: object, tokens: Sequence[int], seed: int) -> torch.Tensor:
-        assert isinstance(voice, CosyVoice2Voice)
+    def whole(self, voice: CosyVoice2Voice, tokens: Sequence[int], seed: int) -> torch.Tensor:
         core = self.core
-        ids = core._tokens(list(tokens), "token2wav")
+        ids = core.speech_token_ids(list(tokens), "token2wav")
         generator = torch.Generator(device=core.device).manual_seed(int(seed))
         audio = synthesize_utterance(
             core.flow, core.hift, voice.features, ids, n_timesteps=core.n_timesteps, generator=generator
@@ -186,9 +180,8 @@ class CosyVoice2Backend:
 
     # ---- memory -----------------------------------------------------------------------------------
 
-    def stream_bytes(self, caches: object, voice: object) -> StreamBytes:
+    def stream_bytes(self, caches: StreamCaches, voice: CosyVoice2Voice) -> StreamBytes:
         """Bytes of storages only this stream references vs. those of its voice's shared post-prompt state."""
-        assert isinstance(caches, StreamCaches) and isinstance(voice, CosyVoice2Voice)
         shared_storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in voice.setup.tensors()}
         own, shared = 0, 0
         seen: set[int] = set()

@@ -16,7 +16,8 @@ interleaving, so every call gets audio computed from another call's state: silen
 (naming the fix: one stream per concurrent caller, passed as `state=`) when a chunk of the stream
 is already running. A stream may still move between threads between chunks (a worker pool).
 
-The streaming geometry is the reference's (Step-Audio2 `token2wav.py`, MiniCPM-o code2wav):
+The streaming geometry is the reference's (Step-Audio2 `token2wav.py`, MiniCPM-o code2wav; the vocoder's
+part and the cross-fade live beside HiFT, `cosyvoice2/hift/crossfade.py`, the lookahead beside the flow):
 
 | constant                 | value | meaning                                                             |
 |--------------------------|-------|---------------------------------------------------------------------|
@@ -44,6 +45,15 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow.streaming import PRE_LOOKAHEAD_TOKENS
+from vllm_omni_token2wav.model_executor.models.cosyvoice2.hift.crossfade import (
+    MEL_CACHE_FRAMES,
+    SAMPLES_PER_FRAME,
+    SOURCE_CACHE_SAMPLES,
+    crossfade,
+    crossfade_rows,
+    crossfade_window,
+)
 from vllm_omni_token2wav.model_executor.models.token2wav_core.prompt_features import PromptFeatures
 
 if TYPE_CHECKING:
@@ -51,41 +61,7 @@ if TYPE_CHECKING:
     from vllm_omni_token2wav.model_executor.models.token2wav_core.synthesis import StreamCaches
 
 CHUNK_TOKENS = 25
-PRE_LOOKAHEAD_TOKENS = 3
-MEL_CACHE_FRAMES = 8
-SAMPLES_PER_FRAME = 480
-SOURCE_CACHE_SAMPLES = MEL_CACHE_FRAMES * SAMPLES_PER_FRAME
 OUTPUT_SAMPLE_RATE = 24_000
-
-
-def crossfade_window(device: torch.device | str = "cpu") -> torch.Tensor:
-    """The reference's float64 symmetric Hamming window of `2 * SOURCE_CACHE_SAMPLES` points."""
-    return torch.from_numpy(np.hamming(2 * SOURCE_CACHE_SAMPLES)).to(device)
-
-
-def crossfade(head: torch.Tensor, tail: torch.Tensor, window: torch.Tensor) -> torch.Tensor:
-    """`head` [1, N] with its first `len(window) / 2` samples blended into `tail` [1, >= that] (new tensor).
-
-    Computed in the window's float64 and cast back, as the reference blends float32 audio with a
-    float64 window.
-    """
-    return crossfade_rows(head, tail, window)
-
-
-def crossfade_rows(head: torch.Tensor, tail: torch.Tensor, window: torch.Tensor) -> torch.Tensor:
-    """`crossfade` for a batch: row i of `head` [B, N] blended with row i of `tail` [B, >= overlap]."""
-    overlap = window.shape[0] // 2
-    if head.shape[-1] < overlap or tail.shape[-1] < overlap:
-        raise ValueError(
-            f"cross-fade needs {overlap} samples on both sides, got {head.shape[-1]} new and {tail.shape[-1]} cached"
-        )
-    if head.shape[0] != tail.shape[0]:
-        raise ValueError(f"cross-fade: {head.shape[0]} rows of new audio but {tail.shape[0]} cached tails")
-    out = head.clone()
-    w = window.to(head.device)
-    blended = head[..., :overlap].double() * w[:overlap] + tail[..., -overlap:].double() * w[overlap:]
-    out[..., :overlap] = blended.to(head.dtype)
-    return out
 
 
 class StreamInUseError(RuntimeError):

@@ -28,12 +28,12 @@ from dataclasses import dataclass
 import torch
 
 from vllm_omni_token2wav.model_executor.models.cosyvoice2.hift import HiFTGenerator
-from vllm_omni_token2wav.model_executor.models.cosyvoice2.hift.graphed import GraphedHiFT
-from vllm_omni_token2wav.model_executor.models.token2wav_core.stream import (
+from vllm_omni_token2wav.model_executor.models.cosyvoice2.hift.crossfade import (
     MEL_CACHE_FRAMES,
     SOURCE_CACHE_SAMPLES,
     crossfade_rows,
 )
+from vllm_omni_token2wav.model_executor.models.cosyvoice2.hift.graphed import GraphedHiFT
 
 
 @dataclass(frozen=True)
