@@ -78,7 +78,7 @@ def select_speaker_embedding_backend(
     if request == "fallback":
         return _ort_backend(onnx_path, device, ort_intra_op_threads)
 
-    from vllm_omni_token2wav.model_executor.models.speaker_embedding import trt as speaker_embedding_trt
+    from vllm_omni_token2wav.model_executor.models.speaker_embedding import trt
 
     if request == "tensorrt":
         if device.type != "cuda":
@@ -86,16 +86,16 @@ def select_speaker_embedding_backend(
                 f"TensorRT speaker embedding needs a CUDA device, but the facade runs on {device}; "
                 "use enable_device_spk_embedding() for the device path of this platform"
             )
-        reason = speaker_embedding_trt.tensorrt_unavailable_reason()
+        reason = trt.tensorrt_unavailable_reason()
         if reason is not None:
             raise RuntimeError(f"TensorRT speaker embedding requested but {reason}")
-        return speaker_embedding_trt.TrtSpeakerEmbedding(onnx_path, device)
+        return trt.TrtSpeakerEmbedding(onnx_path, device)
 
     # request == "device"
     if device.type == "cuda":
-        reason = speaker_embedding_trt.tensorrt_unavailable_reason()
+        reason = trt.tensorrt_unavailable_reason()
         if reason is None:
-            return speaker_embedding_trt.TrtSpeakerEmbedding(onnx_path, device)
+            return trt.TrtSpeakerEmbedding(onnx_path, device)
         logger.info_once("speaker embedding: %s; using the torch CAM++ on %s", reason, device)
         return _torch_backend(onnx_path, device, seg_pool_mode)
     if device.type == "cpu" and CPU_DEVICE_PATH_BACKEND == "onnxruntime":
@@ -104,14 +104,14 @@ def select_speaker_embedding_backend(
 
 
 def _ort_backend(onnx_path: Path, device: torch.device, threads: int) -> SpeakerEmbeddingBackend:
-    from vllm_omni_token2wav.model_executor.models.speaker_embedding import ort as speaker_embedding_ort
+    from vllm_omni_token2wav.model_executor.models.speaker_embedding import ort
 
-    return speaker_embedding_ort.OrtSpeakerEmbedding(onnx_path, device, intra_op_num_threads=threads)
+    return ort.OrtSpeakerEmbedding(onnx_path, device, intra_op_num_threads=threads)
 
 
 def _torch_backend(onnx_path: Path, device: torch.device, seg_pool_mode: str) -> SpeakerEmbeddingBackend:
     # Looked up through the module at call time so tests can observe (patch) the loader.
-    from vllm_omni_token2wav.model_executor.models.speaker_embedding import torch_backend as speaker_embedding_torch
+    from vllm_omni_token2wav.model_executor.models.speaker_embedding import torch_backend
 
     check_speaker_model_path(onnx_path)
-    return speaker_embedding_torch.get_campplus_torch(onnx_path, device, seg_pool_mode=seg_pool_mode)
+    return torch_backend.get_campplus_torch(onnx_path, device, seg_pool_mode=seg_pool_mode)

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass
 from typing import Protocol
 
 import torch
@@ -31,7 +30,7 @@ import torch
 from vllm_omni_token2wav.model_executor.models.cosyvoice2.hift import HiFTGenerator
 from vllm_omni_token2wav.model_executor.models.cosyvoice2.hift.batched import (
     NoiseState,
-    VocoderRow,
+    VocoderChunk,
     VocoderState,
     vocode_chunks,
 )
@@ -45,15 +44,6 @@ class VocoderKind(str, enum.Enum):
 
     HIFT = "hift"
     CAUSAL_HIFT = "causal_hift"
-
-
-@dataclass(frozen=True)
-class VocoderChunk:
-    """One stream's chunk for the vocoder: its new mel `[1, 80, m]`, its vocoder state, whether it is the last."""
-
-    mel: torch.Tensor
-    state: object
-    last: bool
 
 
 class StreamVocoder(Protocol):
@@ -111,13 +101,9 @@ class CrossfadeHiFTVocoder:
         return state.launch_key(frames) if equal_shapes else self.name
 
     def vocode(
-        self, chunks: Sequence[VocoderChunk], pad_rows: int = 0, graphed: GraphedHiFT | None = None
+        self, chunks: Sequence[VocoderChunk[VocoderState]], pad_rows: int = 0, graphed: GraphedHiFT | None = None
     ) -> list[tuple[torch.Tensor, object]]:
-        rows = []
-        for chunk in chunks:
-            assert isinstance(chunk.state, VocoderState)
-            rows.append(VocoderRow(chunk.mel, chunk.state, chunk.last))
-        outs = vocode_chunks(self.hift, rows, self.window, pad_rows=pad_rows, graphed=graphed)
+        outs = vocode_chunks(self.hift, chunks, self.window, pad_rows=pad_rows, graphed=graphed)
         return [(out.speech, out.state) for out in outs]
 
     def flush(self, state: object) -> torch.Tensor:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 import torch
 
@@ -82,11 +83,25 @@ class VocoderState:
         return [t for t in (self.mel, self.source, self.speech, self.noise.state) if t is not None]
 
 
+#: A vocoder's per-stream state type (`VocoderState` here; the causal HiFT's stream state elsewhere).
+StateT = TypeVar("StateT")
+
+
 @dataclass(frozen=True)
-class VocoderRow:
-    mel: torch.Tensor  # [1, 80, m] the chunk's mel (flow dtype; vocoded in float32)
-    state: VocoderState
+class VocoderChunk(Generic[StateT]):
+    """One stream's chunk for a vocoder: its new mel `[1, 80, m]` (flow dtype), its state, whether it is the last.
+
+    The one record of the flow -> vocoder hop: the stage backend and the facade build it, every
+    `StreamVocoder` takes it, and this module's kernel runs it as a row (`VocoderRow`) unchanged.
+    """
+
+    mel: torch.Tensor
+    state: StateT
     last: bool
+
+
+#: A row of `vocode_chunks`: a chunk whose state is this HiFT's `VocoderState`.
+VocoderRow = VocoderChunk[VocoderState]
 
 
 @dataclass(frozen=True)
@@ -156,4 +171,4 @@ def _vocode_graphed(
     return speech, [source[i : i + 1] for i in range(len(rows))]
 
 
-__all__ = ["NoiseState", "VocodedChunk", "VocoderRow", "VocoderState", "vocode_chunks"]
+__all__ = ["NoiseState", "VocodedChunk", "VocoderChunk", "VocoderRow", "VocoderState", "vocode_chunks"]

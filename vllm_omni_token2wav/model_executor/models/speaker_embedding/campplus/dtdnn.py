@@ -9,7 +9,7 @@ stand-ins the tests export (the defaults are the upstream network).
 
 Seg-pool default: `"exact"`, because that is what upstream's PyTorch code computes, so a model
 built here from a PyTorch checkpoint behaves like upstream. The ONNX loader
-(`campplus/onnx_import.py`, used by `speaker_embedding/torch_backend.py`) defaults to `"legacy"`, the
+(`speaker_embedding/campplus/onnx_import.py`, used by `speaker_embedding/torch_backend.py`) defaults to `"legacy"`, the
 runtime the file's consumers were trained with; see `campplus.segpool`.
 """
 
