@@ -32,7 +32,7 @@ GAP_S = 0.1
 
 def section_flops(net: Any, frames: int) -> dict[str, float]:
     """Multiply-adds x 2 of each section of the folded CAM++ at `frames` input frames (batch 1)."""
-    from vllm_omni_token2wav.model_executor.models.campplus.inference import _Block
+    from vllm_omni_token2wav.model_executor.models.speaker_embedding.campplus.inference import _Block
 
     flops = {"head": 0.0}
     feat = net.feat_dim
@@ -71,9 +71,9 @@ def sections(net: Any, feats: Any) -> dict[str, Callable[[], Any]]:
     """Callables that run one section each on inputs prepared by running the call once."""
     import torch
 
-    from vllm_omni_token2wav.model_executor.models.campplus.inference import _Block
-    from vllm_omni_token2wav.model_executor.models.campplus.masking import FrameInfo
-    from vllm_omni_token2wav.model_executor.models.campplus.pooling import statistics as stats_pool
+    from vllm_omni_token2wav.model_executor.models.speaker_embedding.campplus.inference import _Block
+    from vllm_omni_token2wav.model_executor.models.speaker_embedding.campplus.masking import FrameInfo
+    from vllm_omni_token2wav.model_executor.models.speaker_embedding.campplus.pooling import statistics as stats_pool
 
     batch, frames, _ = feats.shape
     info = FrameInfo.dense(batch, frames, net.seg_pool_mode, feats.device, feats.dtype, net.acc_dtype)
@@ -145,9 +145,11 @@ def main() -> int:
     from torch.profiler import ProfilerActivity, profile
 
     from vllm_omni_token2wav.atomic_io import write_json_atomic
-    from vllm_omni_token2wav.model_executor.models.campplus.inference import CampplusInference
-    from vllm_omni_token2wav.model_executor.models.campplus.standin import ensure_standin_campplus_onnx
-    from vllm_omni_token2wav.model_executor.models.cosyvoice3.speaker_embedding_torch import load_campplus_from_onnx
+    from vllm_omni_token2wav.model_executor.models.speaker_embedding.campplus.inference import CampplusInference
+    from vllm_omni_token2wav.model_executor.models.speaker_embedding.campplus.standin import (
+        ensure_standin_campplus_onnx,
+    )
+    from vllm_omni_token2wav.model_executor.models.speaker_embedding.torch_backend import load_campplus_from_onnx
     from vllm_omni_token2wav.platforms.cpu.threads import intra_op_threads
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

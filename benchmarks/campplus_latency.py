@@ -30,8 +30,10 @@ def main() -> int:
     import torch
 
     from vllm_omni_token2wav import platforms
-    from vllm_omni_token2wav.model_executor.models.campplus.standin import ensure_standin_campplus_onnx
-    from vllm_omni_token2wav.model_executor.models.cosyvoice3 import speaker_embedding_torch as set_
+    from vllm_omni_token2wav.model_executor.models.speaker_embedding import torch_backend as set_
+    from vllm_omni_token2wav.model_executor.models.speaker_embedding.campplus.standin import (
+        ensure_standin_campplus_onnx,
+    )
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--onnx", type=Path, default=None, help="campplus.onnx (default: full-size stand-in)")

@@ -59,7 +59,9 @@ def _prompt_of(seconds: float, speech: np.ndarray, rate: int) -> tuple[np.ndarra
 
 
 def _standin_dir() -> Path:
-    from vllm_omni_token2wav.model_executor.models.campplus.standin import ensure_standin_campplus_onnx
+    from vllm_omni_token2wav.model_executor.models.speaker_embedding.campplus.standin import (
+        ensure_standin_campplus_onnx,
+    )
 
     root = Path(tempfile.mkdtemp(prefix="prompt_path_"))
     os.symlink(ensure_standin_campplus_onnx(), root / "campplus.onnx")
@@ -75,7 +77,7 @@ def _timed_ms(fn: Callable[[], Any], sync: Callable[[], None]) -> float:
 
 
 def measure(model_dir: Path, seconds: list[float], repeats: int) -> list[dict[str, Any]]:
-    from vllm_omni_token2wav.model_executor.models.cosyvoice3.speaker_embedding_torch import get_campplus_torch
+    from vllm_omni_token2wav.model_executor.models.speaker_embedding.torch_backend import get_campplus_torch
 
     platform = platforms.current_omni_platform
     device = platform.torch_device()

@@ -43,9 +43,9 @@ from vllm_omni_token2wav.atomic_io import write_bytes_atomic  # noqa: E402
 from vllm_omni_token2wav.benchmarks.common import load_average, run_environment, torch_threads  # noqa: E402
 from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow.kv_cache import EstimatorKV  # noqa: E402
 from vllm_omni_token2wav.model_executor.models.step_audio2.standin import ensure_standin_token2wav_dir  # noqa: E402
-from vllm_omni_token2wav.model_executor.models.step_audio2.token2wav_stream import stream_chunks  # noqa: E402
-from vllm_omni_token2wav.model_executor.models.step_audio2.token2wav_synthesis import open_stream, stream_chunk  # noqa: E402
-from vllm_omni_token2wav.model_executor.models.token2wav_stage.cosyvoice2_backend import CosyVoice2Voice  # noqa: E402
+from vllm_omni_token2wav.model_executor.models.token2wav_core.stage_backend import CosyVoice2Voice  # noqa: E402
+from vllm_omni_token2wav.model_executor.models.token2wav_core.stream import stream_chunks  # noqa: E402
+from vllm_omni_token2wav.model_executor.models.token2wav_core.synthesis import open_stream, stream_chunk  # noqa: E402
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.stage_model import Token2WavStageModel  # noqa: E402
 
 MB = 1_000_000  # decimal megabytes, as the issue counts (1.31 MB per cached frame)

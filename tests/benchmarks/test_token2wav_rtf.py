@@ -34,7 +34,7 @@ from vllm_omni_token2wav.benchmarks.token2wav_rtf import (
     _ComponentClock,
 )
 from vllm_omni_token2wav.benchmarks.token2wav_rtf_report import plot_png, render_text, report_json
-from vllm_omni_token2wav.model_executor.models.step_audio2.token2wav_stream import stream_chunks
+from vllm_omni_token2wav.model_executor.models.token2wav_core.stream import stream_chunks
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 

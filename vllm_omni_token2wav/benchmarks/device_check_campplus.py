@@ -78,7 +78,7 @@ def speech_waveform(samples: int) -> np.ndarray:
 
 def speech_features(frames: int) -> torch.Tensor:
     """The CAM++ serving input [frames, 80] (CPU, float32) of the tiled speech clip: exactly `frames` frames."""
-    from vllm_omni_token2wav.model_executor.models.audio.speaker import speaker_features
+    from vllm_omni_token2wav.model_executor.models.speaker_embedding.features import speaker_features
 
     wav = speech_waveform(FRAME_LEN + FRAME_SHIFT * (frames - 1))
     feats = speaker_features(torch.from_numpy(wav))
@@ -135,7 +135,7 @@ def strict_fp32(device: torch.device) -> Iterator[None]:
 
 def run_assets(ctx: SectionContext) -> None:
     """campplus.onnx (given, or the deterministic full-size stand-in, exported on first use) and its torch load."""
-    from vllm_omni_token2wav.model_executor.models.cosyvoice3.speaker_embedding_torch import load_campplus_from_onnx
+    from vllm_omni_token2wav.model_executor.models.speaker_embedding.torch_backend import load_campplus_from_onnx
 
     start = time.perf_counter()
     if ctx.config.onnx is not None:
@@ -144,7 +144,9 @@ def run_assets(ctx: SectionContext) -> None:
             raise FileNotFoundError(f"--onnx {path}: no such file")
         kind = "given"
     else:
-        from vllm_omni_token2wav.model_executor.models.campplus.standin import ensure_standin_campplus_onnx
+        from vllm_omni_token2wav.model_executor.models.speaker_embedding.campplus.standin import (
+            ensure_standin_campplus_onnx,
+        )
 
         path = ensure_standin_campplus_onnx(seed=ctx.config.seed)
         kind = "stand-in (full size, seeded random weights)"
@@ -172,10 +174,10 @@ def campplus_backends(ctx: SectionContext) -> dict[str, Any]:
         return ctx.shared["campplus_backends"]  # type: ignore[no-any-return]
     if "campplus_model" not in ctx.shared:
         raise SectionSkip("the assets section did not load campplus.onnx")
-    from vllm_omni_token2wav.model_executor.models.cosyvoice3 import speaker_embedding_trt
-    from vllm_omni_token2wav.model_executor.models.cosyvoice3.speaker_embedding_graphed import GraphedCampplus
-    from vllm_omni_token2wav.model_executor.models.cosyvoice3.speaker_embedding_ort import OrtSpeakerEmbedding
-    from vllm_omni_token2wav.model_executor.models.cosyvoice3.speaker_embedding_torch import CampplusTorch
+    from vllm_omni_token2wav.model_executor.models.speaker_embedding import trt as speaker_embedding_trt
+    from vllm_omni_token2wav.model_executor.models.speaker_embedding.graphed import GraphedCampplus
+    from vllm_omni_token2wav.model_executor.models.speaker_embedding.ort import OrtSpeakerEmbedding
+    from vllm_omni_token2wav.model_executor.models.speaker_embedding.torch_backend import CampplusTorch
 
     path, model, device = ctx.shared["campplus_onnx"], ctx.shared["campplus_model"], ctx.device
     builds: dict[str, float] = {}
@@ -358,7 +360,7 @@ def render_latency(result: dict[str, Any]) -> list[str]:
 def run_fbank(ctx: SectionContext) -> None:
     """`speaker_features` (fbank - mean) on the device vs on the CPU: agreement and latency."""
     from vllm_omni_token2wav.model_executor.models.audio.dft import default_dft_impl
-    from vllm_omni_token2wav.model_executor.models.audio.speaker import speaker_features
+    from vllm_omni_token2wav.model_executor.models.speaker_embedding.features import speaker_features
 
     ctx.result["dft_impl"] = default_dft_impl()
     rows: list[dict[str, Any]] = ctx.result.setdefault("rows", [])

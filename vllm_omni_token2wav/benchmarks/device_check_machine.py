@@ -165,7 +165,7 @@ def run_machine(ctx: SectionContext) -> None:
         if key.startswith(("VLLM_OMNI_TOKEN2WAV_", "CUDA_", "ASCEND_", "OMP_", "MKL_")) or key in ("OUT",)
     }
     if r["packages"].get("onnxruntime"):
-        from vllm_omni_token2wav.model_executor.models.campplus import ort_seg_pool_mode
+        from vllm_omni_token2wav.model_executor.models.speaker_embedding.campplus import ort_seg_pool_mode
 
         r["onnxruntime_seg_pool_mode"] = ort_seg_pool_mode()
 

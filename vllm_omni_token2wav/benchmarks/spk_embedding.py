@@ -431,7 +431,7 @@ def resolve_weights(onnx: Path | None, progress: Progress) -> WeightsInfo:
     """The measured file: `onnx`, or the full-size stand-in (generated and cached on first use)."""
     if onnx is not None:
         return describe_weights(onnx, standin=is_generated_standin(onnx))
-    from vllm_omni_token2wav.model_executor.models.campplus import standin
+    from vllm_omni_token2wav.model_executor.models.speaker_embedding.campplus import standin
 
     path = standin.standin_path(seed=0, reduced=False)
     generated_s = None
@@ -484,7 +484,7 @@ def samples_for_frames(frames: int) -> int:
 
 def features_of_length(clip: np.ndarray, frames: int) -> torch.Tensor:
     """Serving-transform features `[frames, 80]` of `clip`, tiled (or cropped) to exactly that many frames."""
-    from vllm_omni_token2wav.model_executor.models.audio import speaker_features
+    from vllm_omni_token2wav.model_executor.models.speaker_embedding.features import speaker_features
 
     wave = np.resize(clip, samples_for_frames(frames)).astype(np.float32, copy=False)
     feat = speaker_features(torch.from_numpy(wave))
@@ -567,7 +567,7 @@ def _torch_runner(model: Any, batch: int, threads: int) -> _Runner:
 
 def _trt_runners(onnx: Path, device: torch.device, threads: Sequence[int]) -> tuple[list[_Runner], float]:
     """One engine; a runner per thread budget (the host threads only launch it)."""
-    from vllm_omni_token2wav.model_executor.models.cosyvoice3.speaker_embedding_trt import TrtSpeakerEmbedding
+    from vllm_omni_token2wav.model_executor.models.speaker_embedding.trt import TrtSpeakerEmbedding
     from vllm_omni_token2wav.platforms.cpu.threads import intra_op_threads
 
     start = time.perf_counter()
@@ -588,7 +588,7 @@ def trt_unavailable_reason(device: torch.device) -> str | None:
     """Why the TensorRT backend cannot run on `device` here, or None."""
     if device.type != "cuda":
         return f"the TensorRT backend needs a CUDA device; this run uses {device}"
-    from vllm_omni_token2wav.model_executor.models.cosyvoice3.speaker_embedding_trt import tensorrt_unavailable_reason
+    from vllm_omni_token2wav.model_executor.models.speaker_embedding.trt import tensorrt_unavailable_reason
 
     return tensorrt_unavailable_reason()
 
@@ -635,7 +635,7 @@ def _environment(
     import onnxruntime
 
     from vllm_omni_token2wav import platforms
-    from vllm_omni_token2wav.model_executor.models.campplus import ort_seg_pool_mode
+    from vllm_omni_token2wav.model_executor.models.speaker_embedding.campplus import ort_seg_pool_mode
     from vllm_omni_token2wav.version import __version__
 
     platform = platforms.current_omni_platform
@@ -762,7 +762,7 @@ class SpkEmbeddingBenchmark:
             report.notes.append(f"serving policy not determined: {type(exc).__name__}: {exc}")
 
     def _measure_torch_build(self, onnx: Path, device: torch.device) -> Any:
-        from vllm_omni_token2wav.model_executor.models.cosyvoice3 import speaker_embedding_torch as loader
+        from vllm_omni_token2wav.model_executor.models.speaker_embedding import torch_backend as loader
 
         build = self.report.build
         loader.clear_campplus_cache()
@@ -896,7 +896,7 @@ class SpkEmbeddingBenchmark:
 def policy_choice(onnx: Path, device: torch.device, threads: int) -> PolicyChoice:
     """Ask the serving policy which backend it installs here (it builds nothing new: the torch model is
     cached from the measurement, an ORT choice stays lazy, a TensorRT engine is cached on disk)."""
-    from vllm_omni_token2wav.model_executor.models.cosyvoice3 import speaker_embedding
+    from vllm_omni_token2wav.model_executor.models.speaker_embedding import selection as speaker_embedding
 
     backend = speaker_embedding.select_speaker_embedding_backend(
         onnx, device, request="device", ort_intra_op_threads=threads, seg_pool_mode=TORCH_SEG_POOL_MODE

@@ -368,7 +368,7 @@ class _ComponentClock:
             self._vocoder_start = None
 
     def __enter__(self) -> _ComponentClock:
-        from vllm_omni_token2wav.model_executor.models.step_audio2 import token2wav_synthesis
+        from vllm_omni_token2wav.model_executor.models.token2wav_core import synthesis as token2wav_synthesis
 
         for owner, attr, name in self._METHODS:
             obj = self._objects[owner]
@@ -384,7 +384,7 @@ class _ComponentClock:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        from vllm_omni_token2wav.model_executor.models.step_audio2 import token2wav_synthesis
+        from vllm_omni_token2wav.model_executor.models.token2wav_core import synthesis as token2wav_synthesis
 
         token2wav_synthesis.flow_chunks = self._flow_chunks
         if "vocode" in vars(self._stream_vocoder):
@@ -512,10 +512,10 @@ class Token2WavBenchmark:
 
     def _speaker_backends(self, core: Any, model_dir: Path, device: torch.device) -> tuple[Any, Any, Any, str]:
         """(serving backend, ORT fallback, device path, note on how the device path was chosen)."""
-        from vllm_omni_token2wav.model_executor.models.cosyvoice3.speaker_embedding import (
+        from vllm_omni_token2wav.model_executor.models.speaker_embedding.selection import (
             select_speaker_embedding_backend,
         )
-        from vllm_omni_token2wav.model_executor.models.cosyvoice3.speaker_embedding_torch import get_campplus_torch
+        from vllm_omni_token2wav.model_executor.models.speaker_embedding.torch_backend import get_campplus_torch
 
         onnx = core.asset_path(core.assets.speaker_model)
         ort = select_speaker_embedding_backend(
@@ -592,7 +592,7 @@ class _Requests:
         return SynthesisRun(total_s=total, components_s=_split(self.clock.seconds, total), samples=int(audio.shape[-1]))
 
     def stream(self) -> SynthesisRun:
-        from vllm_omni_token2wav.model_executor.models.step_audio2.token2wav_stream import stream_chunks
+        from vllm_omni_token2wav.model_executor.models.token2wav_core.stream import stream_chunks
 
         core, clock = self.core, self.clock
         self._new_voice()

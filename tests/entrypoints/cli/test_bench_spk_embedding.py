@@ -31,7 +31,9 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 @pytest.fixture(scope="session")
 def reduced_onnx() -> Path:
-    from vllm_omni_token2wav.model_executor.models.campplus.standin import ensure_standin_campplus_onnx
+    from vllm_omni_token2wav.model_executor.models.speaker_embedding.campplus.standin import (
+        ensure_standin_campplus_onnx,
+    )
 
     return Path(ensure_standin_campplus_onnx(seed=0, reduced=True))
 
@@ -176,7 +178,7 @@ def test_onnx_of_another_network_gives_the_loader_error(capsys: pytest.CaptureFi
         warnings.simplefilter("ignore", DeprecationWarning)  # the legacy exporter announces its retirement
         torch.onnx.export(net, (torch.zeros(1, 80, 20),), str(other), dynamo=False, input_names=["input"])
     code, _, err = _cli(capsys, "--onnx", str(other), "--fast", "--json", str(tmp_path / "r.json"))
-    from vllm_omni_token2wav.model_executor.models.cosyvoice3.speaker_embedding_torch import load_campplus_from_onnx
+    from vllm_omni_token2wav.model_executor.models.speaker_embedding.torch_backend import load_campplus_from_onnx
 
     with pytest.raises(Exception) as loader_error:
         load_campplus_from_onnx(other)
@@ -324,7 +326,7 @@ def test_default_weights_are_the_generated_standin_and_say_so(
 ) -> None:
     """Without --onnx the run generates (first use) or reuses the cached stand-in and labels it."""
     from vllm_omni_token2wav.benchmarks import spk_embedding
-    from vllm_omni_token2wav.model_executor.models.campplus import standin
+    from vllm_omni_token2wav.model_executor.models.speaker_embedding.campplus import standin
 
     stages: list[str] = []
 
@@ -369,7 +371,9 @@ def test_prompt_cache_row_times_a_miss_then_hits_on_the_full_size_standin() -> N
     import torch
 
     from vllm_omni_token2wav.benchmarks.spk_embedding import BenchConfig, SpkEmbeddingBenchmark, load_clip
-    from vllm_omni_token2wav.model_executor.models.campplus.standin import ensure_standin_campplus_onnx
+    from vllm_omni_token2wav.model_executor.models.speaker_embedding.campplus.standin import (
+        ensure_standin_campplus_onnx,
+    )
 
     full = Path(ensure_standin_campplus_onnx(seed=0, reduced=False))
     clip, _ = load_clip(None)
@@ -435,7 +439,7 @@ def small_report(reduced_onnx: Path) -> Any:
 
 def test_the_report_ends_with_a_verdict_on_parity_and_the_policy_choice(small_report: Any) -> None:
     from vllm_omni_token2wav.benchmarks.spk_embedding_report import render_text, verdict_line
-    from vllm_omni_token2wav.model_executor.models.cosyvoice3.speaker_embedding import CPU_DEVICE_PATH_BACKEND
+    from vllm_omni_token2wav.model_executor.models.speaker_embedding.selection import CPU_DEVICE_PATH_BACKEND
 
     torch_cell = small_report.cell("torch", 40)
     assert torch_cell.parity_ok is True
@@ -526,8 +530,10 @@ def test_the_prompt_cache_step_uses_the_reported_onnxruntime_threads(monkeypatch
 
     from tests.helpers.token2wav import SessionCounter
     from vllm_omni_token2wav.benchmarks.spk_embedding import BenchConfig, SpkEmbeddingBenchmark, load_clip
-    from vllm_omni_token2wav.model_executor.models.campplus.standin import ensure_standin_campplus_onnx
-    from vllm_omni_token2wav.model_executor.models.cosyvoice3 import speaker_embedding
+    from vllm_omni_token2wav.model_executor.models.speaker_embedding import selection as speaker_embedding
+    from vllm_omni_token2wav.model_executor.models.speaker_embedding.campplus.standin import (
+        ensure_standin_campplus_onnx,
+    )
 
     monkeypatch.setattr(speaker_embedding, "CPU_DEVICE_PATH_BACKEND", "onnxruntime")
     counter = SessionCounter(monkeypatch)

@@ -101,7 +101,10 @@ def _campplus_file(value: str | None) -> Path | None:
     path = _existing_file("--onnx", value)
     if path is None:
         return None
-    from vllm_omni_token2wav.model_executor.models.campplus.onnx_import import CampplusOnnxError, check_campplus_export
+    from vllm_omni_token2wav.model_executor.models.speaker_embedding.campplus.onnx_import import (
+        CampplusOnnxError,
+        check_campplus_export,
+    )
 
     try:
         check_campplus_export(path)
