@@ -13,14 +13,14 @@ from vllm_omni_token2wav.entrypoints.cli.types import CLISubcommand
 
 # Order is the order shown in `vllm-omni-token2wav bench --help`.
 BENCH_SUBCOMMANDS: tuple[str, ...] = (
-    "vllm_omni_token2wav.entrypoints.cli.bench.spk_embedding",
-    "vllm_omni_token2wav.entrypoints.cli.bench.seed_tts",
-    "vllm_omni_token2wav.entrypoints.cli.bench.token2wav",
-    "vllm_omni_token2wav.entrypoints.cli.bench.cosyvoice3_flow",
-    "vllm_omni_token2wav.entrypoints.cli.bench.device_check",
-    "vllm_omni_token2wav.entrypoints.cli.bench.causal_hift",
-    "vllm_omni_token2wav.entrypoints.cli.bench.token2wav_serve",
-    "vllm_omni_token2wav.entrypoints.cli.bench.token2wav_row_cost",
+    "vllm_omni_token2wav.benchmarks.spk_embedding.cli",
+    "vllm_omni_token2wav.benchmarks.seed_tts.cli",
+    "vllm_omni_token2wav.benchmarks.token2wav_rtf.cli",
+    "vllm_omni_token2wav.benchmarks.cosyvoice3_flow_stream.cli",
+    "vllm_omni_token2wav.benchmarks.device_check.cli",
+    "vllm_omni_token2wav.benchmarks.causal_hift_stream.cli",
+    "vllm_omni_token2wav.benchmarks.token2wav_serve.cli",
+    "vllm_omni_token2wav.benchmarks.token2wav_row_cost.cli",
 )
 
 
