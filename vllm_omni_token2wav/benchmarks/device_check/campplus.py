@@ -35,10 +35,10 @@ import numpy as np
 import torch
 
 from vllm_omni_token2wav.benchmarks.common import timed_ms
-from vllm_omni_token2wav.benchmarks.device_check.run import SectionSkip
+from vllm_omni_token2wav.benchmarks.device_check.sections import SectionSkip
 
 if TYPE_CHECKING:
-    from vllm_omni_token2wav.benchmarks.device_check.run import SectionContext
+    from vllm_omni_token2wav.benchmarks.device_check.sections import SectionContext
 
 FRAMES: Final = (97, 200, 501, 1000, 3000)
 SMOKE_FRAMES: Final = (97, 200)

@@ -25,7 +25,7 @@ from vllm_omni_token2wav.benchmarks import common
 from vllm_omni_token2wav.entrypoints.cli.types import CLIUsageError
 
 if TYPE_CHECKING:
-    from vllm_omni_token2wav.benchmarks.device_check.run import CheckConfig
+    from vllm_omni_token2wav.benchmarks.device_check.sections import CheckConfig
 
 
 def default_out_dir() -> Path:
@@ -91,7 +91,7 @@ class DeviceCheckSubcommand:
 
     @staticmethod
     def build_config(args: argparse.Namespace) -> CheckConfig:
-        from vllm_omni_token2wav.benchmarks.device_check.run import CheckConfig
+        from vllm_omni_token2wav.benchmarks.device_check.sections import CheckConfig
 
         device = common.check_device(args.device)
         if args.deadline_s is not None and (not math.isfinite(args.deadline_s) or args.deadline_s <= 0):

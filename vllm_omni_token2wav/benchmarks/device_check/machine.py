@@ -25,7 +25,7 @@ import torch
 from vllm_omni_token2wav.benchmarks.common import cpu_model, load_average, usable_cores
 
 if TYPE_CHECKING:
-    from vllm_omni_token2wav.benchmarks.device_check.run import SectionContext
+    from vllm_omni_token2wav.benchmarks.device_check.sections import SectionContext
 
 REPO = Path(__file__).resolve().parents[3]
 #: Optional packages whose presence changes what the check can do (recorded with their versions).

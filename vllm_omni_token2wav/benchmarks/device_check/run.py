@@ -29,7 +29,8 @@ tail recorded) and later sections still run; a watchdog thread writes the report
 (code 3) when a call hangs `WATCHDOG_S` past the deadline (a hung device call never returns to Python).
 
 `--smoke` runs the same sections and code paths with tiny sizes (CI runs it on CPU, so the script never
-rots). A new section is a `run(ctx)` in a `device_check_*` module and a `Section` in `default_sections`.
+rots). A new section is a `run(ctx)` in a section module of this package (its API: `sections.py`) and a `Section`
+in `default_sections`.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Final
@@ -52,15 +53,22 @@ import torch
 
 from vllm_omni_token2wav.atomic_io import write_bytes_atomic
 from vllm_omni_token2wav.benchmarks.common import finite, torch_threads
+from vllm_omni_token2wav.benchmarks.device_check.sections import (
+    DEFAULT_DEADLINE_S,
+    SMOKE_DEADLINE_S,
+    CheckConfig,
+    DeviceCheckReport,
+    Section,
+    SectionContext,
+    SectionSkip,
+    SectionTimeout,
+)
 from vllm_omni_token2wav.logger import init_logger
 from vllm_omni_token2wav.platforms.device_graphs import FROM_PLATFORM
 
 logger = init_logger(__name__)
 
 SCHEMA: Final = "vllm-omni/device-check/1"
-#: The issue's limit for one H200 run (7 min); the device tool's call limit is 10 min.
-DEFAULT_DEADLINE_S: Final = 420.0
-SMOKE_DEADLINE_S: Final = 240.0
 RESERVE_S: Final = 5.0
 MIN_SECTION_S: Final = 3.0
 GRACE_S: Final = 20.0
@@ -68,146 +76,6 @@ WATCHDOG_S: Final = 45.0
 JSON_NAME: Final = "device_check.json"
 TEXT_NAME: Final = "device_check.txt"
 PLOT_NAME: Final = "device_check.png"
-
-
-class SectionTimeout(BaseException):
-    """Raised by the hard timer inside a section that ran past its budget (BaseException: no `except
-    Exception` in measured code swallows it, like KeyboardInterrupt)."""
-
-
-class SectionSkip(Exception):  # noqa: N818 - a control-flow signal, not an error
-    """A section cannot run here (missing extra, missing product of an earlier section); the message says why."""
-
-
-@dataclass(frozen=True)
-class CheckConfig:
-    """What one device check runs. `deadline_s` None: 7 min, or `SMOKE_DEADLINE_S` with `smoke`."""
-
-    device: str = "auto"
-    smoke: bool = False
-    out_dir: Path = Path("out")
-    deadline_s: float | None = None
-    sections: tuple[str, ...] = ()  # empty: all, in the default order
-    onnx: Path | None = None  # a real campplus.onnx instead of the stand-in
-    model_dir: Path | None = None  # a real token2wav directory instead of the stand-in
-    threads: int = 1  # torch host threads (CPU kernels, launch thread); onnxruntime always uses 1
-    seed: int = 0
-
-    @property
-    def resolved_deadline_s(self) -> float:
-        if self.deadline_s is not None:
-            return self.deadline_s
-        return SMOKE_DEADLINE_S if self.smoke else DEFAULT_DEADLINE_S
-
-
-class DeviceCheckReport:
-    """The JSON document, rewritten atomically on every `write()` (thread-safe: the watchdog writes too)."""
-
-    def __init__(self, path: Path, document: dict[str, Any]) -> None:
-        self.path = path
-        self.document = document
-        self._lock = threading.Lock()
-
-    def write(self) -> None:
-        with self._lock:
-            for attempt in range(3):  # the main thread may mutate a dict while the watchdog serialises
-                try:
-                    # `default=repr`: a value JSON cannot hold is written as its repr, never a failed write
-                    text = json.dumps(finite(self.document), indent=2, allow_nan=False, default=repr) + "\n"
-                    break
-                except RuntimeError:
-                    if attempt == 2:
-                        raise
-                    time.sleep(0.05)
-            write_bytes_atomic(self.path, text.encode())
-
-    def section(self, name: str) -> dict[str, Any]:
-        return self.document["sections"][name]  # type: ignore[no-any-return]
-
-
-class SectionContext:
-    """What a section's `run(ctx)` gets: the device, its deadline, its result dict and shared products."""
-
-    def __init__(
-        self,
-        *,
-        config: CheckConfig,
-        device: torch.device,
-        report: DeviceCheckReport,
-        name: str,
-        deadline: float,
-        shared: dict[str, Any],
-        graph_api: Any,
-        log: Callable[[str], None],
-    ) -> None:
-        from vllm_omni_token2wav import platforms
-
-        self.config = config
-        self.device = device
-        self.platform = platforms.current_omni_platform
-        self.name = name
-        self.deadline = deadline
-        self.shared = shared
-        self.graph_api = graph_api
-        self._report = report
-        self._log = log
-        self.partial = False
-        self.entry = report.section(name)
-        self.result: dict[str, Any] = self.entry["result"]
-
-    @property
-    def smoke(self) -> bool:
-        return self.config.smoke
-
-    def time_left(self) -> float:
-        return self.deadline - time.monotonic()
-
-    def out_of_time(self, reserve_s: float = 0.0) -> bool:
-        """True (and the section is marked partial) when less than `reserve_s` of its budget is left."""
-        if self.time_left() <= reserve_s:
-            self.partial = True
-            return True
-        return False
-
-    def sync(self) -> None:
-        """Wait for the device's queued work (no-op on CPU)."""
-        if self.device.type != "cpu":
-            self.platform.synchronize(self.device)
-
-    def note(self, text: str) -> None:
-        self.entry["notes"].append(text)
-        self.log(text)
-
-    def log(self, text: str) -> None:
-        self._log(f"[{self.name}] {text}")
-
-    def goal(self, name: str, value: float | None, target: str, passed: bool | None, where: str) -> None:
-        """Record a goal of the issue measured here (`passed` None: not applicable on this host)."""
-        self._report.document["goals"][name] = {
-            "value": value,
-            "target": target,
-            "passed": passed,
-            "where": where,
-            "section": self.name,
-        }
-
-    def flush(self) -> None:
-        self._report.write()
-
-
-@dataclass(frozen=True)
-class Section:
-    """One pluggable part of the check. `render(result)` gives its table lines (optional)."""
-
-    name: str
-    title: str
-    budget_s: float
-    smoke_budget_s: float
-    run: Callable[[SectionContext], None]
-    render: Callable[[dict[str, Any]], list[str]] | None = None
-
-    def budget(self, smoke: bool) -> float:
-        return self.smoke_budget_s if smoke else self.budget_s
 
 
 def default_sections() -> list[Section]:

@@ -36,10 +36,10 @@ from vllm_omni_token2wav.benchmarks.device_check.campplus import (
     latency_row,
     speech_waveform,
 )
-from vllm_omni_token2wav.benchmarks.device_check.run import SectionSkip
+from vllm_omni_token2wav.benchmarks.device_check.sections import SectionSkip
 
 if TYPE_CHECKING:
-    from vllm_omni_token2wav.benchmarks.device_check.run import SectionContext
+    from vllm_omni_token2wav.benchmarks.device_check.sections import SectionContext
 
 PROMPT_SECONDS: Final = (3.0, 10.0)
 SMOKE_PROMPT_SECONDS: Final = (1.0,)

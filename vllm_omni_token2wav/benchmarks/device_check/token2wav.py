@@ -31,7 +31,7 @@ from vllm_omni_token2wav.benchmarks.device_check.stage import resampler
 from vllm_omni_token2wav.platforms.device_graphs import FROM_PLATFORM
 
 if TYPE_CHECKING:
-    from vllm_omni_token2wav.benchmarks.device_check.run import SectionContext
+    from vllm_omni_token2wav.benchmarks.device_check.sections import SectionContext
 
 
 @dataclass(frozen=True)

@@ -14,11 +14,8 @@ from typing import Protocol
 
 import numpy as np
 
-from vllm_omni_token2wav.logger import init_logger
+from vllm_omni_token2wav.benchmarks.seed_tts.asr.device import ASR_DEVICE_ENV, resolve_asr_device
 
-logger = init_logger(__name__)
-
-ASR_DEVICE_ENV = "SEED_TTS_EVAL_DEVICE"
 ASR_CHOICES = ("auto", "hf-whisper", "faster-whisper", "paraformer")
 
 
@@ -31,24 +28,6 @@ class ASRBackend(Protocol):
     def __call__(self, audio: np.ndarray) -> str:
         """Transcribe mono float32 audio at 16 kHz."""
         ...
-
-
-def resolve_asr_device(requested: str | None = None) -> str:
-    """`requested` (e.g. --asr-device), else `SEED_TTS_EVAL_DEVICE`, else the platform's device, else "cpu"."""
-    if requested:
-        return requested
-    env = os.environ.get(ASR_DEVICE_ENV)
-    if env:
-        return env
-    try:
-        from vllm_omni_token2wav import platforms
-
-        platform = platforms.current_omni_platform
-        index = platform.current_device_index()
-        return platform.device_type if index is None else f"{platform.device_type}:{index}"
-    except Exception as exc:  # detection must never stop a CPU scoring run
-        logger.warning("platform detection failed (%s); running ASR on cpu", exc)
-        return "cpu"
 
 
 def select_asr_backend(
@@ -99,3 +78,6 @@ def select_asr_backend(
     from vllm_omni_token2wav.benchmarks.seed_tts.asr.paraformer import load_paraformer
 
     return load_paraformer(model, dev)
+
+
+__all__ = ["ASR_CHOICES", "ASR_DEVICE_ENV", "ASRBackend", "resolve_asr_device", "select_asr_backend"]

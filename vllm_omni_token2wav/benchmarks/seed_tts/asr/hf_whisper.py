@@ -205,7 +205,7 @@ _loaded: dict[tuple[str, str], HFWhisperBackend] = {}
 
 def get_hf_whisper(model_id: str | None = None, device: str | None = None) -> HFWhisperBackend:
     """The process's backend for (`model_id`, `device`); defaults from `SEED_TTS_HF_WHISPER_MODEL` / device rules."""
-    from vllm_omni_token2wav.benchmarks.seed_tts.asr import resolve_asr_device
+    from vllm_omni_token2wav.benchmarks.seed_tts.asr.device import resolve_asr_device
 
     mid = model_id or os.environ.get(HF_WHISPER_MODEL_ENV) or DEFAULT_HF_WHISPER_MODEL
     dev = resolve_asr_device(device)
