@@ -3,24 +3,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
+from tests.helpers.recorder import NamedRecorder, recorder
+
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 
-REPO = Path(__file__).resolve().parents[3]
 
-
-def _recorder() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("causal_hift_recorder", REPO / "benchmarks" / "causal_hift_stream.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def _recorder() -> NamedRecorder:
+    return recorder("causal_hift_stream")
 
 
 def test_recorder_keeps_table_json_and_plot_of_one_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -36,4 +30,4 @@ def test_recorder_keeps_table_json_and_plot_of_one_run(tmp_path: Path, capsys: p
 
 def test_recorder_refuses_a_results_dir_without_a_folder(capsys: pytest.CaptureFixture[str]) -> None:
     assert _recorder().main(["--results-dir"]) == 2
-    assert "causal_hift_stream.py: --results-dir needs a folder" in capsys.readouterr().err
+    assert "record.py causal_hift_stream: --results-dir needs a folder" in capsys.readouterr().err

@@ -89,13 +89,9 @@ def test_plans_and_config_errors_name_the_option() -> None:
 
 
 def test_recorder_keeps_table_json_and_plot_of_one_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    import importlib.util
+    from tests.helpers.recorder import recorder as named_recorder
 
-    path = Path(__file__).resolve().parents[3] / "benchmarks" / "token2wav_cosyvoice3.py"
-    spec = importlib.util.spec_from_file_location("token2wav_cosyvoice3_recorder", path)
-    assert spec is not None and spec.loader is not None
-    recorder = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(recorder)
+    recorder = named_recorder("token2wav_cosyvoice3")
     argv = [
         "--chunks",
         "1",

@@ -8,7 +8,6 @@ the fit and its bounds, the profile categories, the table and the PNG) rather th
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ from typing import Any
 import pytest
 
 from tests.helpers.bench_cli import run_bench, run_bench_subprocess
+from tests.helpers.recorder import recorder
 from vllm_omni_token2wav.benchmarks.token2wav_row_cost.run import (
     PARTS,
     RowCostReport,
@@ -27,7 +27,6 @@ from vllm_omni_token2wav.benchmarks.token2wav_row_cost.run import (
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-RECORDER = Path(__file__).resolve().parents[3] / "benchmarks" / "token2wav_row_cost.py"
 
 
 @pytest.fixture(scope="module")
@@ -103,21 +102,13 @@ def test_op_categories() -> None:
     assert category("Optimizer.step") == "other"
 
 
-def _recorder(path: Path) -> Any:
-    spec = importlib.util.spec_from_file_location(f"recorder_{path.stem}", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_recorders_name_results_by_size_threads_clock_and_talker() -> None:
-    stem_for = _recorder(RECORDER).stem_for
+    stem_for = recorder("token2wav_row_cost").stem_for
     assert stem_for([]) == "token2wav_row_cost"
     assert stem_for(["--threads", "2"]) == "token2wav_row_cost_2threads"
     assert stem_for(["--full", "--threads", "1"]) == "token2wav_row_cost_full"
     assert stem_for(["--clock", "cpu"]) == "token2wav_row_cost_cpuclock"
-    serve = _recorder(RECORDER.with_name("token2wav_serve.py")).stem_for
+    serve = recorder("token2wav_serve").stem_for
     assert serve(["--device", "cpu"]) == "token2wav_serve"  # the default record keeps its name
     assert serve(["--talker-rate", "100"]) == "token2wav_serve"
     assert serve(["--full", "--talker-rate", "10000", "--clock", "cpu"]) == "token2wav_serve_full_talker10000_cpuclock"

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The Token2Wav RTF benchmark library and its recorder script, on the reduced stand-in.
+"""The Token2Wav RTF benchmark library and its recorder (`record.py token2wav_rtf`), on the reduced stand-in.
 
 One short in-process run (reduced stand-in, 30 tokens, 2 Euler steps, one run) checks the
 report's shape and honesty (documented fields, finite positive timings, a split that adds up, the
@@ -9,18 +9,17 @@ checks are tested on small hand-built inputs, and the recorder on a stand-in of 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import time
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 import torch
 from torch import nn
 
+from tests.helpers.recorder import NamedRecorder, recorder
 from vllm_omni_token2wav.benchmarks.token2wav_rtf.report import plot_png, render_text, report_json
 from vllm_omni_token2wav.benchmarks.token2wav_rtf.run import (
     COMPONENTS,
@@ -38,7 +37,6 @@ from vllm_omni_token2wav.model_executor.models.step_audio2.token2wav_stream impo
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 
-REPO = Path(__file__).resolve().parents[3]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 GEN_TOKENS = 30  # 1.2 s: one full chunk (25 + 3 lookahead) and a short final chunk
 
@@ -244,12 +242,8 @@ def test_config_rejects_unusable_sizes(changes: dict[str, Any], message: str) ->
         BenchConfig(**changes).validate()
 
 
-def _recorder() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("token2wav_rtf_recorder", REPO / "benchmarks" / "token2wav_rtf.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def _recorder() -> NamedRecorder:
+    return recorder("token2wav_rtf")
 
 
 def test_recorder_runs_the_cli_and_keeps_its_three_outputs(

@@ -14,10 +14,9 @@ This module only parses options (argparse); torch and the models are imported in
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-from vllm_omni_token2wav.benchmarks import common
+from vllm_omni_token2wav.benchmarks import bench_cli, common
 from vllm_omni_token2wav.entrypoints.cli.types import CLIUsageError
 
 DEFAULT_JSON = "causal_hift_stream_report.json"
@@ -36,7 +35,7 @@ class CausalHiFTSubcommand:
         source.add_argument(
             "--full", action="store_true", help="full-size stand-in (20.8 M parameters) instead of the reduced one"
         )
-        common.add_device_option(parser)
+        bench_cli.add_device_option(parser)
         parser.add_argument("--chunks", type=int, default=55, metavar="N", help="chunks per stream (default 55)")
         parser.add_argument(
             "--chunk-frames", type=int, default=50, metavar="N", help="mel frames per chunk (default 50 = 25 tokens)"
@@ -47,17 +46,17 @@ class CausalHiFTSubcommand:
         parser.add_argument(
             "--warmup-chunks", type=int, default=3, metavar="N", help="untimed chunks of each mode first (default 3)"
         )
-        common.add_threads_option(parser)
+        bench_cli.add_threads_option(parser)
         parser.add_argument("--seed", type=int, default=0, help="stand-in weights and mel seed")
-        common.add_report_file_options(parser, DEFAULT_JSON, DEFAULT_PLOT)
+        bench_cli.add_report_file_options(parser, DEFAULT_JSON, DEFAULT_PLOT)
 
     def run(self, args: argparse.Namespace) -> int:
-        device = common.check_device(args.device)
+        device = bench_cli.check_device(args.device)
         for option in ("chunks", "chunk_frames", "runs"):
-            common.check_at_least("--" + option.replace("_", "-"), getattr(args, option), 1)
-        common.check_at_least("--warmup-chunks", args.warmup_chunks, 0)
-        common.check_at_least("--threads", args.threads, 1)
-        common.check_output_files(args)
+            bench_cli.check_at_least("--" + option.replace("_", "-"), getattr(args, option), 1)
+        bench_cli.check_at_least("--warmup-chunks", args.warmup_chunks, 0)
+        bench_cli.check_at_least("--threads", args.threads, 1)
+        bench_cli.check_output_files(args)
         from vllm_omni_token2wav.benchmarks.causal_hift_stream import report as causal_hift_stream_report
         from vllm_omni_token2wav.benchmarks.causal_hift_stream.run import (
             BenchSetupError,
@@ -77,17 +76,12 @@ class CausalHiFTSubcommand:
             seed=args.seed,
         )
         try:
-            bench = CausalHiFTStreamBenchmark(
-                config, stage=lambda text: print(f"[causal-hift] {text} ...", file=sys.stderr)
-            )
+            bench = CausalHiFTStreamBenchmark(config, stage=bench_cli.stage_printer("causal-hift"))
         except BenchSetupError as exc:
             raise CLIUsageError(str(exc)) from None
-        program = Path(sys.argv[0]).name
-        bench.report.command = " ".join(
-            ["python -m vllm_omni_token2wav" if program == "__main__.py" else program, *sys.argv[1:]]
-        )
-        interrupted = common.run_benchmark(bench.run, BenchSetupError)
-        return common.publish_report(
+        bench.report.command = bench_cli.invoked_command()
+        interrupted = bench_cli.run_benchmark(bench.run, BenchSetupError)
+        return bench_cli.publish_report(
             bench.report,
             causal_hift_stream_report,
             Path(args.json or DEFAULT_JSON),
@@ -98,3 +92,13 @@ class CausalHiFTSubcommand:
 
 
 SUBCOMMAND = CausalHiFTSubcommand()
+
+
+RECORDERS = (
+    bench_cli.Recorder(
+        name="causal_hift_stream",
+        command=("bench", "causal-hift"),
+        stem=bench_cli.full_stem("causal_hift_stream"),
+        summary="causal_hift_stream[_full]_<device>: cost per chunk, bounded vs cumulative re-run",
+    ),
+)

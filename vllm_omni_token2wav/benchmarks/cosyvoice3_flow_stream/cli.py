@@ -16,11 +16,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from vllm_omni_token2wav.benchmarks import common
+from vllm_omni_token2wav.benchmarks import bench_cli, common
 from vllm_omni_token2wav.entrypoints.cli.types import CLIUsageError
 
-DEFAULT_JSON = str(common.DEFAULT_REPORT_DIR / "cosyvoice3_flow_stream.json")
-DEFAULT_PLOT = str(common.DEFAULT_REPORT_DIR / "cosyvoice3_flow_stream.png")
+DEFAULT_JSON = str(bench_cli.DEFAULT_REPORT_DIR / "cosyvoice3_flow_stream.json")
+DEFAULT_PLOT = str(bench_cli.DEFAULT_REPORT_DIR / "cosyvoice3_flow_stream.png")
 
 
 def parse_indices(text: str) -> tuple[int, ...]:
@@ -35,8 +35,8 @@ def build_config(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     """The validated `BenchConfig` for `args` (raises `CLIUsageError` for user mistakes)."""
     if args.full and args.model_dir is not None:
         raise CLIUsageError("--full selects the full-size stand-in; it cannot be combined with --model-dir")
-    device = common.check_device(args.device)
-    common.check_output_files(args)
+    device = bench_cli.check_device(args.device)
+    bench_cli.check_output_files(args)
     model_dir = None
     if args.model_dir is not None:
         model_dir = Path(args.model_dir).expanduser()
@@ -61,7 +61,7 @@ def build_config(args: argparse.Namespace):  # type: ignore[no-untyped-def]
         config.validate()
     except BenchSetupError as exc:
         raise CLIUsageError(str(exc)) from None
-    common.check_at_least("--threads", config.threads, 1)
+    bench_cli.check_at_least("--threads", config.threads, 1)
     return config
 
 
@@ -74,7 +74,7 @@ class CosyVoice3FlowSubcommand:
         parser.add_argument(
             "--full", action="store_true", help="full-size stand-in (1.3 GB, generated on first use) instead of reduced"
         )
-        common.add_device_option(parser)
+        bench_cli.add_device_option(parser)
         parser.add_argument(
             "--prompt-tokens", type=int, default=75, metavar="N", help="prompt tokens (default 75 = 3 s)"
         )
@@ -90,20 +90,20 @@ class CosyVoice3FlowSubcommand:
             metavar="I,J,..",
             help="chunk indices where the prefix re-run is timed (default 1,2,5,10,20,30,40,50)",
         )
-        common.add_threads_option(parser)
+        bench_cli.add_threads_option(parser)
         parser.add_argument("--seed", type=int, default=0, help="stand-in weights and token seed")
-        common.add_report_file_options(parser, DEFAULT_JSON, DEFAULT_PLOT)
+        bench_cli.add_report_file_options(parser, DEFAULT_JSON, DEFAULT_PLOT)
 
     def run(self, args: argparse.Namespace) -> int:
         config = build_config(args)
         from vllm_omni_token2wav.benchmarks.cosyvoice3_flow_stream import report as cosyvoice3_flow_stream_report
         from vllm_omni_token2wav.benchmarks.cosyvoice3_flow_stream.run import BenchSetupError, FlowStreamBenchmark
 
-        bench = FlowStreamBenchmark(config, stage=common.stage_printer("cosyvoice3-flow"))
-        bench.report.command = common.invoked_command()
-        interrupted = common.run_benchmark(bench.run, BenchSetupError)
+        bench = FlowStreamBenchmark(config, stage=bench_cli.stage_printer("cosyvoice3-flow"))
+        bench.report.command = bench_cli.invoked_command()
+        interrupted = bench_cli.run_benchmark(bench.run, BenchSetupError)
         report = bench.report
-        return common.publish_report(
+        return bench_cli.publish_report(
             report,
             cosyvoice3_flow_stream_report,
             Path(args.json or DEFAULT_JSON),
@@ -114,3 +114,14 @@ class CosyVoice3FlowSubcommand:
 
 
 SUBCOMMAND = CosyVoice3FlowSubcommand()
+
+
+RECORDERS = (
+    bench_cli.Recorder(
+        name="cosyvoice3_flow_stream",
+        command=("bench", "cosyvoice3-flow"),
+        stem=bench_cli.fixed_stem("cosyvoice3_flow_stream"),
+        summary="cosyvoice3_flow_stream_<device>[_<tag>] (--tag T): flow cost per chunk vs chunk index",
+        tag_option=True,
+    ),
+)

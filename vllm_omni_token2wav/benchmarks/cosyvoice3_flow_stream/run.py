@@ -14,7 +14,7 @@ at the same chunk index, so host load drifts hit both), on one token sequence:
 Chunks are a fixed hop (default 25 tokens, the model's 50-frame attention chunk) after a prompt
 aligned like upstream's first hop, so every chunk does the same amount of new work and the curve
 shows what the history adds. The stage benchmark (`vllm-omni-token2wav bench token2wav --family cosyvoice3`,
-later) reuses `measure_chunk_costs`. Rendering lives in `cosyvoice3_flow_stream_report`.
+later) reuses `measure_chunk_costs`. Rendering lives in `report.py` beside it.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from vllm_omni_token2wav.benchmarks import common
+from vllm_omni_token2wav.benchmarks import bench_cli, common
 from vllm_omni_token2wav.entrypoints.cli.types import CLIUsageError
 
 if TYPE_CHECKING:
@@ -38,7 +38,7 @@ class DeviceCheckSubcommand:
     help = "one bounded run on an accelerator: CAM++ parity/latency (eager, graphs, TensorRT), fbank, prompt, Token2Wav"
 
     def add_cli_args(self, parser: argparse.ArgumentParser) -> None:
-        common.add_device_option(parser)
+        bench_cli.add_device_option(parser)
         parser.add_argument(
             "--smoke", action="store_true", help="tiny sizes, same code paths (CI runs `--device cpu --smoke`)"
         )
@@ -93,10 +93,10 @@ class DeviceCheckSubcommand:
     def build_config(args: argparse.Namespace) -> CheckConfig:
         from vllm_omni_token2wav.benchmarks.device_check.sections import CheckConfig
 
-        device = common.check_device(args.device)
+        device = bench_cli.check_device(args.device)
         if args.deadline_s is not None and (not math.isfinite(args.deadline_s) or args.deadline_s <= 0):
             raise CLIUsageError(f"--deadline-s must be a positive number of seconds, got {args.deadline_s}")
-        common.check_at_least("--threads", args.threads, 1)
+        bench_cli.check_at_least("--threads", args.threads, 1)
         onnx = Path(args.onnx).expanduser() if args.onnx else None
         if onnx is not None and not onnx.is_file():
             raise CLIUsageError(f"--onnx {args.onnx}: no such file")

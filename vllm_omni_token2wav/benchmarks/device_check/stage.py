@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The prompt-path and graph sections of the device check (the Token2Wav stage is `device_check_token2wav`).
+"""The prompt-path and graph sections of the device check (the Token2Wav stage is `device_check.token2wav`).
 
 - `prompt_path`: `StepAudio2Token2WavCore.prepare_prompt` end to end (resample to 16 / 24 kHz, fbank,
   CAM++, 24 kHz prompt mel) per speaker path (onnxruntime CPU fallback, torch eager, torch graph,

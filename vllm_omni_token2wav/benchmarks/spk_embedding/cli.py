@@ -23,12 +23,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from vllm_omni_token2wav.benchmarks import common
+from vllm_omni_token2wav.benchmarks import bench_cli, common
 from vllm_omni_token2wav.entrypoints.cli.types import CLIUsageError
 
 BACKEND_CHOICES = ("ort", "torch", "trt")
-DEFAULT_JSON = str(common.DEFAULT_REPORT_DIR / "spk_embedding_report.json")
-DEFAULT_PLOT = str(common.DEFAULT_REPORT_DIR / "spk_embedding_report.png")
+DEFAULT_JSON = str(bench_cli.DEFAULT_REPORT_DIR / "spk_embedding_report.json")
+DEFAULT_PLOT = str(bench_cli.DEFAULT_REPORT_DIR / "spk_embedding_report.png")
 MIN_FRAMES = 4
 # (lengths, warmup, iters, prompt-cache hits) of the default run and of --fast; explicit options win.
 DEFAULT_PLAN = ((97, 200, 501, 1000, 3000), 5, 50, 200)
@@ -116,9 +116,9 @@ def build_config(args: argparse.Namespace) -> Any:
 
     plan = FAST_PLAN if args.fast else DEFAULT_PLAN
     for name in ("batch", "iters"):
-        common.check_at_least(f"--{name}", getattr(args, name), 1)
-    common.check_at_least("--warmup", args.warmup, 0)
-    device = common.check_device(args.device)
+        bench_cli.check_at_least(f"--{name}", getattr(args, name), 1)
+    bench_cli.check_at_least("--warmup", args.warmup, 0)
+    device = bench_cli.check_device(args.device)
     if args.backends is None:
         backends: tuple[str, ...] = ("ort", "torch")
     else:
@@ -126,7 +126,7 @@ def build_config(args: argparse.Namespace) -> Any:
     lengths = parse_lengths(args.lengths) if args.lengths is not None else plan[0]
     if "trt" in backends and max(lengths) > 3000:
         raise CLIUsageError(f"--lengths: T={max(lengths)} exceeds the TensorRT profile (4..3000 frames)")
-    common.check_output_files(args)
+    bench_cli.check_output_files(args)
     audio = _existing_file("--audio", args.audio)
     return BenchConfig(
         onnx=_campplus_file(args.onnx),
@@ -185,7 +185,7 @@ class SpkEmbeddingSubcommand:
             help="campplus.onnx to measure (default: a deterministic full-size stand-in, generated on first use "
             "and cached under the vllm_omni_token2wav cache folder; its embeddings are not a real speaker space)",
         )
-        common.add_device_option(parser)
+        bench_cli.add_device_option(parser)
         parser.add_argument(
             "--backends",
             metavar="LIST",
@@ -205,7 +205,7 @@ class SpkEmbeddingSubcommand:
             f"threads per call; default 1 and the usable cores, <= {common.MAX_DEFAULT_THREADS})",
         )
         parser.add_argument("--audio", metavar="PATH", help="speech file to cut features from (default: shipped clip)")
-        common.add_report_file_options(parser, DEFAULT_JSON, DEFAULT_PLOT)
+        bench_cli.add_report_file_options(parser, DEFAULT_JSON, DEFAULT_PLOT)
         parser.add_argument(
             "--fast",
             action="store_true",
@@ -220,11 +220,11 @@ class SpkEmbeddingSubcommand:
         progress = _CliProgress()
         bench = SpkEmbeddingBenchmark(config, progress)
         try:
-            interrupted = common.run_benchmark(bench.run, BenchSetupError)
+            interrupted = bench_cli.run_benchmark(bench.run, BenchSetupError)
         finally:
             progress.close()
         report = bench.report
-        return common.publish_report(
+        return bench_cli.publish_report(
             report,
             spk_embedding_report,
             Path(args.json or DEFAULT_JSON),
@@ -236,3 +236,14 @@ class SpkEmbeddingSubcommand:
 
 
 SUBCOMMAND = SpkEmbeddingSubcommand()
+
+
+RECORDERS = (
+    bench_cli.Recorder(
+        name="spk_embedding",
+        command=("bench", "spk-embedding"),
+        stem=bench_cli.fixed_stem("spk_embedding"),
+        summary="spk_embedding_<device>: CAM++ parity and latency (a parity mismatch, exit 1, is recorded too)",
+        recorded_codes=(0, 1),
+    ),
+)

@@ -16,12 +16,12 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from vllm_omni_token2wav.benchmarks import common
+from vllm_omni_token2wav.benchmarks import bench_cli, common
 from vllm_omni_token2wav.benchmarks.cosyvoice3_flow_stream.cli import parse_indices
 from vllm_omni_token2wav.entrypoints.cli.types import CLIUsageError
 
-DEFAULT_JSON = str(common.DEFAULT_REPORT_DIR / "token2wav_cosyvoice3.json")
-DEFAULT_PLOT = str(common.DEFAULT_REPORT_DIR / "token2wav_cosyvoice3.png")
+DEFAULT_JSON = str(bench_cli.DEFAULT_REPORT_DIR / "token2wav_cosyvoice3.json")
+DEFAULT_PLOT = str(bench_cli.DEFAULT_REPORT_DIR / "token2wav_cosyvoice3.png")
 MODEL_DIR_FILES = ("campplus.onnx", "flow.pt", "hift.pt", "default_voice.wav", "default_voice.tokens")
 #: Options only this report reads, and only the Step-Audio2 report reads (`bench token2wav`'s others are shared).
 COSYVOICE3_ONLY = ("full", "chunks", "hop_tokens", "baseline_at")
@@ -69,8 +69,8 @@ def build_config(args: argparse.Namespace) -> Any:
     check_family_options(args)
     if args.full and args.model_dir is not None:
         raise CLIUsageError("--full selects the full-size stand-in; it cannot be combined with --model-dir")
-    device = common.check_device(args.device)
-    common.check_output_files(args)
+    device = bench_cli.check_device(args.device)
+    bench_cli.check_output_files(args)
     model_dir = None
     if args.model_dir is not None:
         model_dir = Path(args.model_dir).expanduser()
@@ -105,7 +105,7 @@ def build_config(args: argparse.Namespace) -> Any:
         plan=name,
         **sizes,
     )
-    common.check_at_least("--threads", config.threads, 1)
+    bench_cli.check_at_least("--threads", config.threads, 1)
     try:
         config.validate()
     except BenchSetupError as exc:
@@ -124,11 +124,11 @@ def run(args: argparse.Namespace) -> int:
     from vllm_omni_token2wav.benchmarks.token2wav_cosyvoice3 import report as token2wav_cosyvoice3_report
     from vllm_omni_token2wav.benchmarks.token2wav_cosyvoice3.run import BenchSetupError, CosyVoice3Benchmark
 
-    bench = CosyVoice3Benchmark(config, stage=common.stage_printer("token2wav"))
-    bench.report.command = common.invoked_command()
-    interrupted = common.run_benchmark(bench.run, BenchSetupError)
+    bench = CosyVoice3Benchmark(config, stage=bench_cli.stage_printer("token2wav"))
+    bench.report.command = bench_cli.invoked_command()
+    interrupted = bench_cli.run_benchmark(bench.run, BenchSetupError)
     report = bench.report
-    return common.publish_report(
+    return bench_cli.publish_report(
         report,
         token2wav_cosyvoice3_report,
         Path(args.json or DEFAULT_JSON),
@@ -136,3 +136,13 @@ def run(args: argparse.Namespace) -> int:
         plot=any(m.total_ms for m in report.modes) or bool(report.flow),
         interrupted=interrupted,
     )
+
+
+RECORDERS = (
+    bench_cli.Recorder(
+        name="token2wav_cosyvoice3",
+        command=("bench", "token2wav", "--family", "cosyvoice3"),
+        stem=bench_cli.full_stem("token2wav_cosyvoice3"),
+        summary="token2wav_cosyvoice3[_full]_<device>: CosyVoice3 code2wav RTF, first audio, cost per chunk",
+    ),
+)

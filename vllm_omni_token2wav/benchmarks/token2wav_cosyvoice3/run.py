@@ -23,7 +23,7 @@ CPU time are both recorded (on a busy CPU host CPU time measures the work).
 Default: the reduced stand-in (`--full`: the shipped geometry, random weights; `--model-dir`: a real
 Fun-CosyVoice3 directory with `default_voice.wav` + `default_voice.tokens`). The prompt is the
 directory's default voice cut to `prompt_seconds` (its tokens cut alike). Rendering:
-`token2wav_cosyvoice3_report`.
+`report.py` beside it.
 """
 
 from __future__ import annotations

@@ -14,15 +14,16 @@ This module only parses options; torch and the models are imported inside `run`.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from vllm_omni_token2wav.benchmarks import common
+from vllm_omni_token2wav.benchmarks import bench_cli
 from vllm_omni_token2wav.benchmarks.token2wav_serve.cli import add_clock_option
 from vllm_omni_token2wav.entrypoints.cli.types import CLIUsageError
 
-DEFAULT_JSON = str(common.DEFAULT_REPORT_DIR / "token2wav_row_cost.json")
-DEFAULT_PLOT = str(common.DEFAULT_REPORT_DIR / "token2wav_row_cost.png")
+DEFAULT_JSON = str(bench_cli.DEFAULT_REPORT_DIR / "token2wav_row_cost.json")
+DEFAULT_PLOT = str(bench_cli.DEFAULT_REPORT_DIR / "token2wav_row_cost.png")
 
 
 def parse_rows(text: str) -> tuple[int, ...]:
@@ -36,10 +37,10 @@ def parse_rows(text: str) -> tuple[int, ...]:
 
 
 def build_config(args: argparse.Namespace) -> Any:
-    device = common.check_device(args.device)
-    common.check_output_files(args)
+    device = bench_cli.check_device(args.device)
+    bench_cli.check_output_files(args)
     for option, low in (("reps", 1), ("profile_rows", 0), ("n_timesteps", 1), ("voices", 0), ("threads", 1)):
-        common.check_at_least("--" + option.replace("_", "-"), getattr(args, option), low)
+        bench_cli.check_at_least("--" + option.replace("_", "-"), getattr(args, option), low)
     if args.reference_seconds is not None and not args.reference_seconds > 0:
         raise CLIUsageError(f"--reference-seconds must be > 0, got {args.reference_seconds}")
     from vllm_omni_token2wav.benchmarks.token2wav_row_cost.run import SMOKE, RowCostConfig
@@ -70,7 +71,7 @@ class Token2WavRowCostSubcommand:
 
     def add_cli_args(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--full", action="store_true", help="use the full-size stand-in (~1.2 GB, slow on CPU)")
-        common.add_device_option(parser)
+        bench_cli.add_device_option(parser)
         parser.add_argument("--rows", metavar="R,R", help="rows per batched forward to measure (default 1,2,4,8,16)")
         parser.add_argument("--reps", type=int, metavar="N", help="interleaved repetitions, the minimum kept (5)")
         parser.add_argument("--profile-rows", type=int, metavar="R", help="rows of the profiler pass (8; 0: none)")
@@ -81,17 +82,17 @@ class Token2WavRowCostSubcommand:
         parser.add_argument("--seed", type=int, default=0, help="stand-in weights and codes seed")
         add_clock_option(parser)
         parser.add_argument("--smoke", action="store_true", help="a seconds-long run (tests); explicit options win")
-        common.add_report_file_options(parser, DEFAULT_JSON, DEFAULT_PLOT)
+        bench_cli.add_report_file_options(parser, DEFAULT_JSON, DEFAULT_PLOT)
 
     def run(self, args: argparse.Namespace) -> int:
         config = build_config(args)
         from vllm_omni_token2wav.benchmarks.token2wav_row_cost import report as token2wav_row_cost_report
         from vllm_omni_token2wav.benchmarks.token2wav_row_cost.run import RowCostSetupError, Token2WavRowCost
 
-        bench = Token2WavRowCost(config, stage=common.stage_printer("token2wav-row-cost"))
-        bench.report.command = common.invoked_command()
-        interrupted = common.run_benchmark(bench.run, RowCostSetupError)
-        return common.publish_report(
+        bench = Token2WavRowCost(config, stage=bench_cli.stage_printer("token2wav-row-cost"))
+        bench.report.command = bench_cli.invoked_command()
+        interrupted = bench_cli.run_benchmark(bench.run, RowCostSetupError)
+        return bench_cli.publish_report(
             bench.report,
             token2wav_row_cost_report,
             Path(args.json or DEFAULT_JSON),
@@ -102,3 +103,19 @@ class Token2WavRowCostSubcommand:
 
 
 SUBCOMMAND = Token2WavRowCostSubcommand()
+
+
+def stem_for(argv: Sequence[str]) -> str:
+    """`token2wav_row_cost[_full][_<N>threads][_cpuclock]`: one record per size, thread count and clock."""
+    stem = "token2wav_row_cost_full" if "--full" in argv else "token2wav_row_cost"
+    return stem + bench_cli.thread_clock_suffix(argv)
+
+
+RECORDERS = (
+    bench_cli.Recorder(
+        name="token2wav_row_cost",
+        command=("bench", "token2wav-row-cost"),
+        stem=stem_for,
+        summary="token2wav_row_cost[_full][_<N>threads][_cpuclock]_<device>: cost per row by part",
+    ),
+)

@@ -11,7 +11,7 @@ Sizes follow the issue on an accelerator (10 s of speech tokens, 10 Euler steps,
 the full-size flow runs several times slower than real time, so the CPU default is 2 s and 5 steps
 (3 runs), and the table and JSON say which defaults applied. Explicit options always win.
 
-`--family cosyvoice3` runs the CosyVoice3 code2wav report instead (`token2wav_cosyvoice3.py` here,
+`--family cosyvoice3` runs the CosyVoice3 code2wav report instead (its options and run: `token2wav_cosyvoice3/cli.py`,
 `vllm_omni_token2wav.benchmarks.token2wav_cosyvoice3.run`): whole and streaming RTF, first audio, and the cost per
 chunk vs chunk index against upstream's prefix re-run, on the reduced stand-in unless `--full`.
 
@@ -28,12 +28,12 @@ import math
 from pathlib import Path
 from typing import Any
 
-from vllm_omni_token2wav.benchmarks import common
+from vllm_omni_token2wav.benchmarks import bench_cli, common
 from vllm_omni_token2wav.benchmarks.token2wav_cosyvoice3 import cli as token2wav_cosyvoice3
 from vllm_omni_token2wav.entrypoints.cli.types import CLIUsageError
 
-DEFAULT_JSON = str(common.DEFAULT_REPORT_DIR / "token2wav_rtf_report.json")
-DEFAULT_PLOT = str(common.DEFAULT_REPORT_DIR / "token2wav_rtf_report.png")
+DEFAULT_JSON = str(bench_cli.DEFAULT_REPORT_DIR / "token2wav_rtf_report.json")
+DEFAULT_PLOT = str(bench_cli.DEFAULT_REPORT_DIR / "token2wav_rtf_report.png")
 MODEL_DIR_FILES = ("campplus.onnx", "speech_tokenizer_v2_25hz.onnx", "flow.yaml", "flow.pt", "hift.pt")
 
 
@@ -70,14 +70,14 @@ def build_config(args: argparse.Namespace) -> Any:
     """The validated `BenchConfig` for `args` (raises `CLIUsageError` for user mistakes)."""
     if args.reduced and args.model_dir is not None:
         raise CLIUsageError("--reduced selects the small stand-in; it cannot be combined with --model-dir")
-    device = common.check_device(args.device)
+    device = bench_cli.check_device(args.device)
     _positive_seconds("--gen-seconds", args.gen_seconds)
     _positive_seconds("--prompt-seconds", args.prompt_seconds)
     for option, low in (("n_timesteps", 1), ("runs", 1), ("threads", 1), ("warmup", 0), ("prompt_calls", 1)):
-        common.check_at_least("--" + option.replace("_", "-"), getattr(args, option), low)
+        bench_cli.check_at_least("--" + option.replace("_", "-"), getattr(args, option), low)
     if args.gen_seconds is not None and round(args.gen_seconds * 25) < 1:
         raise CLIUsageError(f"--gen-seconds {args.gen_seconds}: less than one 25 Hz speech token (0.04 s)")
-    common.check_output_files(args)
+    bench_cli.check_output_files(args)
     model_dir = _model_dir(args.model_dir)
 
     from vllm_omni_token2wav.benchmarks.token2wav_rtf.run import (
@@ -138,7 +138,7 @@ class Token2WavSubcommand:
         parser.add_argument(
             "--reduced", action="store_true", help="use the reduced stand-in (small widths; for tests, not numbers)"
         )
-        common.add_device_option(parser)
+        bench_cli.add_device_option(parser)
         parser.add_argument(
             "--gen-seconds", type=float, metavar="S", help="seconds of speech tokens to synthesise (default 10, CPU 2)"
         )
@@ -156,9 +156,9 @@ class Token2WavSubcommand:
             metavar="N",
             help="timed prepare_prompt calls per speaker path (default 20, CPU 10)",
         )
-        common.add_threads_option(parser)
+        bench_cli.add_threads_option(parser)
         parser.add_argument("--seed", type=int, default=0, help="stand-in weights, speech tokens and NSF noise seed")
-        common.add_report_file_options(parser, DEFAULT_JSON, DEFAULT_PLOT)
+        bench_cli.add_report_file_options(parser, DEFAULT_JSON, DEFAULT_PLOT)
         token2wav_cosyvoice3.add_cli_args(parser)
         parser.add_argument(
             "--fast",
@@ -174,11 +174,11 @@ class Token2WavSubcommand:
         from vllm_omni_token2wav.benchmarks.token2wav_rtf import report as token2wav_rtf_report
         from vllm_omni_token2wav.benchmarks.token2wav_rtf.run import BenchSetupError, Token2WavBenchmark
 
-        bench = Token2WavBenchmark(config, stage=common.stage_printer("token2wav"))
-        bench.report.command = common.invoked_command()
-        interrupted = common.run_benchmark(bench.run, BenchSetupError)
+        bench = Token2WavBenchmark(config, stage=bench_cli.stage_printer("token2wav"))
+        bench.report.command = bench_cli.invoked_command()
+        interrupted = bench_cli.run_benchmark(bench.run, BenchSetupError)
         report = bench.report
-        return common.publish_report(
+        return bench_cli.publish_report(
             report,
             token2wav_rtf_report,
             Path(args.json or DEFAULT_JSON),
@@ -189,3 +189,14 @@ class Token2WavSubcommand:
 
 
 SUBCOMMAND = Token2WavSubcommand()
+
+
+RECORDERS = (
+    bench_cli.Recorder(
+        name="token2wav_rtf",
+        command=("bench", "token2wav"),
+        stem=bench_cli.fixed_stem("token2wav_rtf"),
+        summary="token2wav_rtf_<device>: Token2Wav RTF, first audio, component split, speaker paths",
+    ),
+    *token2wav_cosyvoice3.RECORDERS,
+)

@@ -30,16 +30,17 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from vllm_omni_token2wav.benchmarks import common
+from vllm_omni_token2wav.benchmarks import bench_cli, common
 from vllm_omni_token2wav.entrypoints.cli.types import CLIUsageError
 
-DEFAULT_JSON = str(common.DEFAULT_REPORT_DIR / "token2wav_serve.json")
-DEFAULT_PLOT = str(common.DEFAULT_REPORT_DIR / "token2wav_serve.png")
-ENGINE_JSON = str(common.DEFAULT_REPORT_DIR / "token2wav_serve_engine.json")
-ENGINE_PLOT = str(common.DEFAULT_REPORT_DIR / "token2wav_serve_engine.png")
+DEFAULT_JSON = str(bench_cli.DEFAULT_REPORT_DIR / "token2wav_serve.json")
+DEFAULT_PLOT = str(bench_cli.DEFAULT_REPORT_DIR / "token2wav_serve.png")
+ENGINE_JSON = str(bench_cli.DEFAULT_REPORT_DIR / "token2wav_serve_engine.json")
+ENGINE_PLOT = str(bench_cli.DEFAULT_REPORT_DIR / "token2wav_serve_engine.png")
 FAMILY_CHOICES = ("minicpmo", "step-audio2")
 DEFAULT_TALKER_RATE = 100.0
 #: Options of the emulated run that `--engine` refuses, and why (the served stack decides these itself).
@@ -101,10 +102,10 @@ def build_config(args: argparse.Namespace) -> Any:
         raise CLIUsageError("--server-logs keeps the servers' logs of an --engine run; add --engine")
     if args.full and args.model_dir is not None:
         raise CLIUsageError("--full selects the full-size stand-in; it cannot be combined with --model-dir")
-    device = common.check_device(args.device)
-    common.check_output_files(args)
+    device = bench_cli.check_device(args.device)
+    bench_cli.check_output_files(args)
     for option, low in (("requests", 1), ("voices", 0), ("n_timesteps", 1), ("max_num_seqs", 1), ("threads", 1)):
-        common.check_at_least("--" + option.replace("_", "-"), getattr(args, option), low)
+        bench_cli.check_at_least("--" + option.replace("_", "-"), getattr(args, option), low)
     for option in ("request_rate", "talker_rate", "reference_seconds"):
         value = getattr(args, option)
         if value is not None and not value > 0:
@@ -168,7 +169,7 @@ class Token2WavServeSubcommand:
         parser.add_argument(
             "--family", choices=FAMILY_CHOICES, help="stage model (default minicpmo; --engine: step-audio2)"
         )
-        common.add_device_option(parser)
+        bench_cli.add_device_option(parser)
         parser.add_argument(
             "--concurrency", metavar="C,C", help="concurrency levels (default 1,4,8; accelerator 1,8,32)"
         )
@@ -185,7 +186,7 @@ class Token2WavServeSubcommand:
         parser.add_argument(
             "--kv-cache-dtype", choices=KV_DTYPES, help="estimator cache storage dtype (default: the flow's)"
         )
-        common.add_threads_option(parser)
+        bench_cli.add_threads_option(parser)
         parser.add_argument("--seed", type=int, default=0, help="stand-in weights, codes, lengths and noise seed")
         add_clock_option(
             parser,
@@ -201,7 +202,7 @@ class Token2WavServeSubcommand:
             "loopback), code2wav max_num_seqs = largest level vs 1, beside the in-process run of the same work",
         )
         parser.add_argument("--server-logs", metavar="DIR", help="--engine: keep the servers' logs in DIR")
-        common.add_report_file_options(parser, DEFAULT_JSON, DEFAULT_PLOT)
+        bench_cli.add_report_file_options(parser, DEFAULT_JSON, DEFAULT_PLOT)
 
     def run(self, args: argparse.Namespace) -> int:
         if args.engine:
@@ -210,12 +211,12 @@ class Token2WavServeSubcommand:
         from vllm_omni_token2wav.benchmarks.token2wav_serve import report as token2wav_serve_report
         from vllm_omni_token2wav.benchmarks.token2wav_serve.run import ServeSetupError, Token2WavServeBenchmark
 
-        bench = Token2WavServeBenchmark(config, stage=common.stage_printer("token2wav-serve"))
-        bench.report.command = common.invoked_command()
-        interrupted = common.run_benchmark(bench.run, ServeSetupError)
+        bench = Token2WavServeBenchmark(config, stage=bench_cli.stage_printer("token2wav-serve"))
+        bench.report.command = bench_cli.invoked_command()
+        interrupted = bench_cli.run_benchmark(bench.run, ServeSetupError)
         report = bench.report
         failed = any(run.summary()["errors"] for run in report.runs.values())
-        return common.publish_report(
+        return bench_cli.publish_report(
             report,
             token2wav_serve_report,
             Path(args.json or DEFAULT_JSON),
@@ -237,11 +238,11 @@ def build_engine_config(args: argparse.Namespace) -> Any:
             f"--family {args.family} does not apply to --engine: the served stand-in stack is Step-Audio2's "
             "(MiniCPM-o's talker hands codes over in a way the stand-in producer does not emulate)"
         )
-    if common.check_device(args.device) not in ("auto", "cpu"):
+    if bench_cli.check_device(args.device) not in ("auto", "cpu"):
         raise CLIUsageError(f"--device {args.device} does not apply to --engine: the engine serves on its platform")
-    common.check_output_files(args)
+    bench_cli.check_output_files(args)
     for option, low in (("requests", 1), ("max_num_seqs", 1)):
-        common.check_at_least("--" + option.replace("_", "-"), getattr(args, option), low)
+        bench_cli.check_at_least("--" + option.replace("_", "-"), getattr(args, option), low)
     if args.request_rate is not None and not args.request_rate > 0:
         raise CLIUsageError(f"--request-rate must be > 0, got {args.request_rate}")
     if args.server_logs is not None and Path(args.server_logs).exists() and not Path(args.server_logs).is_dir():
@@ -293,16 +294,16 @@ def run_engine(args: argparse.Namespace) -> int:
     from vllm_omni_token2wav.benchmarks.token2wav_serve import engine_report as token2wav_serve_engine_report
     from vllm_omni_token2wav.benchmarks.token2wav_serve.engine import EngineServeBenchmark, EngineServeSetupError
 
-    bench = EngineServeBenchmark(config, stage=common.stage_printer("token2wav-serve --engine"))
-    bench.report.command = common.invoked_command()
+    bench = EngineServeBenchmark(config, stage=bench_cli.stage_printer("token2wav-serve --engine"))
+    bench.report.command = bench_cli.invoked_command()
     failed_to_serve = False
     try:
-        interrupted = common.run_benchmark(bench.run, EngineServeSetupError)
+        interrupted = bench_cli.run_benchmark(bench.run, EngineServeSetupError)
     except EngineServerError as exc:  # the note says which server and where its log is
         print(f"vllm-omni-token2wav: {exc}", file=sys.stderr)
         interrupted, failed_to_serve = False, True
     report = bench.report
-    return common.publish_report(
+    return bench_cli.publish_report(
         report,
         token2wav_serve_engine_report,
         Path(args.json or ENGINE_JSON),
@@ -314,3 +315,30 @@ def run_engine(args: argparse.Namespace) -> int:
 
 
 SUBCOMMAND = Token2WavServeSubcommand()
+
+
+def stem_for(argv: Sequence[str]) -> str:
+    """`token2wav_serve[_full][_talker<T>][_<N>threads][_cpuclock]`: the default command keeps the plain name.
+
+    `--engine`: `token2wav_serve_engine[_poisson<R>][_wallclock]` (`_wallclock`: in-process steps by the wall clock).
+    """
+    if "--engine" in argv:
+        rate = bench_cli.option_value(argv, "--request-rate")
+        wall = "_wallclock" if bench_cli.option_value(argv, "--clock") == "wall" else ""
+        return "token2wav_serve_engine" + ("" if rate is None else f"_poisson{float(rate):g}") + wall
+    stem = "token2wav_serve_full" if "--full" in argv else "token2wav_serve"
+    talker = bench_cli.option_value(argv, "--talker-rate")
+    if talker is not None and float(talker) != 100.0:
+        stem += f"_talker{float(talker):g}"
+    return stem + bench_cli.thread_clock_suffix(argv)
+
+
+RECORDERS = (
+    bench_cli.Recorder(
+        name="token2wav_serve",
+        command=("bench", "token2wav-serve"),
+        stem=stem_for,
+        summary="token2wav_serve[_full][_talker<T>][_<N>threads][_cpuclock]_<device>, "
+        "--engine: token2wav_serve_engine[_poisson<R>][_wallclock]_<device>: the stage under load",
+    ),
+)

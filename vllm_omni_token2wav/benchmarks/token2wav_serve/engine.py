@@ -48,7 +48,7 @@ What runs (`EngineServeBenchmark.run`):
   rows); end to end: throughput and latency ratios.
 
 The report (`EngineServeReport`) is filled as the run goes (an interrupted run keeps what it
-measured); `token2wav_serve_engine_report.py` renders it.
+measured); `engine_report.py` renders it.
 """
 
 from __future__ import annotations

@@ -52,7 +52,7 @@ def header_lines(report: ServeReport) -> list[str]:
     return lines
 
 
-#: The columns every concurrency table shares (this one and the served run's, `token2wav_serve_engine_report`).
+#: The columns every concurrency table shares (this one and the served run's, `engine_report`).
 COMMON_HEAD = (
     f"{'audio s/s':>10}{'TTFP p50':>10}{'p90':>7}{'p99':>7}{'RTF p50':>9}{'p90':>7}{'p99':>7}"
     f"{'underruns':>10}{'stall p90':>10}{'steps':>7}{'rows/step':>10}"

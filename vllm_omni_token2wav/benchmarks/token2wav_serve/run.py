@@ -41,7 +41,7 @@ stage's `token2wav_device_graphs` option (the device check compares graphs on an
 with `set_device_graphs`); `run_level(..., should_stop=)` ends a level early (marked `stopped`).
 
 The report is filled as the run progresses (an interrupted run keeps what it measured); the
-rendering (table, JSON, PNG) is `token2wav_serve_report.py`.
+rendering (table, JSON, PNG) is `report.py`.
 """
 
 from __future__ import annotations
