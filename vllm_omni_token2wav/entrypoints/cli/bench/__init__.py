@@ -21,6 +21,7 @@ BENCH_CLIS: tuple[str, ...] = (
     "vllm_omni_token2wav.benchmarks.seed_tts.cli",
     "vllm_omni_token2wav.benchmarks.token2wav_rtf.cli",
     "vllm_omni_token2wav.benchmarks.cosyvoice3_flow_stream.cli",
+    "vllm_omni_token2wav.benchmarks.cosyvoice3_batched_flow.cli",
     "vllm_omni_token2wav.benchmarks.device_check.cli",
     "vllm_omni_token2wav.benchmarks.causal_hift_stream.cli",
     "vllm_omni_token2wav.benchmarks.token2wav_serve.cli",
