@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
 """Speed of the in-tree flow model (conformer encoder + DiT + CFM) at full size: mel frames/s and RTF.
 
@@ -14,11 +13,12 @@ the real ones). Cases run interleaved (case A run 1, case B run 1, ..., A run 2,
 on a shared machine hit all alike; the table shows medians of `--runs` runs. `os.getloadavg()` is
 recorded before and after.
 
-    .venv/bin/python benchmarks/flow_rtf.py                        # platform device, defaults below
-    .venv/bin/python benchmarks/flow_rtf.py --gen-seconds 10 --prompt-seconds 3 --runs 5   # accelerator
+    vllm-omni-token2wav bench flow-rtf                        # platform device, defaults below
+    vllm-omni-token2wav bench flow-rtf --gen-seconds 10 --prompt-seconds 3 --runs 5   # accelerator
 
 Defaults: 10 s generated + 3 s prompt on an accelerator; 2 s + 1 s on CPU (a full-size step over
-13 s of audio takes minutes there). Writes benchmarks/results/flow_rtf.json (atomically, `--output`).
+13 s of audio takes minutes there). Writes out/flow_rtf.json (atomically; `--output` elsewhere; the
+recorded one is benchmarks/results/flow_rtf.json).
 """
 
 from __future__ import annotations
@@ -37,12 +37,9 @@ from typing import Any
 
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-
-from vllm_omni_token2wav import platforms  # noqa: E402
-from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow import (  # noqa: E402
+from vllm_omni_token2wav import platforms
+from vllm_omni_token2wav.entrypoints.cli.types import CLIUsageError
+from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow import (
     REAL_FLOW_CONFIG,
     REDUCED_FLOW_CONFIG,
     CausalMaskedDiffWithXvec,
@@ -112,22 +109,8 @@ def _stream(model: CausalMaskedDiffWithXvec, x: dict[str, torch.Tensor], n: int)
     return run
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--device", default=None, help="torch device (default: the platform's serving device)")
-    parser.add_argument("--config", choices=("real", "reduced"), default="real")
-    parser.add_argument("--gen-seconds", type=float, default=None, help="generated audio (default 10, CPU 2)")
-    parser.add_argument("--prompt-seconds", type=float, default=None, help="prompt audio (default 3, CPU 1)")
-    parser.add_argument("--timesteps", type=int, nargs="+", default=[10, 5])
-    parser.add_argument(
-        "--dtypes", nargs="+", choices=("fp32", "fp16"), default=None, help="default fp32 (+fp16 off CPU)"
-    )
-    parser.add_argument("--modes", nargs="+", choices=("whole", "stream"), default=["whole", "stream"])
-    parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
-    parser.add_argument("--output", type=Path, default=REPO / "benchmarks" / "results" / "flow_rtf.json")
-    args = parser.parse_args(argv)
-
+def execute(args: argparse.Namespace) -> int:
+    """The run `vllm-omni-token2wav bench flow-rtf` starts (its options: `cli.py` beside this module)."""
     platform = platforms.current_omni_platform
     device = torch.device(args.device) if args.device else platform.torch_device()
     on_cpu = device.type == "cpu"
@@ -135,14 +118,13 @@ def main(argv: list[str] | None = None) -> int:
     prompt_s = args.prompt_seconds if args.prompt_seconds is not None else (1.0 if on_cpu else 3.0)
     dtypes = args.dtypes or (["fp32"] if on_cpu else ["fp32", "fp16"])
     if args.runs < 1:
-        parser.error("--runs must be >= 1")
+        raise CLIUsageError("--runs must be >= 1")
     if args.threads is not None:
         torch.set_num_threads(args.threads)  # CLI process: its own thread count is the user's choice
     gen_tokens, prompt_tokens = round(gen_s * TOKENS_PER_SECOND), round(prompt_s * TOKENS_PER_SECOND)
     config = REAL_FLOW_CONFIG if args.config == "real" else REDUCED_FLOW_CONFIG
     x = _inputs(prompt_tokens, gen_tokens, device)
     audio_s = 2 * gen_tokens / FRAMES_PER_SECOND
-
     cases: dict[str, tuple[dict[str, Any], Callable[[], dict[str, float]]]] = {}
     models = {}
     for name in dtypes:
@@ -154,7 +136,6 @@ def main(argv: list[str] | None = None) -> int:
                     {"mode": mode, "dtype": name, "n_timesteps": n},
                     make(models[name], x, n),
                 )
-
     load_before = os.getloadavg()
     for _, run in cases.values():  # warm-up (allocator, kernels)
         run()
@@ -163,7 +144,6 @@ def main(argv: list[str] | None = None) -> int:
         for key, (_, run) in cases.items():
             samples[key].append(run())
     load_after = os.getloadavg()
-
     rows = []
     for key, (meta, _) in cases.items():
         med = {field: statistics.median(s[field] for s in samples[key]) for field in samples[key][0]}
@@ -178,7 +158,6 @@ def main(argv: list[str] | None = None) -> int:
                 "runs_compute_s": [s["compute_s"] for s in samples[key]],
             }
         )
-
     print(
         f"flow model ({args.config}) on {device} ({platform.device_name}); {gen_s:g} s generated + {prompt_s:g} s "
         f"prompt; median of {args.runs}; loadavg {load_before[0]:.1f} -> {load_after[0]:.1f}"
@@ -193,7 +172,6 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['mode']:<7}{r['dtype']:<6}{r['n_timesteps']:>3}{r['median_compute_s']:>11.3f}{r['rtf']:>8.3f}"
             f"{r['mel_frames_per_s']:>10.1f}{setup:>9}{first:>12}"
         )
-
     result = {
         "benchmark": "flow_rtf",
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
@@ -218,7 +196,3 @@ def main(argv: list[str] | None = None) -> int:
     os.replace(tmp, args.output)
     print(f"wrote {args.output}")
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

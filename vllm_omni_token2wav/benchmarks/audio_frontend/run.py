@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
 """Benchmark and agreement report of the torch audio front end (Kaldi fbank, 24 kHz prompt mel).
 
@@ -14,10 +13,10 @@ Timing: for each case the implementations run interleaved (A, B, A, B, ...) so t
 a shared machine hit both alike; the table reports medians and the ratio. `os.getloadavg()` is
 recorded before and after: compare runs only at similar load.
 
-    .venv/bin/python benchmarks/audio_frontend.py --repeats 20
-    .venv/bin/python benchmarks/audio_frontend.py --device cpu --durations 2 10 --batches 1
+    vllm-omni-token2wav bench audio-frontend --repeats 20
+    vllm-omni-token2wav bench audio-frontend --device cpu --durations 2 10 --batches 1
 
-Writes benchmarks/results/audio_frontend.json (atomically).
+Writes out/audio_frontend.json by default (the recorded one: benchmarks/results/audio_frontend.json) (atomically).
 """
 
 from __future__ import annotations
@@ -27,7 +26,6 @@ import json
 import os
 import platform as host_platform
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -37,13 +35,11 @@ from typing import Any
 import numpy as np
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-
-from vllm_omni_token2wav import platforms  # noqa: E402
-from vllm_omni_token2wav.assets.audio import speech_sample  # noqa: E402
-from vllm_omni_token2wav.model_executor.models.audio import kaldi_fbank, prompt_mel_24k, resample  # noqa: E402
+from vllm_omni_token2wav import platforms
+from vllm_omni_token2wav.assets.audio import speech_sample
+from vllm_omni_token2wav.benchmarks.bench_cli import invoked_command
+from vllm_omni_token2wav.entrypoints.cli.types import CLIUsageError
+from vllm_omni_token2wav.model_executor.models.audio import kaldi_fbank, prompt_mel_24k, resample
 
 
 def _knf_fbank(samples: np.ndarray) -> np.ndarray:
@@ -177,25 +173,16 @@ def _write_json(path: Path, payload: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--device", default=None, help="torch device (default: the platform device)")
-    parser.add_argument("--durations", type=float, nargs="+", default=[2.0, 10.0, 30.0])
-    parser.add_argument("--batches", type=int, nargs="+", default=[1, 8])
-    parser.add_argument("--repeats", type=int, default=20, help="timed runs per implementation and case (>= 20)")
-    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (upstream ORT uses 1)")
-    parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "audio_frontend.json")
-    args = parser.parse_args(argv)
+def execute(args: argparse.Namespace) -> int:
+    """The run `vllm-omni-token2wav bench audio-frontend` starts (its options: `cli.py` beside this module)."""
     if args.repeats < 1:
-        parser.error("--repeats must be >= 1")
+        raise CLIUsageError("--repeats must be >= 1")
     torch.set_num_threads(args.threads)
     device = torch.device(args.device) if args.device else platforms.current_omni_platform.torch_device()
-
     load_before = os.getloadavg()
     rows = measure_speed(device, args.durations, args.batches, args.repeats)
     agreement = measure_agreement()
     load_after = os.getloadavg()
-
     ref_key = "knf_ms_plus_h2d" if device.type != "cpu" else "knf_ms"
     print(f"fbank (80 bins, 16 kHz), device {device}, torch threads {args.threads}, median of {args.repeats}")
     print(f"{'audio':>7} {'batch':>5} {'torch fft ms':>13} {'torch matmul ms':>16} {ref_key:>16} {'speedup':>8}")
@@ -209,12 +196,11 @@ def main(argv: list[str] | None = None) -> int:
         for name, d in entries.items():
             print(f"  {table:<34} {name:<22} {d['max_abs']:.3g} / {d['mean_abs']:.3g}")
     print(f"load average before {load_before}, after {load_after}")
-
     _write_json(
         args.out,
         {
             "benchmark": "audio_frontend",
-            "command": " ".join([Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])]),
+            "command": invoked_command(),
             "device": str(device),
             "device_name": platforms.current_omni_platform.device_name,
             "torch": torch.__version__,
@@ -230,7 +216,3 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(f"wrote {args.out}")
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
 """Bytes one active Token2Wav stream holds, against the arithmetic floor, fp32 and the opt-in bf16 caches.
 
@@ -16,10 +15,11 @@ script measures, on the stand-in of the shipped geometry (default) with a 10 s p
   request, same noise;
 - the reference implementation's preallocated estimator scratch (16 step slots x 1000 frames).
 
-    .venv/bin/python benchmarks/token2wav_stream_memory.py                 # full size, 10 s prompt
-    .venv/bin/python benchmarks/token2wav_stream_memory.py --reduced --chunks 3 --output /tmp/m.json
+    vllm-omni-token2wav bench token2wav-stream-memory                 # full size, 10 s prompt
+    vllm-omni-token2wav bench token2wav-stream-memory --reduced --chunks 3 --output /tmp/m.json
 
-Writes benchmarks/results/token2wav_stream_memory.json (atomically; `--output` elsewhere) and prints
+Writes out/token2wav_stream_memory.json (atomically; `--output` elsewhere; the recorded one is
+benchmarks/results/token2wav_stream_memory.json) and prints
 a table. Timings are incidental (single run), the byte counts are exact.
 """
 
@@ -28,25 +28,20 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-
-from vllm_omni_token2wav.atomic_io import write_bytes_atomic  # noqa: E402
-from vllm_omni_token2wav.benchmarks.common import load_average, run_environment, torch_threads  # noqa: E402
-from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow.kv_cache import EstimatorKV  # noqa: E402
-from vllm_omni_token2wav.model_executor.models.step_audio2.standin import ensure_standin_token2wav_dir  # noqa: E402
-from vllm_omni_token2wav.model_executor.models.step_audio2.token2wav_stream import stream_chunks  # noqa: E402
-from vllm_omni_token2wav.model_executor.models.step_audio2.token2wav_synthesis import open_stream, stream_chunk  # noqa: E402
-from vllm_omni_token2wav.model_executor.models.token2wav_stage.cosyvoice2_backend import CosyVoice2Voice  # noqa: E402
-from vllm_omni_token2wav.model_executor.models.token2wav_stage.stage_model import Token2WavStageModel  # noqa: E402
+from vllm_omni_token2wav.atomic_io import write_bytes_atomic
+from vllm_omni_token2wav.benchmarks.bench_cli import invoked_command
+from vllm_omni_token2wav.benchmarks.common import load_average, run_environment, torch_threads
+from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow.kv_cache import EstimatorKV
+from vllm_omni_token2wav.model_executor.models.step_audio2.standin import ensure_standin_token2wav_dir
+from vllm_omni_token2wav.model_executor.models.step_audio2.token2wav_stream import stream_chunks
+from vllm_omni_token2wav.model_executor.models.step_audio2.token2wav_synthesis import open_stream, stream_chunk
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.cosyvoice2_backend import CosyVoice2Voice
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.stage_model import Token2WavStageModel
 
 MB = 1_000_000  # decimal megabytes, as the issue counts (1.31 MB per cached frame)
 REFERENCE_SCRATCH_SLOTS = 16
@@ -168,22 +163,15 @@ def render(result: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--reduced", action="store_true", help="the reduced stand-in (quick check)")
-    parser.add_argument("--prompt-seconds", type=float, default=10.0)
-    parser.add_argument("--chunks", type=int, default=4, help="25 + 3 token chunks (3 reach the trimmed state)")
-    parser.add_argument("--n-timesteps", type=int, default=10)
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--output", type=Path, default=REPO / "benchmarks" / "results" / "token2wav_stream_memory.json")
-    args = parser.parse_args(argv)
+def execute(args: argparse.Namespace) -> int:
+    """The run `vllm-omni-token2wav bench token2wav-stream-memory` starts (its options: `cli.py` beside this module)."""
     env = run_environment(torch.device("cpu"), args.threads)
     with torch_threads(args.threads), torch.inference_mode():
         result = run(args)
     env["loadavg_end"] = load_average()
     result = {
         "schema": "vllm-omni/token2wav-stream-memory/1",
-        "command": " ".join(["benchmarks/token2wav_stream_memory.py", *argv]),
+        "command": invoked_command(),
         "kind": "stand-in (reduced size)" if args.reduced else "stand-in (full size: the shipped geometry)",
         "prompt_seconds": args.prompt_seconds,
         "environment": env,
@@ -196,7 +184,3 @@ def main(argv: list[str]) -> int:
     write_bytes_atomic(args.output.with_suffix(".txt"), text.encode())
     print(f"wrote {args.output} and {args.output.with_suffix('.txt')}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

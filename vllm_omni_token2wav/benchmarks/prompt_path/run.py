@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
 """End-to-end cost of `prepare_prompt` (the Token2Wav request path of a reference voice).
 
@@ -19,12 +18,12 @@ hit all alike; medians over `--repeats` (>= 20) calls; `os.getloadavg()` before 
 runs only at similar load. On CPU both ORT (1 intra-op thread, upstream) and torch use the threads
 shown in the JSON (`torch_threads`).
 
-    .venv/bin/python benchmarks/prompt_path.py --repeats 20
-    .venv/bin/python benchmarks/prompt_path.py --model-dir /path/to/token2wav --seconds 3 6 10
+    vllm-omni-token2wav bench prompt-path --repeats 20
+    vllm-omni-token2wav bench prompt-path --model-dir /path/to/token2wav --seconds 3 6 10
 
 Without `--model-dir` the deterministic full-size stand-in campplus.onnx is used (same network
 size as the real file; the numbers are about cost, not voice quality).
-Writes benchmarks/results/prompt_path.json (atomically).
+Writes out/prompt_path.json by default (the recorded one: benchmarks/results/prompt_path.json) (atomically).
 """
 
 from __future__ import annotations
@@ -34,7 +33,6 @@ import json
 import os
 import platform as host_platform
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -44,13 +42,11 @@ from typing import Any
 import numpy as np
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-
-from vllm_omni_token2wav import platforms  # noqa: E402
-from vllm_omni_token2wav.assets.audio import speech_sample  # noqa: E402
-from vllm_omni_token2wav.model_executor.models.step_audio2.step_audio2_token2wav import StepAudio2Token2WavCore  # noqa: E402
+from vllm_omni_token2wav import platforms
+from vllm_omni_token2wav.assets.audio import speech_sample
+from vllm_omni_token2wav.benchmarks.bench_cli import invoked_command
+from vllm_omni_token2wav.entrypoints.cli.types import CLIUsageError
+from vllm_omni_token2wav.model_executor.models.step_audio2.step_audio2_token2wav import StepAudio2Token2WavCore
 
 
 def _prompt_of(seconds: float, speech: np.ndarray, rate: int) -> tuple[np.ndarray, int]:
@@ -97,7 +93,8 @@ def measure(model_dir: Path, seconds: list[float], repeats: int) -> list[dict[st
         prompt = _prompt_of(sec, speech, rate)
         for core in (ort, dev, tch, cached):  # warm-up: sessions, engines, constants, the cache entry
             core.prepare_prompt(prompt)
-        digest_key = (cached.prepare_prompt(prompt).digest, cached.spk_backend)
+        # the facade keys its cache by (digest, speaker backend, speech tokenizer or None without tokens)
+        digest_key = (cached.prepare_prompt(prompt).digest, cached.spk_backend, None)
         cases: dict[str, Callable[[], Any]] = {
             "ort": lambda p=prompt: ort.prepare_prompt(p),
             "device": lambda p=prompt: dev.prepare_prompt(p),
@@ -137,23 +134,16 @@ def _write_json(path: Path, payload: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model-dir", type=Path, default=None, help="token2wav directory (default: stand-in)")
-    parser.add_argument("--seconds", type=float, nargs="+", default=[3.0, 6.0, 10.0], help="prompt lengths")
-    parser.add_argument("--repeats", type=int, default=20, help="timed calls per case (>= 20)")
-    parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "prompt_path.json")
-    args = parser.parse_args(argv)
+def execute(args: argparse.Namespace) -> int:
+    """The run `vllm-omni-token2wav bench prompt-path` starts (its options: `cli.py` beside this module)."""
     if args.repeats < 20:
-        parser.error("--repeats must be >= 20 (medians of fewer calls are too noisy on shared hosts)")
+        raise CLIUsageError("--repeats must be >= 20 (medians of fewer calls are too noisy on shared hosts)")
     if args.model_dir is not None and not (args.model_dir / "campplus.onnx").is_file():
-        parser.error(f"{args.model_dir} has no campplus.onnx")
+        raise CLIUsageError(f"{args.model_dir} has no campplus.onnx")
     model_dir = args.model_dir if args.model_dir is not None else _standin_dir()
-
     load_before = os.getloadavg()
     rows = measure(model_dir, args.seconds, args.repeats)
     load_after = os.getloadavg()
-
     load = f"load {load_before[0]:.2f} -> {load_after[0]:.2f}"
     print(f"prompt_path: median ms of {args.repeats} interleaved calls, {load}")
     names = ("ort", "device", "torch", "hit", "lookup", "ort/dev", "ort/hit")
@@ -170,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
         args.out,
         {
             "benchmark": "prompt_path",
-            "command": "prompt_path.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+            "command": invoked_command(),
             "model_dir": str(args.model_dir) if args.model_dir is not None else "stand-in campplus.onnx (full size)",
             "device": str(platform.torch_device()),
             "device_name": platform.device_name,
@@ -187,7 +177,3 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(f"wrote {args.out}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
