@@ -272,8 +272,8 @@ def record_main(argv: Sequence[str], recorders: Mapping[str, Recorder], results:
         if not args or args[0] != "--list":
             print("usage: record.py NAME [options of its command] [--results-dir DIR]", file=out)
         width = max(len(name) for name in recorders)
-        for name, recorder in recorders.items():
-            print(f"{name:<{width}}  vllm-omni-token2wav {' '.join(recorder.command)}: {recorder.summary}", file=out)
+        for listed, entry in recorders.items():
+            print(f"{listed:<{width}}  vllm-omni-token2wav {' '.join(entry.command)}: {entry.summary}", file=out)
         return 0 if args else 2
     name, rest = args[0], args[1:]
     recorder = recorders.get(name)

@@ -124,9 +124,12 @@ def reference_cosyvoice3_flow(reference: Path, c: CosyVoice3FlowConfig) -> torch
 
 
 def reference_flow_call(
-    ref: torch.nn.Module, tok: torch.Tensor, pt: torch.Tensor, pm: torch.Tensor, spk: torch.Tensor, **kw: Any
+    ref: Any, tok: torch.Tensor, pt: torch.Tensor, pm: torch.Tensor, spk: torch.Tensor, **kw: Any
 ) -> torch.Tensor:
-    """The reference flow's mel for (tokens, prompt tokens, prompt mel, speaker embedding); `kw` to `inference`."""
+    """The reference flow's mel for (tokens, prompt tokens, prompt mel, speaker embedding); `kw` to `inference`.
+
+    `ref` is the reference's `CausalMaskedDiffWithDiT` (untyped: it comes from the reference source tree).
+    """
     lens = [torch.tensor([tok.size(1)]), torch.tensor([pt.size(1)]), torch.tensor([pm.size(1)])]
     mel, _ = ref.inference(tok, lens[0], pt, lens[1], pm, lens[2], spk, **kw)
     return mel

@@ -56,7 +56,7 @@ def measure(flow: Any, rows: int, chunks: int, hop: int, n_timesteps: int) -> di
     def one_by_one(work: Sequence[tuple[Any, torch.Tensor, bool]]) -> list[Any]:
         return [stream_chunk(flow, state, tokens, final=final) for state, tokens, final in work]
 
-    streams = []
+    streams: list[dict[str, Any]] = []
     for i in range(rows):
         g = torch.Generator().manual_seed(i)
         prompt_tokens = torch.randint(0, 6561, (1, 50 + 7 * i), generator=g)
