@@ -6,8 +6,7 @@ Why: a recorded number (quoted by docs/benchmarks/*.md, the README and design no
 same command an operator runs; this script runs exactly that command in-process and keeps its table,
 JSON and PNG side by side as `benchmarks/results/<stem>_<device>.{txt,json,png}`. Each benchmark home
 declares its recorder (name, command, how options name the variant) in its `cli.py`; this file only
-finds them (`vllm_omni_token2wav.entrypoints.cli.bench.load_recorders`) and records from the checkout
-it sits in.
+hands over to `vllm_omni_token2wav.entrypoints.cli.bench.record` from the checkout it sits in.
 
     python benchmarks/record.py --list                                # names, commands, file names
     python benchmarks/record.py token2wav_rtf --threads 1             # = bench token2wav --threads 1
@@ -30,10 +29,9 @@ RESULTS = REPO / "benchmarks" / "results"
 def main(argv: list[str]) -> int:
     if str(REPO) not in sys.path:
         sys.path.insert(0, str(REPO))
-    from vllm_omni_token2wav.benchmarks.bench_cli import record_main
-    from vllm_omni_token2wav.entrypoints.cli.bench import load_recorders
+    from vllm_omni_token2wav.entrypoints.cli.bench.record import record_main
 
-    return record_main(argv, load_recorders(), RESULTS)
+    return record_main(argv, RESULTS)
 
 
 if __name__ == "__main__":

@@ -16,9 +16,9 @@ from vllm_omni_token2wav.benchmarks.bench_cli import (
     check_device,
     check_output_files,
     option_value,
-    record_cli_run,
 )
 from vllm_omni_token2wav.benchmarks.common import MAX_DEFAULT_THREADS, default_threads, fmt, json_text, load_average
+from vllm_omni_token2wav.entrypoints.cli.bench.record import record_cli_run
 from vllm_omni_token2wav.entrypoints.cli.types import CLIUsageError
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]

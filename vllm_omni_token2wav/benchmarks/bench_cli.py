@@ -6,7 +6,8 @@ written once here so that the subcommands cannot drift apart: the options they s
 `--threads`, `--json` / `--plot`) and their checks (one-line usage errors, exit code 2), how a run is
 started and interrupted, how its report is published (the table on stdout, the JSON always, the PNG when
 there is something to plot; 130 for Ctrl-C), and how `benchmarks/record.py` keeps one run's three files
-under `benchmarks/results/` (a `Recorder` per recorded benchmark, declared in its home's `cli.py`).
+under `benchmarks/results/` (a `Recorder` per recorded benchmark, declared in its home's `cli.py`; running
+it is `entrypoints/cli/bench/record.py`, above the benchmarks, since it calls the CLI's `main`).
 
 Cheap to import (every `cli.py` imports it at `vllm-omni-token2wav --help` time): the platforms, torch and
 matplotlib are imported inside the functions that use them.
@@ -15,15 +16,12 @@ matplotlib are imported inside the functions that use them.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Protocol
 
-from vllm_omni_token2wav.atomic_io import write_bytes_atomic
 from vllm_omni_token2wav.benchmarks.common import MAX_DEFAULT_THREADS
 from vllm_omni_token2wav.entrypoints.cli.types import CLIUsageError
 
@@ -140,21 +138,6 @@ def publish_report(
     return code
 
 
-class _Tee(io.TextIOBase):
-    """Write to the terminal and keep a copy (the .txt record of the table)."""
-
-    def __init__(self, stream: io.TextIOBase) -> None:
-        self._stream = stream
-        self.copy = io.StringIO()
-
-    def write(self, text: str) -> int:
-        self.copy.write(text)
-        return self._stream.write(text)
-
-    def flush(self) -> None:
-        self._stream.flush()
-
-
 def option_value(argv: Sequence[str], option: str) -> str | None:
     """The value of `option` in `argv` (`--opt V` or `--opt=V`, the last one wins), or None."""
     value = None
@@ -190,24 +173,6 @@ def argv_device_type(argv: Sequence[str]) -> str:
     return device
 
 
-def record_cli_run(command: Sequence[str], stem: Path, *, recorded_codes: Sequence[int] = (0,)) -> int:
-    """Run `vllm-omni-token2wav <command> --json <stem>.json --plot <stem>.png` in this process, echoing its output.
-
-    When the exit code is one of `recorded_codes`, the printed output (the table) is kept as `<stem>.txt`
-    as well, so the three files of a record always come from one run. Returns the command's exit code.
-    """
-    from vllm_omni_token2wav.entrypoints.cli.main import main as cli_main
-
-    args = [*command, "--json", f"{stem}.json", "--plot", f"{stem}.png"]
-    tee = _Tee(sys.stdout)  # type: ignore[arg-type]
-    with contextlib.redirect_stdout(tee):
-        code = cli_main(args)
-    if code in recorded_codes:
-        write_bytes_atomic(Path(f"{stem}.txt"), tee.copy.getvalue().encode())
-        print(f"recorded {stem}.txt")
-    return code
-
-
 def _pop_option(argv: list[str], name: str, what: str) -> tuple[list[str], str | None]:
     """`argv` without `name VALUE`, and VALUE (None when absent); ValueError naming `what` when VALUE is missing."""
     if name not in argv:
@@ -220,7 +185,7 @@ def _pop_option(argv: list[str], name: str, what: str) -> tuple[list[str], str |
 
 @dataclass(frozen=True)
 class Recorder:
-    """How `benchmarks/record.py NAME` keeps one run of a `bench` subcommand under `benchmarks/results/`.
+    """How `benchmarks/record.py NAME` names one run of a `bench` subcommand kept under `benchmarks/results/`.
 
     The files are `<stem>_<device>[_<tag>].txt`, `.json` and `.png`: `stem` names the variant from the
     user's options (`--full`, `--threads`, ...), `<device>` is cpu, cuda or npu (from `--device`), and
@@ -238,20 +203,15 @@ class Recorder:
     def stem_for(self, argv: Sequence[str]) -> str:
         return self.stem(argv)
 
-    def record(self, argv: Sequence[str], results: Path) -> int:
-        """Run `vllm-omni-token2wav <command> <argv>` and keep its files; the command's exit code (2: bad options)."""
-        args = list(argv)
+    def plan(self, argv: Sequence[str], results: Path) -> tuple[list[str], Path]:
+        """(the command line to run, the files' stem) for `record.py NAME argv`; ValueError for a missing value."""
+        args, results_dir = _pop_option(list(argv), "--results-dir", "a folder")
         tag = None
-        try:
-            args, results_dir = _pop_option(args, "--results-dir", "a folder")
-            if self.tag_option:
-                args, tag = _pop_option(args, "--tag", "a value")
-        except ValueError as exc:
-            print(f"record.py {self.name}: {exc}", file=sys.stderr)
-            return 2
+        if self.tag_option:
+            args, tag = _pop_option(args, "--tag", "a value")
         folder = Path(results_dir) if results_dir else results
         stem = folder / (f"{self.stem(args)}_{argv_device_type(args)}" + (f"_{tag}" if tag else ""))
-        return record_cli_run([*self.command, *args], stem, recorded_codes=self.recorded_codes)
+        return [*self.command, *args], stem
 
 
 def fixed_stem(name: str) -> Callable[[Sequence[str]], str]:
@@ -262,25 +222,6 @@ def fixed_stem(name: str) -> Callable[[Sequence[str]], str]:
 def full_stem(name: str) -> Callable[[Sequence[str]], str]:
     """A recorder's `stem`: `<name>_full` with `--full`, else `<name>`."""
     return lambda argv: f"{name}_full" if "--full" in argv else name
-
-
-def record_main(argv: Sequence[str], recorders: Mapping[str, Recorder], results: Path) -> int:
-    """`benchmarks/record.py`: `NAME [options]` records one run, `--list` shows the names."""
-    args = list(argv)
-    if not args or args[0] in ("-h", "--help", "--list"):
-        out = sys.stdout if args else sys.stderr
-        if not args or args[0] != "--list":
-            print("usage: record.py NAME [options of its command] [--results-dir DIR]", file=out)
-        width = max(len(name) for name in recorders)
-        for listed, entry in recorders.items():
-            print(f"{listed:<{width}}  vllm-omni-token2wav {' '.join(entry.command)}: {entry.summary}", file=out)
-        return 0 if args else 2
-    name, rest = args[0], args[1:]
-    recorder = recorders.get(name)
-    if recorder is None:
-        print(f"record.py: unknown benchmark {name!r}; one of: {', '.join(recorders)}", file=sys.stderr)
-        return 2
-    return recorder.record(rest, results)
 
 
 __all__ = [
@@ -299,8 +240,6 @@ __all__ = [
     "invoked_command",
     "option_value",
     "publish_report",
-    "record_cli_run",
-    "record_main",
     "run_benchmark",
     "stage_printer",
     "thread_clock_suffix",
