@@ -5,6 +5,7 @@ Each benchmark lives in its own home, `vllm_omni_token2wav/benchmarks/<name>/`, 
 `SUBCOMMAND` (a `CLISubcommand`: `bench <name>`) and, for a benchmark whose runs are kept under
 `benchmarks/results/`, `RECORDERS` (the `bench_cli.Recorder`s `benchmarks/record.py` knows by name).
 The modules are imported when the parser is built, so they must keep heavy imports inside `run`.
+Running a recorder is `record.py` beside this module.
 """
 
 from __future__ import annotations
