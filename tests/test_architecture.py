@@ -29,38 +29,16 @@ ARCHITECTURE_DOC = REPO / "docs" / "design" / "architecture.md"
 ENTRY_POINTS = frozenset({f"{PACKAGE}.__main__"})
 
 #: Folder loops tolerated for now: {frozenset of unit folders (Layers table spelling): reason}.
-FOLDER_CYCLE_ALLOWLIST: dict[frozenset[str], str] = {
-    frozenset(
-        {"benchmarks", "entrypoints", "entrypoints/cli/bench"}
-    ): "being restructured by the benchmark layout work",
-}
+FOLDER_CYCLE_ALLOWLIST: dict[frozenset[str], str] = {}
 
 #: Imports from a lower into a higher layer tolerated for now: {(from unit, to unit): reason}.
-LAYER_ALLOWLIST: dict[tuple[str, str], str] = {
-    ("entrypoints", "entrypoints/cli/bench"): "being restructured by the benchmark layout work",
-}
+LAYER_ALLOWLIST: dict[tuple[str, str], str] = {}
 
 #: File loops inside one folder tolerated: {frozenset of module names: reason}.
 FILE_CYCLE_ALLOWLIST: dict[frozenset[str], str] = {
     frozenset({f"{PACKAGE}.platforms", f"{PACKAGE}.platforms.device"}): (
         "the package's `current_omni_platform` is a lazy PEP 562 attribute; device.py reads it at call time"
     ),
-    frozenset(
-        {
-            f"{PACKAGE}.benchmarks.device_check",
-            f"{PACKAGE}.benchmarks.device_check_campplus",
-            f"{PACKAGE}.benchmarks.device_check_stage",
-            f"{PACKAGE}.benchmarks.device_check_token2wav",
-        }
-    ): "being restructured by the benchmark layout work",
-    frozenset(
-        {
-            f"{PACKAGE}.benchmarks.asr",
-            f"{PACKAGE}.benchmarks.asr.faster_whisper_backend",
-            f"{PACKAGE}.benchmarks.asr.hf_whisper",
-            f"{PACKAGE}.benchmarks.asr.paraformer",
-        }
-    ): "being restructured by the benchmark layout work",
 }
 
 

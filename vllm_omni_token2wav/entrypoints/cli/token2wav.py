@@ -36,7 +36,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from vllm_omni_token2wav.entrypoints.cli.types import CLIUsageError
+from vllm_omni_token2wav.cli_types import CLIUsageError
 
 VOCAB_SIZE = 6561
 _RANDOM = re.compile(r"random:(\d+)(?::(\d+))?$")
