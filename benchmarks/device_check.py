@@ -15,7 +15,7 @@ The device tool call (docs/design/device_graphs.md explains the sizing):
                 "| tee $OUT/device_check.log",
         timeout_s=540)
 
-CPU smoke (CI runs it through tests/benchmarks/test_device_check.py):
+CPU smoke (CI runs it through tests/benchmarks/device_check/test_device_check.py):
 
     python benchmarks/device_check.py --device cpu --smoke --out-dir out/device_check_smoke
 

@@ -68,6 +68,7 @@ from vllm_omni_token2wav.model_executor.models.cosyvoice3.hift import (  # noqa:
     standin_mel,
     write_standin_causal_hift,
 )
+from vllm_omni_token2wav.tools.cosyvoice_reference import reference_causal_hift  # noqa: E402
 
 TOLERANCE = 1e-6
 FAILURES: list[str] = []
@@ -132,33 +133,6 @@ def _stepaudio2() -> types.SimpleNamespace:
     return types.SimpleNamespace(generator=generator, f0_predictor=f0_predictor, bounded=bounded_vocoder)
 
 
-def _reference_vocoder(modules: types.SimpleNamespace, config: CausalHiFTConfig) -> torch.nn.Module:
-    """F0 predictor, then the generator (hyperpyyaml builds nested objects first), from our config."""
-    f0 = modules.f0_predictor.CausalConvRNNF0Predictor(
-        num_class=1, in_channels=config.in_channels, cond_channels=config.f0_channels
-    )
-    return modules.generator.CausalHiFTGenerator(
-        in_channels=config.in_channels,
-        base_channels=config.base_channels,
-        nb_harmonics=config.nb_harmonics,
-        sampling_rate=config.sampling_rate,
-        nsf_alpha=config.nsf_alpha,
-        nsf_sigma=config.nsf_sigma,
-        nsf_voiced_threshold=config.nsf_voiced_threshold,
-        upsample_rates=list(config.upsample_rates),
-        upsample_kernel_sizes=list(config.upsample_kernel_sizes),
-        istft_params={"n_fft": config.istft_n_fft, "hop_len": config.istft_hop},
-        resblock_kernel_sizes=list(config.resblock_kernel_sizes),
-        resblock_dilation_sizes=[list(d) for d in config.resblock_dilation_sizes],
-        source_resblock_kernel_sizes=list(config.source_resblock_kernel_sizes),
-        source_resblock_dilation_sizes=[list(d) for d in config.source_resblock_dilation_sizes],
-        lrelu_slope=config.lrelu_slope,
-        audio_limit=config.audio_limit,
-        conv_pre_look_right=config.conv_pre_look_right,
-        f0_predictor=f0,
-    )
-
-
 def _pair(
     modules: types.SimpleNamespace, config: CausalHiFTConfig, folder: Path, seed: int = 1986
 ) -> tuple[CausalHiFTGenerator, torch.nn.Module]:
@@ -167,7 +141,7 @@ def _pair(
     path = write_standin_causal_hift(folder / f"hift_{'reduced' if reduced else 'full'}.pt", reduced=reduced, seed=3)
     ours = load_causal_hift(path, device="cpu", noise=NoiseOrigin.vocoder_yaml(config, seed))
     torch.manual_seed(seed)
-    ref = _reference_vocoder(modules, config)
+    ref = reference_causal_hift(modules, config)
     ref.load_state_dict(torch.load(path, weights_only=True), strict=True)  # the key layout, proven both ways
     return ours, ref.eval()
 
@@ -207,9 +181,9 @@ def check_noise(args: argparse.Namespace) -> None:
             pre_lookahead_layer=None,
             decoder=decoder,
         )
-        cosyvoice3_ref = _reference_vocoder(cv, config).m_source.l_sin_gen.sine_waves[0]
+        cosyvoice3_ref = reference_causal_hift(cv, config).m_source.l_sin_gen.sine_waves[0]
         torch.manual_seed(1986)
-        yaml_ref = _reference_vocoder(cv, config).m_source.l_sin_gen.sine_waves[0]
+        yaml_ref = reference_causal_hift(cv, config).m_source.l_sin_gen.sine_waves[0]
     for name, origin, ref in (
         ("cosyvoice3 loader", NoiseOrigin.cosyvoice3(config), cosyvoice3_ref),
         ("vocoder-only yaml, seed 1986", NoiseOrigin.vocoder_yaml(config), yaml_ref),

@@ -55,9 +55,6 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from tools.check_causal_hift_reference import _reference_vocoder  # noqa: E402
-from tools.check_cosyvoice3_flow_reference import _diff, _ref_call, _reference_flow  # noqa: E402
-from tools.check_flow_reference import seeded_inputs  # noqa: E402
 from vllm_omni_token2wav.model_executor.model_loader.state_dict import standin_state_dict  # noqa: E402
 from vllm_omni_token2wav.model_executor.models.cosyvoice3.flow import (  # noqa: E402
     REAL_FLOW_CONFIG,
@@ -80,6 +77,13 @@ from vllm_omni_token2wav.model_executor.models.cosyvoice3.synthesis import (  # 
     stream_rows,
     synthesize_whole,
 )
+from vllm_omni_token2wav.tools.cosyvoice_reference import (  # noqa: E402
+    diff_stats,
+    reference_causal_hift,
+    reference_cosyvoice3_flow,
+    reference_flow_call,
+    seeded_inputs,
+)
 
 
 def _models(args: argparse.Namespace, folder: Path) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
@@ -93,11 +97,11 @@ def _models(args: argparse.Namespace, folder: Path) -> tuple[Any, Any, Any, Any,
     ours_hift = load_causal_hift(hift_path, device="cpu")  # noise: NoiseOrigin.cosyvoice3, CosyVoice's loader
     with torch.random.fork_rng():
         torch.manual_seed(1986)  # cosyvoice3.yaml's seed line; the CFM reseeds 0 before drawing anyway
-        ref_flow = _reference_flow(args.reference, flow_config)
+        ref_flow = reference_cosyvoice3_flow(args.reference, flow_config)
         from cosyvoice.hifigan import f0_predictor, generator
 
         modules = types.SimpleNamespace(generator=generator, f0_predictor=f0_predictor)
-        ref_hift = _reference_vocoder(modules, hift_config)
+        ref_hift = reference_causal_hift(modules, hift_config)
     ref_flow.load_state_dict(ours_flow.state_dict(), strict=True)
     ref_hift.load_state_dict(torch.load(hift_path, weights_only=True), strict=True)
     ref_hift.eval()
@@ -126,7 +130,9 @@ def whole(args: argparse.Namespace, models: tuple[Any, ...]) -> dict[str, Any]:
     ours_flow, ours_hift, ref_flow, ref_hift = models
     prompt, tok = _prompt(args)
     ours = synthesize_whole(ours_flow, ours_hift, prompt, tok, n_timesteps=args.n_timesteps, noise_seed=0)
-    ref_mel = _ref_call(ref_flow, tok, prompt.tokens, prompt.mel, prompt.embedding, streaming=False, finalize=True)
+    ref_mel = reference_flow_call(
+        ref_flow, tok, prompt.tokens, prompt.mel, prompt.embedding, streaming=False, finalize=True
+    )
     ref_audio, _ = ref_hift.inference(ref_mel, finalize=True)
     mel = ours_flow.inference(
         tok,
@@ -139,9 +145,9 @@ def whole(args: argparse.Namespace, models: tuple[Any, ...]) -> dict[str, Any]:
         n_timesteps=args.n_timesteps,
     )
     return {
-        "mel": _diff(mel, ref_mel),
-        "audio_chain": _diff(ours, ref_audio),
-        "audio_vocoder_on_reference_mel": _diff(ours_hift.inference(ref_mel), ref_audio),
+        "mel": diff_stats(mel, ref_mel),
+        "audio_chain": diff_stats(ours, ref_audio),
+        "audio_vocoder_on_reference_mel": diff_stats(ours_hift.inference(ref_mel), ref_audio),
         "samples": int(ours.shape[-1]),
     }
 
@@ -168,7 +174,7 @@ def stream(args: argparse.Namespace, models: tuple[Any, ...]) -> dict[str, Any]:
             # CosyVoice3Model.tts: the last call runs with streaming=False (our FULL_ATTENTION); the default
             # block-causal last chunk is compared with the reference's streaming=True, finalize=True
             streaming = not call.final or final_chunk is FinalChunk.BLOCK_CAUSAL
-            mel = _ref_call(
+            mel = reference_flow_call(
                 ref_flow,
                 tok[:, : call.end],
                 prompt.tokens,
@@ -183,14 +189,16 @@ def stream(args: argparse.Namespace, models: tuple[Any, ...]) -> dict[str, Any]:
             emitted += speech.shape[-1]
             if speech.shape[-1] != audio.shape[-1]:
                 raise SystemExit(f"chunk ending at {call.end}: {audio.shape[-1]} vs {speech.shape[-1]} samples")
-            rows.append({"end": call.end, "final": call.final, "ref_streaming": streaming, **_diff(audio, speech[0])})
+            rows.append(
+                {"end": call.end, "final": call.final, "ref_streaming": streaming, **diff_stats(audio, speech[0])}
+            )
             ours_audio.append(audio)
             ref_audio.append(speech[0])
         vocoder_only = ours_hift.inference(torch.cat(ref_mel_all, dim=2))[0]
         out[f"final={final_chunk.value}"] = {
             "chunks": rows,
-            "audio_chain": _diff(torch.cat(ours_audio), torch.cat(ref_audio)),
-            "audio_vocoder_on_reference_mel": _diff(vocoder_only, torch.cat(ref_audio)),
+            "audio_chain": diff_stats(torch.cat(ours_audio), torch.cat(ref_audio)),
+            "audio_vocoder_on_reference_mel": diff_stats(vocoder_only, torch.cat(ref_audio)),
         }
     return out
 

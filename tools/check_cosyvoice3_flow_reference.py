@@ -40,7 +40,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import types
 from pathlib import Path
 from typing import Any
 
@@ -50,111 +49,30 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from tools.check_flow_reference import seeded_inputs  # noqa: E402
 from vllm_omni_token2wav.model_executor.model_loader.state_dict import standin_state_dict  # noqa: E402
 from vllm_omni_token2wav.model_executor.models.cosyvoice3.flow import (  # noqa: E402
     REAL_FLOW_CONFIG,
     REDUCED_FLOW_CONFIG,
     CausalMaskedDiffWithDiT,
-    CosyVoice3FlowConfig,
     FinalChunk,
     noise_table,
     start_stream,
     stream_calls,
     stream_chunk,
 )
-
-
-def _stub(name: str, **attrs: Any) -> None:
-    module = types.ModuleType(name)
-    module.__dict__.update(attrs)
-    sys.modules[name] = module
-
-
-def _install_stubs() -> None:
-    _stub("torchaudio")
-    _stub("cosyvoice.utils.onnx", SpeechTokenExtractor=None, online_feature=False, onnx_path="")
-    # the class registries upsample_encoder imports (for its conformer encoders, unused by CosyVoice3)
-    registries = ("EMB", "SUBSAMPLE", "ATTENTION", "ACTIVATION")
-    _stub("cosyvoice.utils.class_utils", **{f"COSYVOICE_{name}_CLASSES": {} for name in registries})
-
-    class BASECFM(torch.nn.Module):
-        """Attributes of Matcha-TTS's BASECFM.__init__ (the reference CFM overrides every computing method)."""
-
-        def __init__(self, n_feats: int, cfm_params: Any, n_spks: int = 1, spk_emb_dim: int = 128) -> None:
-            super().__init__()
-            self.n_feats, self.n_spks, self.spk_emb_dim = n_feats, n_spks, spk_emb_dim
-            self.solver = cfm_params.solver
-            self.sigma_min = getattr(cfm_params, "sigma_min", 1e-4)
-            self.estimator = None
-
-    for name in ("matcha", "matcha.models", "matcha.models.components"):
-        _stub(name, __path__=[])
-    _stub("matcha.models.components.flow_matching", BASECFM=BASECFM)
-
-
-def _reference_flow(reference: Path, c: CosyVoice3FlowConfig) -> torch.nn.Module:
-    sys.path.insert(0, str(reference))
-    _install_stubs()
-    from cosyvoice.flow.DiT.dit import DiT
-    from cosyvoice.flow.flow import CausalMaskedDiffWithDiT as RefFlow
-    from cosyvoice.flow.flow_matching import CausalConditionalCFM
-    from cosyvoice.transformer.upsample_encoder import PreLookaheadLayer
-    from omegaconf import DictConfig
-
-    params = DictConfig(
-        {
-            "sigma_min": 1e-06,
-            "solver": "euler",
-            "t_scheduler": "cosine",
-            "training_cfg_rate": 0.2,
-            "inference_cfg_rate": c.inference_cfg_rate,
-            "reg_loss_type": "l1",
-        }
-    )
-    # construction order of cosyvoice3.yaml (hyperpyyaml builds nested entries in document order): the
-    # pre-lookahead layer, the DiT, the CFM (reseeds 0, draws its noise), then the flow; a vocoder built
-    # next draws its noise table where CosyVoice's loader does (tools/check_cosyvoice3_e2e_reference.py)
-    pre = PreLookaheadLayer(in_channels=c.input_size, channels=c.pre_lookahead_channels, pre_lookahead_len=3)
-    estimator = DiT(
-        dim=c.dim,
-        depth=c.depth,
-        heads=c.heads,
-        dim_head=c.dim_head,
-        ff_mult=c.ff_mult,
-        mel_dim=c.output_size,
-        mu_dim=c.input_size,
-        spk_dim=c.output_size,
-        out_channels=c.output_size,
-        static_chunk_size=c.static_chunk_size,
-        num_decoding_left_chunks=-1,
-    )
-    decoder = CausalConditionalCFM(
-        in_channels=2 * c.output_size + c.input_size,
-        cfm_params=params,
-        n_spks=1,
-        spk_emb_dim=c.output_size,
-        estimator=estimator,
-    )
-    return RefFlow(
-        input_size=c.input_size,
-        output_size=c.output_size,
-        spk_embed_dim=c.spk_embed_dim,
-        output_type="mel",
-        vocab_size=c.vocab_size,
-        input_frame_rate=25,
-        token_mel_ratio=c.token_mel_ratio,
-        pre_lookahead_len=c.pre_lookahead_len,
-        pre_lookahead_layer=pre,
-        decoder=decoder,
-    ).eval()
+from vllm_omni_token2wav.tools.cosyvoice_reference import (  # noqa: E402
+    diff_stats,
+    reference_cosyvoice3_flow,
+    reference_flow_call,
+    seeded_inputs,
+)
 
 
 def _pair(args: argparse.Namespace) -> tuple[CausalMaskedDiffWithDiT, torch.nn.Module, dict[str, Any]]:
     config = REAL_FLOW_CONFIG if args.config == "real" else REDUCED_FLOW_CONFIG
     mine = CausalMaskedDiffWithDiT(config).eval()
     mine.load_state_dict(standin_state_dict(mine, seed=args.seed), strict=True)
-    ref = _reference_flow(args.reference, config)
+    ref = reference_cosyvoice3_flow(args.reference, config)
     ref.load_state_dict(mine.state_dict(), strict=True)  # proves the key layout against the reference
     if args.n_timesteps != 10:  # the reference's flow.inference hard-codes 10 steps: override its decoder call
         original = ref.decoder.forward
@@ -172,23 +90,6 @@ def _pair(args: argparse.Namespace) -> tuple[CausalMaskedDiffWithDiT, torch.nn.M
     return mine, ref, info
 
 
-def _diff(a: torch.Tensor, b: torch.Tensor) -> dict[str, float]:
-    a, b = a.double(), b.double()
-    return {
-        "max_abs": (a - b).abs().max().item(),
-        "rel_l2": ((a - b).norm() / b.norm()).item(),
-        "max_ref": b.abs().max().item(),
-    }
-
-
-def _ref_call(
-    ref: torch.nn.Module, tok: torch.Tensor, pt: torch.Tensor, pm: torch.Tensor, spk: torch.Tensor, **kw: Any
-):
-    lens = [torch.tensor([tok.size(1)]), torch.tensor([pt.size(1)]), torch.tensor([pm.size(1)])]
-    mel, _ = ref.inference(tok, lens[0], pt, lens[1], pm, lens[2], spk, **kw)
-    return mel
-
-
 def whole(args: argparse.Namespace) -> dict[str, Any]:
     mine, ref, info = _pair(args)
     pt, pm, spk, tok = seeded_inputs(args.prompt_tokens, args.tokens)
@@ -198,8 +99,8 @@ def whole(args: argparse.Namespace) -> dict[str, Any]:
         a = mine.inference(
             tok, tok.size(1), pt, pt.size(1), pm, pm.size(1), spk, streaming=streaming, n_timesteps=args.n_timesteps
         )
-        b = _ref_call(ref, tok, pt, pm, spk, streaming=streaming, finalize=True)
-        out[f"whole_streaming={streaming}"] = _diff(a, b)
+        b = reference_flow_call(ref, tok, pt, pm, spk, streaming=streaming, finalize=True)
+        out[f"whole_streaming={streaming}"] = diff_stats(a, b)
     return out
 
 
@@ -216,15 +117,22 @@ def stream(args: argparse.Namespace) -> dict[str, Any]:
             mel, state = stream_chunk(mine, state, tok[:, call.start : call.end], final=call.final)
             # CosyVoice3Model.tts: non-final calls streaming=True; the final call streaming=False
             upstream_streaming = not call.final or final_chunk is FinalChunk.BLOCK_CAUSAL
-            ref_mel = _ref_call(
+            ref_mel = reference_flow_call(
                 ref, tok[:, : call.end], pt, pm, spk, streaming=upstream_streaming, finalize=call.final
             )[:, :, 2 * call.offset :]
             if mel.shape != ref_mel.shape:
                 raise SystemExit(f"chunk ending at {call.end}: shapes {tuple(mel.shape)} vs {tuple(ref_mel.shape)}")
-            row = {"end": call.end, "final": call.final, "ref_streaming": upstream_streaming, **_diff(mel, ref_mel)}
+            row = {
+                "end": call.end,
+                "final": call.final,
+                "ref_streaming": upstream_streaming,
+                **diff_stats(mel, ref_mel),
+            }
             if call.final and upstream_streaming:  # how far the default last chunk is from upstream's full re-run
-                full = _ref_call(ref, tok, pt, pm, spk, streaming=False, finalize=True)[:, :, 2 * call.offset :]
-                row["vs_upstream_full_final"] = _diff(mel, full)
+                full = reference_flow_call(ref, tok, pt, pm, spk, streaming=False, finalize=True)[
+                    :, :, 2 * call.offset :
+                ]
+                row["vs_upstream_full_final"] = diff_stats(mel, full)
             rows.append(row)
         out[f"stream_final={final_chunk.value}"] = rows
     return out

@@ -39,6 +39,7 @@ from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow import (  # noqa:
     build_flow,
     standin_state_dict,
 )
+from vllm_omni_token2wav.tools.cosyvoice_reference import seeded_inputs  # noqa: E402
 
 
 def _reference_flow(reference: Path, config: dict[str, Any]) -> torch.nn.Module:
@@ -71,17 +72,6 @@ def _pair(reference: Path, config: dict[str, Any]) -> tuple[CausalMaskedDiffWith
 
 def _diff(a: torch.Tensor, b: torch.Tensor) -> str:
     return f"max |diff| {(a.double() - b.double()).abs().max().item():.2e} (max |ref| {b.abs().max().item():.2f})"
-
-
-def seeded_inputs(n_prompt: int, n_tokens: int) -> tuple[torch.Tensor, ...]:
-    """(prompt tokens, prompt mel (2 frames per token), CAM++-like embedding, tokens), seeded; shared by the tools."""
-    g = torch.Generator().manual_seed(1)
-    return (
-        torch.randint(0, 6561, (1, n_prompt), generator=g),
-        torch.randn(1, 2 * n_prompt, 80, generator=g) * 0.5 - 4.0,
-        torch.randn(1, 192, generator=g),
-        torch.randint(0, 6561, (1, n_tokens), generator=g),
-    )
 
 
 def whole(args: argparse.Namespace) -> None:

@@ -81,7 +81,7 @@ def _ours(args: argparse.Namespace, work: Path) -> tuple[Path, dict[str, Any]]:
         MINICPMO_1_0_7_LAYOUT,
         ensure_standin_token2wav_dir,
     )
-    from vllm_omni_token2wav.model_executor.models.step_audio2.token2wav_stream import stream_chunks
+    from vllm_omni_token2wav.model_executor.models.token2wav_core.stream import stream_chunks
 
     model_dir = args.model_dir or ensure_standin_token2wav_dir(reduced=not args.full, layout=MINICPMO_1_0_7_LAYOUT)
     facade = MiniCPMO45Token2wav(model_dir, device="cpu", n_timesteps=args.n_timesteps, variant=VARIANT)
@@ -158,7 +158,7 @@ def _ours(args: argparse.Namespace, work: Path) -> tuple[Path, dict[str, Any]]:
 
 def _vocoder_on_reference_mel(info: dict[str, Any], ref: dict[str, Any], name: str) -> list[torch.Tensor]:
     """Our stream vocoder fed the reference's own mel chunk by chunk (the vocoder alone, flow excluded)."""
-    from vllm_omni_token2wav.model_executor.models.step_audio2.stream_vocoder import VocoderChunk
+    from vllm_omni_token2wav.model_executor.models.token2wav_core.stream_vocoder import VocoderChunk
 
     vocoder = info["facade"].core.stream_vocoder
     state = vocoder.start(0, torch.device("cpu"))

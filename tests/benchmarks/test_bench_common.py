@@ -10,20 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from vllm_omni_token2wav.benchmarks.common import (
-    MAX_DEFAULT_THREADS,
+from vllm_omni_token2wav.benchmarks.bench_cli import (
     argv_device_type,
     check_at_least,
     check_device,
     check_output_files,
-    default_threads,
-    fmt,
-    json_text,
-    load_average,
     option_value,
-    record_cli_run,
 )
-from vllm_omni_token2wav.entrypoints.cli.types import CLIUsageError
+from vllm_omni_token2wav.benchmarks.common import MAX_DEFAULT_THREADS, default_threads, fmt, json_text, load_average
+from vllm_omni_token2wav.cli_types import CLIUsageError
+from vllm_omni_token2wav.entrypoints.cli.record import record_cli_run
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 

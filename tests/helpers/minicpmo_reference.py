@@ -33,7 +33,7 @@ from vllm_omni_token2wav.model_executor.models.cosyvoice3.hift import (
     NoiseOrigin,
     load_causal_hift,
 )
-from vllm_omni_token2wav.model_executor.models.step_audio2.prompt_features import PromptFeatures
+from vllm_omni_token2wav.model_executor.models.token2wav_core.prompt_features import PromptFeatures
 
 LEADING_ZEROS = 3840
 CONFIG_SEED = 1986  # the stand-in config.yaml's torch.manual_seed

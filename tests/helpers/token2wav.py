@@ -64,8 +64,10 @@ def export_other_speaker_net_onnx(path: Path) -> Path:
 
 @functools.cache
 def _torch_campplus(seg_pool_mode: str) -> Any:
-    from vllm_omni_token2wav.model_executor.models.campplus.standin import ensure_standin_campplus_onnx
-    from vllm_omni_token2wav.model_executor.models.cosyvoice3.speaker_embedding_torch import (
+    from vllm_omni_token2wav.model_executor.models.speaker_embedding.campplus.standin import (
+        ensure_standin_campplus_onnx,
+    )
+    from vllm_omni_token2wav.model_executor.models.speaker_embedding.torch_backend import (
         CampplusTorch,
         load_campplus_from_onnx,
     )
@@ -76,8 +78,9 @@ def _torch_campplus(seg_pool_mode: str) -> Any:
 def campplus_reference(feat: torch.Tensor) -> torch.Tensor:
     """Embeddings of the full-size stand-in: [1, 192] for `feat` [T, 80], [B, 192] for [B, T, 80], from the
     in-tree torch CAM++ (fp32) with the installed onnxruntime's segment pooling: what onnxruntime should
-    compute, up to fp32 rounding (relative L2 <= 7e-6 on speech features, tests/.../campplus/parity_floor.py)."""
-    from vllm_omni_token2wav.model_executor.models.campplus import ort_seg_pool_mode
+    compute, up to fp32 rounding (relative L2 <= 7e-6 on speech features,
+    tests/.../speaker_embedding/campplus/parity_floor.py)."""
+    from vllm_omni_token2wav.model_executor.models.speaker_embedding.campplus import ort_seg_pool_mode
 
     model = _torch_campplus(ort_seg_pool_mode())
     if feat.ndim == 2:
@@ -141,7 +144,9 @@ def make_token2wav_dir(
 ) -> Path:
     """A token2wav directory at `root`: campplus.onnx (the full stand-in unless given), the reduced
     synthesis stand-ins of `layout` when `synthesis`, and empty placeholder `files`."""
-    from vllm_omni_token2wav.model_executor.models.campplus.standin import ensure_standin_campplus_onnx
+    from vllm_omni_token2wav.model_executor.models.speaker_embedding.campplus.standin import (
+        ensure_standin_campplus_onnx,
+    )
 
     root.mkdir(parents=True, exist_ok=True)
     source = campplus if campplus is not None else ensure_standin_campplus_onnx()

@@ -1,13 +1,11 @@
 # SPDX-License-Identifier: Apache-2.0
-"""What the `vllm-omni-token2wav bench` micro-benchmarks (spk-embedding, token2wav) do the same way, written once.
+"""What the `vllm-omni-token2wav bench` benchmarks measure and write the same way, written once.
 
 Their reports are read side by side (same host, same thread count, same file layout), so the parts
 that are not about what they measure must not drift apart: how a run describes its host (CPU model,
-usable cores, load average, the device a `--device` spec means), how the CLIs check the options
-they share (`--device`, counts, `--threads` default, `--json` / `--plot` paths), how the report
-files are written (JSON with non-finite numbers as null, PNG from an Agg canvas, both atomically),
-and how a recorder script under `benchmarks/` runs the command and keeps its table next to its
-JSON and PNG.
+usable cores, load average, the device a `--device` spec means), how it times a call on an
+asynchronous device, and how the report files are written (JSON with non-finite numbers as null, PNG
+from an Agg canvas, both atomically). The CLI side (options, publishing, recording) is `bench_cli`.
 
 Cheap to import (the CLI modules import it at `vllm-omni-token2wav --help` time): the platforms, torch and
 matplotlib are imported inside the functions that use them.
@@ -15,21 +13,18 @@ matplotlib are imported inside the functions that use them.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import io
 import json
 import math
 import os
 import platform as py_platform
-import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from vllm_omni_token2wav.atomic_io import write_bytes_atomic
-from vllm_omni_token2wav.entrypoints.cli.types import CLIUsageError
 
 if TYPE_CHECKING:
     import torch
@@ -37,8 +32,6 @@ if TYPE_CHECKING:
 
 MAX_DEFAULT_THREADS: Final = 8
 _T = TypeVar("_T")
-# Where reports go unless an output path is given: one folder, ignored by git (.gitignore: /out/).
-DEFAULT_REPORT_DIR: Final = Path("out")
 
 
 def usable_cores() -> int:
@@ -92,17 +85,6 @@ def stamp_load_at_end(environment: Callable[[], dict[str, Any]]) -> Iterator[Non
         env = environment()
         if env:
             env["loadavg_end"] = load_average()
-
-
-def invoked_command() -> str:
-    """The command line this process was started with, as a user would type it (for the report header)."""
-    program = Path(sys.argv[0]).name
-    return " ".join(["python -m vllm_omni_token2wav" if program == "__main__.py" else program, *sys.argv[1:]])
-
-
-def stage_printer(name: str) -> Callable[[str], None]:
-    """A benchmark's `stage` callback: `[name] text ...` on stderr (the table stays alone on stdout)."""
-    return lambda text: print(f"[{name}] {text} ...", file=sys.stderr)
 
 
 def run_environment(device: torch.device, threads: int) -> dict[str, Any]:
@@ -202,103 +184,6 @@ def timed_ms(fn: Callable[[], Any], sync: Callable[[], None]) -> float:
     return synced_seconds(sync, fn)[1] * 1e3
 
 
-def check_device(text: str) -> str:
-    """The `--device` value, stripped, if it is auto, cpu, cuda[:i] or npu[:i] (the platform is checked later)."""
-    text = text.strip()
-    if text in ("auto", "cpu"):
-        return text
-    head, _, index = text.partition(":")
-    if head not in ("cuda", "npu") or (index and not index.isdigit()):
-        raise CLIUsageError(f"--device {text!r}: expected auto, cpu, cuda[:i] or npu[:i]")
-    return text
-
-
-def check_at_least(option: str, value: int | None, low: int) -> None:
-    if value is not None and value < low:
-        raise CLIUsageError(f"{option} must be >= {low}, got {value}")
-
-
-def check_output_files(args: argparse.Namespace, options: Sequence[str] = ("json", "plot")) -> None:
-    """Refuse an output option naming a folder before the run, not after minutes of measuring."""
-    for option in options:
-        value = getattr(args, option)
-        if value is not None and Path(value).is_dir():
-            raise CLIUsageError(f"--{option} {value}: is a folder; give a file name")
-
-
-def add_device_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--device", default="auto", help="auto (serving device), cpu, cuda[:i] or npu[:i]")
-
-
-def add_threads_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--threads",
-        type=int,
-        metavar="N",
-        help=f"torch threads and onnxruntime intra-op threads (default: usable cores, <= {MAX_DEFAULT_THREADS})",
-    )
-
-
-def add_report_file_options(parser: argparse.ArgumentParser, default_json: str, default_plot: str) -> None:
-    parser.add_argument("--json", metavar="OUT", help=f"JSON report path (default ./{default_json})")
-    parser.add_argument("--plot", metavar="OUT.png", help=f"PNG plot path (default ./{default_plot})")
-    parser.epilog = (parser.epilog + "\n" if parser.epilog else "") + (
-        f"Reports go to ./{DEFAULT_REPORT_DIR}/ (ignored by git) unless --json / --plot name other files."
-    )
-
-
-class ReportWriter(Protocol):
-    """A benchmark's rendering module (`<benchmark>_report`): the table it prints and the files it writes."""
-
-    def render_text(self, report: Any, /) -> str: ...
-
-    def write_json(self, report: Any, path: Path, /) -> None: ...
-
-    def write_plot(self, report: Any, path: Path, /) -> None: ...
-
-
-def run_benchmark(run: Callable[[], object], setup_error: type[Exception]) -> bool:
-    """Call `run()`; True when Ctrl-C interrupted it (the report keeps what was measured).
-
-    A `setup_error` (an input of the run cannot be used; its message says which) becomes a `CLIUsageError`:
-    one line and exit code 2, no traceback.
-    """
-    try:
-        run()
-    except setup_error as exc:
-        raise CLIUsageError(str(exc)) from None
-    except KeyboardInterrupt:
-        return True
-    return False
-
-
-def publish_report(
-    report: Any,
-    writer: ReportWriter,
-    json_path: Path,
-    plot_path: Path,
-    *,
-    plot: bool,
-    interrupted: bool,
-    code: int = 0,
-) -> int:
-    """Print the table, write the JSON (always, a partial one too) and, when `plot`, the PNG.
-
-    Returns the exit code: 130 for an interrupted run, else `code`.
-    """
-    sys.stdout.write(writer.render_text(report))
-    writer.write_json(report, json_path)
-    written = [str(json_path)]
-    if plot:
-        writer.write_plot(report, plot_path)
-        written.append(str(plot_path))
-    print(f"wrote {' and '.join(written)} (in {json_path.resolve().parent})", flush=True)
-    if interrupted:
-        print("vllm-omni-token2wav: interrupted; the report above and the JSON are partial", file=sys.stderr)
-        return 130
-    return code
-
-
 def environment_line(env: dict[str, Any]) -> str:
     """The report header's host line: device, threads, torch, usable cores, load average start -> end, time."""
     load = env.get("loadavg_start"), env.get("loadavg_end")
@@ -353,126 +238,23 @@ def png_bytes(fig: Figure, title: str) -> bytes:
     return buffer.getvalue()
 
 
-class _Tee(io.TextIOBase):
-    """Write to the terminal and keep a copy (the .txt record of the table)."""
-
-    def __init__(self, stream: io.TextIOBase) -> None:
-        self._stream = stream
-        self.copy = io.StringIO()
-
-    def write(self, text: str) -> int:
-        self.copy.write(text)
-        return self._stream.write(text)
-
-    def flush(self) -> None:
-        self._stream.flush()
-
-
-def option_value(argv: Sequence[str], option: str) -> str | None:
-    """The value of `option` in `argv` (`--opt V` or `--opt=V`, the last one wins), or None."""
-    value = None
-    for i, arg in enumerate(argv):
-        if arg == option and i + 1 < len(argv):
-            value = argv[i + 1]
-        elif arg.startswith(option + "="):
-            value = arg.split("=", 1)[1]
-    return value
-
-
-def thread_clock_suffix(argv: Sequence[str]) -> str:
-    """`_<N>threads` for a non-default `--threads`, `_cpuclock` for `--clock cpu`: a recorder's variant name."""
-    suffix = ""
-    threads = option_value(argv, "--threads")
-    if threads not in (None, "1"):
-        suffix += f"_{threads}threads"
-    if option_value(argv, "--clock") == "cpu":
-        suffix += "_cpuclock"
-    return suffix
-
-
-def argv_device_type(argv: Sequence[str]) -> str:
-    """`cpu`, `cuda` or `npu`: the `--device` of `argv` (last one wins), or the serving platform's for auto."""
-    from vllm_omni_token2wav import platforms
-
-    device = platforms.current_omni_platform.device_type
-    for i, arg in enumerate(argv):
-        if arg == "--device" and i + 1 < len(argv) and argv[i + 1] != "auto":
-            device = argv[i + 1].split(":")[0]
-        elif arg.startswith("--device=") and arg.split("=", 1)[1] != "auto":
-            device = arg.split("=", 1)[1].split(":")[0]
-    return device
-
-
-def record_cli_run(command: Sequence[str], stem: Path, *, recorded_codes: Sequence[int] = (0,)) -> int:
-    """Run `vllm-omni-token2wav <command> --json <stem>.json --plot <stem>.png` in this process, echoing its output.
-
-    When the exit code is one of `recorded_codes`, the printed output (the table) is kept as `<stem>.txt`
-    as well, so the three files of a record always come from one run. Returns the command's exit code.
-    """
-    from vllm_omni_token2wav.entrypoints.cli.main import main as cli_main
-
-    args = [*command, "--json", f"{stem}.json", "--plot", f"{stem}.png"]
-    tee = _Tee(sys.stdout)  # type: ignore[arg-type]
-    with contextlib.redirect_stdout(tee):
-        code = cli_main(args)
-    if code in recorded_codes:
-        write_bytes_atomic(Path(f"{stem}.txt"), tee.copy.getvalue().encode())
-        print(f"recorded {stem}.txt")
-    return code
-
-
-def record_main(argv: Sequence[str], *, script: str, bench: str, stem: str, results: Path) -> int:
-    """A recorder script's main: `vllm-omni-token2wav bench <bench> <argv>` kept as `<results>/<stem>_<device>.*`.
-
-    The files are `<stem>_<device>.txt`, `.json` and `.png`.
-
-    `--results-dir DIR` in `argv` records elsewhere (tests); `<device>` is cpu, cuda or npu (from
-    `--device`). Returns the command's exit code (2 for a `--results-dir` without a folder).
-    """
-    args = list(argv)
-    if "--results-dir" in args:
-        i = args.index("--results-dir")
-        if i + 1 >= len(args):
-            print(f"{script}: --results-dir needs a folder", file=sys.stderr)
-            return 2
-        results, args = Path(args[i + 1]), args[:i] + args[i + 2 :]
-    return record_cli_run(["bench", bench, *args], results / f"{stem}_{argv_device_type(args)}", recorded_codes=(0,))
-
-
 __all__ = [
-    "DEFAULT_REPORT_DIR",
     "MAX_DEFAULT_THREADS",
-    "ReportWriter",
-    "add_device_option",
-    "add_report_file_options",
-    "add_threads_option",
     "agg_figure",
-    "argv_device_type",
-    "check_at_least",
-    "check_device",
-    "check_output_files",
     "cpu_model",
     "default_threads",
     "environment_line",
     "finite",
     "fmt",
-    "invoked_command",
     "json_text",
     "load_average",
-    "option_value",
     "png_bytes",
-    "publish_report",
-    "record_cli_run",
-    "record_main",
     "resolve_device",
-    "run_benchmark",
     "run_environment",
-    "stage_printer",
     "stamp_load_at_end",
     "synced_seconds",
     "timed_ms",
     "token2wav_model_dir",
-    "thread_clock_suffix",
     "torch_threads",
     "usable_cores",
     "write_json",

@@ -27,7 +27,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from vllm_omni_token2wav.benchmarks.token2wav_serve import RequestResult
+from vllm_omni_token2wav.benchmarks.token2wav_serve.run import RequestResult
 
 SPEECH_PATH = "/v1/audio/speech"
 PCM_BYTES_PER_SAMPLE = 2  # s16le mono

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import soundfile
 
+from vllm_omni_token2wav.cli_types import CLIUsageError
 from vllm_omni_token2wav.entrypoints.cli.main import main
 from vllm_omni_token2wav.entrypoints.cli.token2wav import parse_tokens
-from vllm_omni_token2wav.entrypoints.cli.types import CLIUsageError
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 

@@ -12,10 +12,10 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from vllm_omni_token2wav.cli_types import CLIUsageError
 from vllm_omni_token2wav.entrypoints.cli import serve as serve_cli
 from vllm_omni_token2wav.entrypoints.cli.bench import load_bench_subcommands
 from vllm_omni_token2wav.entrypoints.cli.token2wav import SUBCOMMAND as TOKEN2WAV
-from vllm_omni_token2wav.entrypoints.cli.types import CLIUsageError
 from vllm_omni_token2wav.logger import LOGGING_LEVEL_ENV
 from vllm_omni_token2wav.version import __version__
 

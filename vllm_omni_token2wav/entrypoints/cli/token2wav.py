@@ -36,7 +36,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from vllm_omni_token2wav.entrypoints.cli.types import CLIUsageError
+from vllm_omni_token2wav.cli_types import CLIUsageError
 
 VOCAB_SIZE = 6561
 _RANDOM = re.compile(r"random:(\d+)(?::(\d+))?$")
@@ -162,7 +162,7 @@ def _check_prompt(prompt: Path) -> None:
 def _synthesise(args: argparse.Namespace, tokens: list[int]) -> int:
     from vllm_omni_token2wav.model_executor.models.step_audio2.standin import ensure_standin_token2wav_dir
     from vllm_omni_token2wav.model_executor.models.step_audio2.step_audio2_token2wav import StepAudio2Token2WavCore
-    from vllm_omni_token2wav.model_executor.models.step_audio2.token2wav_stream import stream_chunks
+    from vllm_omni_token2wav.model_executor.models.token2wav_core.stream import stream_chunks
 
     _standin_note(args, "token2wav")
     model_dir = args.model_dir or ensure_standin_token2wav_dir(reduced=args.standin == "reduced")

@@ -19,7 +19,8 @@ from torch.overrides import TorchFunctionMode
 
 from tests.helpers.mark import hardware_test
 from tests.model_executor.models.audio.conftest import knf_fbank
-from vllm_omni_token2wav.model_executor.models.audio import kaldi_fbank, prompt_mel_24k, speaker_features
+from vllm_omni_token2wav.model_executor.models.audio import kaldi_fbank, prompt_mel_24k
+from vllm_omni_token2wav.model_executor.models.speaker_embedding.features import speaker_features
 
 _HOST_CALLS = {"cpu", "numpy", "item", "tolist", "__bool__", "__int__", "__float__", "__index__", "__array__"}
 

@@ -25,7 +25,7 @@ from tests.helpers.token2wav import SessionCounter, assert_embeddings_close, mak
 from tests.model_executor.models.cosyvoice3.flow.reference import reference_mel
 from tests.model_executor.models.cosyvoice3.hift.reference import reference_inference, reference_noise
 from vllm_omni_token2wav.assets.audio import speech_sample
-from vllm_omni_token2wav.model_executor.models.cosyvoice3 import cosyvoice3_token2wav, speaker_embedding
+from vllm_omni_token2wav.model_executor.models.cosyvoice3 import cosyvoice3_token2wav
 from vllm_omni_token2wav.model_executor.models.cosyvoice3.cosyvoice3_token2wav import (
     COSYVOICE3_ASSETS,
     CosyVoice3Token2Wav,
@@ -42,7 +42,8 @@ from vllm_omni_token2wav.model_executor.models.cosyvoice3.synthesis import (
     open_stream,
     vocoder_rows,
 )
-from vllm_omni_token2wav.model_executor.models.step_audio2.token2wav_stream import StreamInUseError
+from vllm_omni_token2wav.model_executor.models.speaker_embedding import selection as speaker_embedding
+from vllm_omni_token2wav.model_executor.models.token2wav_core.stream import StreamInUseError
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu, pytest.mark.usefixtures("cpu_platform")]
 
@@ -234,7 +235,7 @@ def test_a_hift_section_that_does_not_describe_hift_pt_is_an_error(cv3_dir: Path
     text = (cv3_dir / "cosyvoice3.yaml").read_text().replace("nsf_voiced_threshold: 10", "nsf_voiced_threshold: 5")
     (tmp_path / "cosyvoice3.yaml").write_text(text)
     with pytest.raises(ValueError, match=r"nsf_voiced_threshold: yaml 5.0, hift.pt / in-tree 10.0"):
-        CosyVoice3Token2Wav(tmp_path, device="cpu")._ensure_models_loaded()
+        CosyVoice3Token2Wav(tmp_path, device="cpu").load_models()
 
 
 # ---- the speaker path (the facade before synthesis existed): laziness and backends ------------------------
@@ -245,7 +246,7 @@ def test_device_switch_is_lazy_and_embeds_on_the_torch_path(cv3_dir: Path, monke
     counter = SessionCounter(monkeypatch)
     facade = CosyVoice3Token2Wav(cv3_dir, device="cpu")
     assert facade.enable_device_spk_embedding().startswith("torch-cpu")
-    facade._ensure_models_loaded()
+    facade.load_models()
     wav, rate = speech_sample()
     features = facade.prepare_prompt((wav[:rate], rate))
     assert features.speaker_embedding.shape == (1, 192) and features.backend.startswith("torch-cpu")
@@ -256,11 +257,12 @@ def test_fallback_embedding_matches_onnxruntime_on_the_same_features(tmp_path: P
     import onnxruntime
 
     from vllm_omni_token2wav.model_executor.models import audio as frontend
+    from vllm_omni_token2wav.model_executor.models.speaker_embedding.features import speaker_features
 
     directory = make_token2wav_dir(tmp_path / "cv3")
     wav, rate = speech_sample()
     wav = wav[: 2 * rate].copy()
-    features = frontend.speaker_features(torch.from_numpy(frontend.load_audio((wav, rate), 16000).numpy()))
+    features = speaker_features(torch.from_numpy(frontend.load_audio((wav, rate), 16000).numpy()))
     session = onnxruntime.InferenceSession(str(directory / "campplus.onnx"), providers=["CPUExecutionProvider"])
     (expected,) = session.run(None, {session.get_inputs()[0].name: features[None].numpy()})
     got = CosyVoice3Token2Wav(directory).speaker_embedding((wav, rate))

@@ -13,12 +13,12 @@ import torch
 from tests.helpers.fake_npu import install_fake_torch_npu
 from tests.helpers.token2wav import SessionCounter
 from vllm_omni_token2wav import platforms
-from vllm_omni_token2wav.model_executor.models.cosyvoice3 import speaker_embedding
 from vllm_omni_token2wav.model_executor.models.minicpmo_4_5.minicpmo_4_5_code2wav import MiniCPMO45Code2Wav
 from vllm_omni_token2wav.model_executor.models.minicpmo_4_5.minicpmo_4_5_token2wav import (
     MiniCPMO45Token2wav,
     resolve_token2wav_device,
 )
+from vllm_omni_token2wav.model_executor.models.speaker_embedding import selection as speaker_embedding
 from vllm_omni_token2wav.model_executor.models.step_audio2.step_audio2_token2wav import StepAudio2Token2WavCore
 from vllm_omni_token2wav.platforms.cuda.platform import CudaOmniPlatform
 from vllm_omni_token2wav.platforms.npu.platform import NpuOmniPlatform
@@ -194,7 +194,7 @@ def test_facade_streams_with_minicpmo_lookahead_and_trim_by_default(token2wav_di
 def test_code2wav_synthesizes_every_code_through_the_streaming_path(
     token2wav_dir: Path, speech: tuple[np.ndarray, int]
 ) -> None:
-    from vllm_omni_token2wav.model_executor.models.step_audio2.token2wav_stream import stream_chunks
+    from vllm_omni_token2wav.model_executor.models.token2wav_core.stream import stream_chunks
 
     stage = MiniCPMO45Code2Wav(model=str(token2wav_dir), prompt_wav=speech, reference_seconds=2.0, n_timesteps=2)
     codes = torch.randint(0, 6561, (61,), generator=torch.Generator().manual_seed(0)).tolist()

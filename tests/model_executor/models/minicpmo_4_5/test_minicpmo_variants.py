@@ -27,8 +27,8 @@ from vllm_omni_token2wav.model_executor.models.cosyvoice2.hift.loader import HiF
 from vllm_omni_token2wav.model_executor.models.minicpmo_4_5.minicpmo_4_5_token2wav import MiniCPMO45Token2wav
 from vllm_omni_token2wav.model_executor.models.minicpmo_4_5.variants import MiniCPMOVariant
 from vllm_omni_token2wav.model_executor.models.step_audio2.standin import MINICPMO_1_0_7_LAYOUT
-from vllm_omni_token2wav.model_executor.models.step_audio2.stream_vocoder import VocoderKind
-from vllm_omni_token2wav.model_executor.models.step_audio2.token2wav_stream import stream_chunks
+from vllm_omni_token2wav.model_executor.models.token2wav_core.stream import stream_chunks
+from vllm_omni_token2wav.model_executor.models.token2wav_core.stream_vocoder import VocoderKind
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu, pytest.mark.usefixtures("cpu_platform")]
 

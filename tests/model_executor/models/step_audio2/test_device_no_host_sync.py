@@ -28,10 +28,10 @@ from vllm_omni_token2wav.assets.audio import speech_sample
 from vllm_omni_token2wav.model_executor.models.audio import load_prompt_audio
 from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow.batched import FlowChunkRow, flow_chunks
 from vllm_omni_token2wav.model_executor.models.cosyvoice2.hift.source import DrawnNoise
-from vllm_omni_token2wav.model_executor.models.cosyvoice3 import speaker_embedding_torch
+from vllm_omni_token2wav.model_executor.models.speaker_embedding import torch_backend as speaker_embedding_torch
 from vllm_omni_token2wav.model_executor.models.step_audio2.standin import ensure_standin_token2wav_dir
 from vllm_omni_token2wav.model_executor.models.step_audio2.step_audio2_token2wav import StepAudio2Token2WavCore
-from vllm_omni_token2wav.model_executor.models.step_audio2.token2wav_synthesis import synthesize_utterance
+from vllm_omni_token2wav.model_executor.models.token2wav_core.synthesis import synthesize_utterance
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 
@@ -49,7 +49,7 @@ def core() -> StepAudio2Token2WavCore:
     """A core whose every model lives on the fake device, speaker embedding on the device path."""
     core = StepAudio2Token2WavCore(ensure_standin_token2wav_dir(reduced=True), device=META, prompt_cache_size=0)
     core.enable_device_spk_embedding()
-    core._ensure_models_loaded()
+    core.load_models()
     assert core.spk_model.name.startswith("torch-meta") and core.speech_tokenizer.name == "torch"
     return core
 
@@ -84,7 +84,7 @@ def test_a_whole_reply_never_waits_for_the_device(core: StepAudio2Token2WavCore,
     """The stage's whole-reply path (MiniCPM-o's one-chunk stream): ids checked on the host, flow, HiFT."""
     features = _prompt(core, audio)
     with HostSyncCounter() as syncs:
-        ids = core._tokens([11] * 30, "token2wav")  # host list: range-checked, then a non-blocking copy
+        ids = core.speech_token_ids([11] * 30, "token2wav")  # host list: range-checked, then a non-blocking copy
         speech = synthesize_utterance(core.flow, core.hift, features, ids, n_timesteps=2, generator=None)
     assert syncs.sites == [], syncs.report()
     assert syncs.ops > 500
@@ -106,7 +106,7 @@ def test_a_synchronisation_put_back_into_the_prompt_path_is_caught(
         _prompt(core, audio)
     # the innermost project frame is the caller of the (test-defined) check: CAM++'s input preparation
     assert [(s.kind, s.where.split(":")[0], s.where.split(" ")[-1]) for s in syncs.sites] == [
-        ("scalar", "model_executor/models/cosyvoice3/speaker_embedding_torch.py", "(_prepare)")
+        ("scalar", "model_executor/models/speaker_embedding/torch_backend.py", "(_prepare)")
     ]
 
 

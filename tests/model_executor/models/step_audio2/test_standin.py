@@ -23,7 +23,7 @@ def test_reduced_standin_directory_loads_with_the_strict_loaders() -> None:
     from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow import load_flow
     from vllm_omni_token2wav.model_executor.models.cosyvoice2.hift import load_hift
     from vllm_omni_token2wav.model_executor.models.cosyvoice2.speech_tokenizer import load_speech_tokenizer_from_onnx
-    from vllm_omni_token2wav.model_executor.models.cosyvoice3.speaker_embedding_torch import load_campplus_from_onnx
+    from vllm_omni_token2wav.model_executor.models.speaker_embedding.torch_backend import load_campplus_from_onnx
 
     directory = standin.ensure_standin_token2wav_dir(reduced=True)
     assert FILES <= {p.name for p in directory.iterdir()}

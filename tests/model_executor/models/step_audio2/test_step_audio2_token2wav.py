@@ -26,7 +26,9 @@ from tests.helpers.token2wav import (
     rewrite_in_place_same_size,
 )
 from vllm_omni_token2wav.model_executor.models import audio as frontend
-from vllm_omni_token2wav.model_executor.models.cosyvoice3 import speaker_embedding, speaker_embedding_torch
+from vllm_omni_token2wav.model_executor.models.speaker_embedding import selection as speaker_embedding
+from vllm_omni_token2wav.model_executor.models.speaker_embedding import torch_backend as speaker_embedding_torch
+from vllm_omni_token2wav.model_executor.models.speaker_embedding.features import speaker_features
 from vllm_omni_token2wav.model_executor.models.step_audio2.step_audio2_token2wav import StepAudio2Token2WavCore
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu, pytest.mark.usefixtures("cpu_platform")]
@@ -106,7 +108,7 @@ def test_constructor_only_records_configuration(tmp_path: Path, monkeypatch: pyt
     selections: list[str] = []
     real_select = speaker_embedding.select_speaker_embedding_backend
     monkeypatch.setattr(
-        "vllm_omni_token2wav.model_executor.models.step_audio2.step_audio2_token2wav.select_speaker_embedding_backend",
+        "vllm_omni_token2wav.model_executor.models.token2wav_core.core.select_speaker_embedding_backend",
         lambda *a, **k: selections.append(k["request"]) or real_select(*a, **k),
     )
     core = StepAudio2Token2WavCore(tmp_path / "does-not-exist", float16=True, n_timesteps=5)
@@ -120,7 +122,7 @@ def test_enable_device_path_builds_no_ort_session_and_loads_no_models(
 ) -> None:
     counter = SessionCounter(monkeypatch)
     loads: list[int] = []
-    monkeypatch.setattr(StepAudio2Token2WavCore, "_ensure_models_loaded", lambda self: loads.append(1))
+    monkeypatch.setattr(StepAudio2Token2WavCore, "load_models", lambda self: loads.append(1))
     core = StepAudio2Token2WavCore(token2wav_dir)
     assert core.enable_device_spk_embedding() == core.spk_backend
     assert core.spk_backend.startswith("torch-cpu")
@@ -128,23 +130,23 @@ def test_enable_device_path_builds_no_ort_session_and_loads_no_models(
     assert counter.count == 0 and loads == []
 
 
-def test_ensure_models_loaded_keeps_an_installed_backend(token2wav_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def testload_models_keeps_an_installed_backend(token2wav_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     counter = SessionCounter(monkeypatch)
     core = StepAudio2Token2WavCore(token2wav_dir)
     backend = ConstantBackend()
     core.install_spk_backend(backend)
-    core._ensure_models_loaded()
-    core._ensure_models_loaded()
+    core.load_models()
+    core.load_models()
     assert core.spk_model is backend and core.spk_backend == "constant-cpu"
     assert counter.count == 0
 
 
-def test_ensure_models_loaded_installs_the_fallback_without_building_it(
+def testload_models_installs_the_fallback_without_building_it(
     token2wav_dir: Path, monkeypatch: pytest.MonkeyPatch, short_speech: tuple[np.ndarray, int]
 ) -> None:
     counter = SessionCounter(monkeypatch)
     core = StepAudio2Token2WavCore(token2wav_dir)
-    core._ensure_models_loaded()
+    core.load_models()
     assert core.spk_backend == "onnxruntime-cpu" and counter.count == 0
     core.prepare_prompt(short_speech)
     assert counter.count == 1
@@ -156,7 +158,7 @@ def test_device_path_never_builds_the_ort_session(
     counter = SessionCounter(monkeypatch)
     core = StepAudio2Token2WavCore(token2wav_dir)
     core.enable_device_spk_embedding()
-    core._ensure_models_loaded()
+    core.load_models()
     features = core.prepare_prompt(short_speech)
     core.speaker_embedding((short_speech[0][:8000], short_speech[1]))
     assert features.backend.startswith("torch-cpu")
@@ -233,7 +235,7 @@ sys.modules["torch_npu"] = types.ModuleType("torch_npu")
 from vllm_omni_token2wav import platforms
 from vllm_omni_token2wav.platforms.npu.platform import NpuOmniPlatform
 platforms.reset_current_platform(NpuOmniPlatform())
-from vllm_omni_token2wav.model_executor.models.cosyvoice3 import speaker_embedding_torch
+from vllm_omni_token2wav.model_executor.models.speaker_embedding import torch_backend as speaker_embedding_torch
 loads, sessions = [], []
 
 class Fake:
@@ -304,7 +306,7 @@ def test_legacy_seg_pool_differs_from_exact_onnxruntime_only_slightly(
     # The default device path keeps onnxruntime-1.18 numerics (what the flow models were trained on);
     # onnxruntime >= 1.29 averages the last partial segment over its real length. 4 s of speech gives
     # T' = 200 frames only when the fbank has 399-400 frames, so this prompt has a partial segment.
-    from vllm_omni_token2wav.model_executor.models.campplus import ort_seg_pool_mode
+    from vllm_omni_token2wav.model_executor.models.speaker_embedding.campplus import ort_seg_pool_mode
 
     legacy = StepAudio2Token2WavCore(token2wav_dir)  # spk_seg_pool_mode="legacy"
     legacy.enable_device_spk_embedding()
@@ -468,7 +470,7 @@ def test_missing_speaker_model_is_named_with_the_directory_listing(tmp_path: Pat
     (tmp_path / "flow.pt").write_bytes(b"")
     core = StepAudio2Token2WavCore(tmp_path)
     with pytest.raises(FileNotFoundError, match=r"campplus\.onnx is missing.*\['flow\.pt'\]"):
-        core._ensure_models_loaded()
+        core.load_models()
 
 
 @pytest.mark.parametrize(
@@ -541,7 +543,7 @@ def test_a_speaker_model_of_another_network_is_refused_by_both_backends(
 ) -> None:
     """[B, T, 80] -> [B, 192] like CAM++, but another network: neither the ORT fallback nor the torch
     path may serve it (the same structural check, the same message), and nothing is cached."""
-    from vllm_omni_token2wav.model_executor.models.campplus.onnx_import import CampplusOnnxError
+    from vllm_omni_token2wav.model_executor.models.speaker_embedding.campplus.onnx_import import CampplusOnnxError
 
     other = export_other_speaker_net_onnx(tmp_path / "other.onnx")
     directory = make_token2wav_dir(tmp_path / "t2w", campplus=other)
@@ -567,8 +569,10 @@ def test_a_directory_in_place_of_an_asset_is_named_as_such(tmp_path: Path) -> No
 def test_a_changed_speaker_model_is_kept_until_reload_and_new_facades_see_it(
     tmp_path: Path, short_speech: tuple[np.ndarray, int], monkeypatch: pytest.MonkeyPatch, path: str
 ) -> None:
-    from tests.model_executor.models.campplus.helpers import ort_embed, ort_session
-    from vllm_omni_token2wav.model_executor.models.campplus.standin import ensure_standin_campplus_onnx
+    from tests.model_executor.models.speaker_embedding.campplus.helpers import ort_embed, ort_session
+    from vllm_omni_token2wav.model_executor.models.speaker_embedding.campplus.standin import (
+        ensure_standin_campplus_onnx,
+    )
 
     own = tmp_path / "own-campplus.onnx"  # a private copy: the cached stand-in must not be edited
     shutil.copyfile(ensure_standin_campplus_onnx(), own)
@@ -583,7 +587,7 @@ def test_a_changed_speaker_model_is_kept_until_reload_and_new_facades_see_it(
 
     core = facade()
     before = core.speaker_embedding(short_speech).clone()
-    feats = frontend.speaker_features(frontend.load_prompt_audio(short_speech).wav_16k)
+    feats = speaker_features(frontend.load_prompt_audio(short_speech).wav_16k)
     rewrite_in_place_same_size(own)
     expected = torch.from_numpy(ort_embed(ort_session(own), feats))  # what the file on disk computes now
     assert not torch.allclose(before, expected, rtol=1e-3)

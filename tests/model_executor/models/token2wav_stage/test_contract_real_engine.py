@@ -24,6 +24,7 @@ import numpy as np
 import pytest
 import torch
 
+from vllm_omni_token2wav.model_executor.models.cosyvoice3.voice import ReferenceVoice
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.contract import (
     ChunkMeta,
     Segment,
@@ -31,7 +32,6 @@ from vllm_omni_token2wav.model_executor.models.token2wav_stage.contract import (
     carries_payload,
     parse_step,
 )
-from vllm_omni_token2wav.model_executor.models.token2wav_stage.cosyvoice3_voice import ReferenceVoice
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.families import (
     COSYVOICE3,
     MINICPMO_4_5,

@@ -94,7 +94,7 @@ def test_a_real_vllm_config_builds_and_serves_the_stage(
     assert opts.model == str(folder) and stage.token2wav.model_path == folder / "token2wav"
     assert str(stage.token2wav.device) == "cpu" and opts.load_format == "dummy"
     assert opts.max_rows == cfg.scheduler_config.max_num_seqs  # type: ignore[attr-defined]
-    assert not stage.token2wav._models_loaded  # dummy load: no load_weights, built on the first real step
+    assert not stage.token2wav.models_loaded  # dummy load: no load_weights, built on the first real step
     chunks = all_chunks(ProducerStream("r", list(range(10, 50)), stage.family))
     input_ids, kwargs = forward_inputs(chunks[:1], stage.family)
     out = stage(input_ids, torch.arange(input_ids.numel()), **kwargs).multimodal_outputs
@@ -115,7 +115,7 @@ def test_a_real_vllm_config_builds_and_serves_the_cosyvoice3_stage(
     cfg = _vllm_config(vllm_config_module, folder, CosyVoice3Code2Wav.__name__)
     with set_default_torch_dtype(cfg.model_config.dtype):  # type: ignore[attr-defined]
         stage = CosyVoice3Code2Wav(vllm_config=cfg, prefix="", n_timesteps=2)
-    assert stage.token2wav.model_path == folder and not stage.token2wav._models_loaded
+    assert stage.token2wav.model_path == folder and not stage.token2wav.models_loaded
     prompt_tokens = stage.default_voice.tokens.shape[1]
     chunks = all_chunks(ProducerStream("r", list(range(10, 50)), stage.family, prompt_tokens=prompt_tokens))
     input_ids, kwargs = forward_inputs(chunks[:1], stage.family)

@@ -7,7 +7,7 @@ requests with different voices and lengths join at different steps, send their c
 talker has them (so first, middle and last chunks share steps), leave at their last chunk, and some
 send a bad chunk mid-stream. The reference for each request is the same stage code serving that
 request alone, one chunk per `forward` (what the stage's own reference-driver tests pin against the
-module-level flow and HiFT, tests/model_executor/models/step_audio2/test_token2wav_synthesis.py).
+module-level flow and HiFT, tests/model_executor/models/token2wav_core/test_token2wav_synthesis.py).
 Target: equal lengths and max abs <= 1e-5 in fp32 on CPU; a failing segment leaves the others of
 its step bit-equal to the same step without it.
 """

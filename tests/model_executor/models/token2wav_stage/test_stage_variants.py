@@ -32,12 +32,12 @@ from vllm_omni_token2wav.benchmarks.token2wav_producer import ProducerStream, al
 from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow import ConformerTrim, Lookahead
 from vllm_omni_token2wav.model_executor.models.minicpmo_4_5.minicpmo_4_5_code2wav import MiniCPMO45Code2Wav
 from vllm_omni_token2wav.model_executor.models.minicpmo_4_5.variants import MiniCPMOVariant
-from vllm_omni_token2wav.model_executor.models.step_audio2.causal_vocoder import CausalHiFTVocoder
 from vllm_omni_token2wav.model_executor.models.step_audio2.standin import MINICPMO_1_0_7_LAYOUT
 from vllm_omni_token2wav.model_executor.models.step_audio2.step_audio2_token2wav_stage import (
     StepAudio2Token2WavForConditionalGeneration,
 )
-from vllm_omni_token2wav.model_executor.models.step_audio2.stream_vocoder import VocoderKind
+from vllm_omni_token2wav.model_executor.models.token2wav_core.causal_vocoder import CausalHiFTVocoder
+from vllm_omni_token2wav.model_executor.models.token2wav_core.stream_vocoder import VocoderKind
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu, pytest.mark.usefixtures("cpu_platform")]
 

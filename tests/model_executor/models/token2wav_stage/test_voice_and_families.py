@@ -97,3 +97,18 @@ def test_default_voices_are_looked_up_like_upstream(tmp_path: Path, monkeypatch:
     assert find_default_voice(STEP_AUDIO2, root, t2w) == root / "default_female.wav"
     with pytest.raises(FileNotFoundError, match="minicpmo_4_5 token2wav stage: no default voice"):
         find_default_voice(MINICPMO_4_5, root, t2w)
+
+
+def test_every_registered_family_lives_in_its_own_folder() -> None:
+    """One registry line per family; its spec comes from its folder, and the framework's names resolve to it."""
+    from vllm_omni_token2wav.model_executor.models.token2wav_stage import families
+
+    for name, (module, attr) in families.FAMILY_SPECS.items():
+        spec = families.family_spec(name)
+        assert spec.name == name
+        assert module == f"vllm_omni_token2wav.model_executor.models.{name}.family"
+        assert getattr(families, attr) is spec
+    with pytest.raises(ValueError, match="registered: minicpmo_4_5, step_audio2, cosyvoice3"):
+        families.family_spec("tortoise")
+    with pytest.raises(AttributeError):
+        _ = families.NOT_A_FAMILY

@@ -1,28 +1,53 @@
 # SPDX-License-Identifier: Apache-2.0
-"""`vllm-omni-token2wav bench ...`: the benchmark subcommands.
+"""`vllm-omni-token2wav bench ...`: the registry of benchmark homes, and nothing else.
 
-Each entry of `BENCH_SUBCOMMANDS` names a module exposing `SUBCOMMAND` (a `CLISubcommand`).
-Modules are imported when the parser is built, so they must keep heavy imports inside `run`.
+Each benchmark lives in its own home, `vllm_omni_token2wav/benchmarks/<name>/`, whose `cli.py` exposes
+`SUBCOMMAND` (a `CLISubcommand`: `bench <name>`) and, for a benchmark whose runs are kept under
+`benchmarks/results/`, `RECORDERS` (the `bench_cli.Recorder`s `benchmarks/record.py` knows by name).
+The modules are imported when the parser is built, so they must keep heavy imports inside `run`.
+Running a recorder is `record.py` beside this module.
 """
 
 from __future__ import annotations
 
 import importlib
+from types import ModuleType
 
-from vllm_omni_token2wav.entrypoints.cli.types import CLISubcommand
+from vllm_omni_token2wav.benchmarks.bench_cli import Recorder
+from vllm_omni_token2wav.cli_types import CLISubcommand
 
-# Order is the order shown in `vllm-omni-token2wav bench --help`.
-BENCH_SUBCOMMANDS: tuple[str, ...] = (
-    "vllm_omni_token2wav.entrypoints.cli.bench.spk_embedding",
-    "vllm_omni_token2wav.entrypoints.cli.bench.seed_tts",
-    "vllm_omni_token2wav.entrypoints.cli.bench.token2wav",
-    "vllm_omni_token2wav.entrypoints.cli.bench.cosyvoice3_flow",
-    "vllm_omni_token2wav.entrypoints.cli.bench.device_check",
-    "vllm_omni_token2wav.entrypoints.cli.bench.causal_hift",
-    "vllm_omni_token2wav.entrypoints.cli.bench.token2wav_serve",
-    "vllm_omni_token2wav.entrypoints.cli.bench.token2wav_row_cost",
+# Order is the order shown in `vllm-omni-token2wav bench --help` (and `benchmarks/record.py --list`).
+BENCH_CLIS: tuple[str, ...] = (
+    "vllm_omni_token2wav.benchmarks.spk_embedding.cli",
+    "vllm_omni_token2wav.benchmarks.seed_tts.cli",
+    "vllm_omni_token2wav.benchmarks.token2wav_rtf.cli",
+    "vllm_omni_token2wav.benchmarks.cosyvoice3_flow_stream.cli",
+    "vllm_omni_token2wav.benchmarks.cosyvoice3_batched_flow.cli",
+    "vllm_omni_token2wav.benchmarks.device_check.cli",
+    "vllm_omni_token2wav.benchmarks.causal_hift_stream.cli",
+    "vllm_omni_token2wav.benchmarks.token2wav_serve.cli",
+    "vllm_omni_token2wav.benchmarks.token2wav_row_cost.cli",
+    "vllm_omni_token2wav.benchmarks.token2wav_stream_memory.cli",
+    "vllm_omni_token2wav.benchmarks.flow_rtf.cli",
+    "vllm_omni_token2wav.benchmarks.prompt_path.cli",
+    "vllm_omni_token2wav.benchmarks.audio_frontend.cli",
 )
 
 
+def _modules() -> list[ModuleType]:
+    return [importlib.import_module(path) for path in BENCH_CLIS]
+
+
 def load_bench_subcommands() -> list[CLISubcommand]:
-    return [importlib.import_module(path).SUBCOMMAND for path in BENCH_SUBCOMMANDS]
+    return [module.SUBCOMMAND for module in _modules()]
+
+
+def load_recorders() -> dict[str, Recorder]:
+    """Every home's recorders by name (`bench token2wav`'s home also lists the `--family cosyvoice3` one)."""
+    recorders: dict[str, Recorder] = {}
+    for module in _modules():
+        for recorder in getattr(module, "RECORDERS", ()):
+            if recorder.name in recorders:
+                raise ValueError(f"{module.__name__}: recorder {recorder.name!r} is declared twice")
+            recorders[recorder.name] = recorder
+    return recorders

@@ -2,7 +2,8 @@
 """Audio front end of the Token2Wav stage, in torch on the serving device.
 
 - `kaldi_fbank`: Kaldi-compatible log mel filter bank (replaces torchaudio.compliance.kaldi.fbank).
-- `speaker_features`: the CAM++ input (80-bin fbank of 16 kHz audio minus its per-utterance mean).
+- `speaker_fbank`: the geometry of the CAM++ input (16 kHz, 80 bins, >= 4 frames); the features
+  themselves are `speaker_embedding.features.speaker_features`, one layer up.
 - `prompt_mel_24k`: the flow model's 24 kHz prompt log mel (Matcha-TTS / CosyVoice recipe).
 - `load_audio` / `load_prompt_audio`: decoding, normalisation, mix-down and band-limited resampling
   of prompt audio on the host (16 kHz and 24 kHz copies both from the original).
@@ -33,11 +34,10 @@ from vllm_omni_token2wav.model_executor.models.audio.mel import (
     prompt_mel_24k,
 )
 from vllm_omni_token2wav.model_executor.models.audio.resample import MAX_SAMPLE_RATE, MIN_SAMPLE_RATE, resample
-from vllm_omni_token2wav.model_executor.models.audio.speaker import (
+from vllm_omni_token2wav.model_executor.models.audio.speaker_fbank import (
     MIN_SPEAKER_FRAMES,
     SPEAKER_SAMPLE_RATE,
     min_speaker_samples,
-    speaker_features,
 )
 
 __all__ = [
@@ -67,5 +67,4 @@ __all__ = [
     "prompt_activity",
     "prompt_mel_24k",
     "resample",
-    "speaker_features",
 ]

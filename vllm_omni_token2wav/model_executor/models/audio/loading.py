@@ -66,7 +66,7 @@ import torch
 
 from vllm_omni_token2wav.logger import init_logger
 from vllm_omni_token2wav.model_executor.models.audio.resample import check_sample_rate, resample
-from vllm_omni_token2wav.model_executor.models.audio.speaker import SPEAKER_SAMPLE_RATE, min_speaker_samples
+from vllm_omni_token2wav.model_executor.models.audio.speaker_fbank import SPEAKER_SAMPLE_RATE, min_speaker_samples
 
 logger = init_logger(__name__)
 

@@ -6,7 +6,7 @@ vLLM-Omni 0.30 runs CosyVoice3 as talker -> code2wav. Its registry maps only the
 ("cosyvoice3_code2wav" builds its inner `CosyVoice3Code2Wav` module). This class keeps that name for
 the code2wav stage alone, on the shared Token2Wav stage (`token2wav_stage/`, design in
 docs/design/token2wav_stage.md): any number of requests per step, a stream per request id, failures
-isolated per request, the flow batched across requests. What is CosyVoice3's (`families.COSYVOICE3`):
+isolated per request, the flow batched across requests. What is CosyVoice3's (`family.COSYVOICE3`):
 
 | the talker sends (`talker2code2wav_async_chunk`)       | the stage reads                                   |
 |--------------------------------------------------------|---------------------------------------------------|
@@ -39,17 +39,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
+from vllm_omni_token2wav.model_executor.models.cosyvoice3.backend import CosyVoice3Backend
 from vllm_omni_token2wav.model_executor.models.cosyvoice3.cosyvoice3_token2wav import CosyVoice3Token2Wav
+from vllm_omni_token2wav.model_executor.models.cosyvoice3.family import COSYVOICE3
 from vllm_omni_token2wav.model_executor.models.cosyvoice3.flow import FinalChunk
 from vllm_omni_token2wav.model_executor.models.cosyvoice3.prompt import read_prompt_tokens, voice_tokens_path
+from vllm_omni_token2wav.model_executor.models.cosyvoice3.voice import ReferenceVoice
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.backend import Token2WavBackend
-from vllm_omni_token2wav.model_executor.models.token2wav_stage.cosyvoice3_backend import CosyVoice3Backend
-from vllm_omni_token2wav.model_executor.models.token2wav_stage.cosyvoice3_voice import ReferenceVoice
-from vllm_omni_token2wav.model_executor.models.token2wav_stage.families import (
-    COSYVOICE3,
-    FamilySpec,
-    find_default_voice,
-)
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.families import FamilySpec, find_default_voice
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.options import StageOptions
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.stage_model import Token2WavStageModel
 
@@ -66,8 +63,8 @@ class CosyVoice3Code2Wav(Token2WavStageModel):
     family: ClassVar[FamilySpec] = COSYVOICE3
     token2wav: CosyVoice3Token2Wav
 
-    def _build_core(self, folder: Path, opts: StageOptions) -> CosyVoice3Token2Wav:  # type: ignore[override]
-        self.stream_rules(opts)  # rejects token2wav_variant: CosyVoice3 has none
+    def _build_core(self, folder: Path, opts: StageOptions) -> CosyVoice3Token2Wav:
+        self.check_no_variant(opts)  # CosyVoice3 has no token2wav variants
         return CosyVoice3Token2Wav(
             folder,
             float16=opts.float16,

@@ -21,7 +21,7 @@ Requests:
   (no re-sent lookahead; `upstream_chunks` cuts a token sequence on upstream's schedule). `state=` is
   required (there is no default stream), and a chunk of a stream while another chunk of it runs in
   another thread raises `StreamInUseError` (`token2wav_stream.StepGuard`) instead of interleaving them.
-The stage (`token2wav_stage/cosyvoice3_backend.py`) runs the same kernels for many requests per launch.
+The stage (`cosyvoice3/backend.py`) runs the same kernels for many requests per launch.
 
 `seed` picks the flow's noise table per request (default: the facade's `seed`, 0 = upstream's table);
 `final_chunk` how a stream's last chunk attends (`flow.FinalChunk`).
@@ -52,13 +52,13 @@ from vllm_omni_token2wav.model_executor.models.cosyvoice3.synthesis import (
     stream_rows,
     synthesize_whole,
 )
-from vllm_omni_token2wav.model_executor.models.step_audio2.step_audio2_token2wav import (
+from vllm_omni_token2wav.model_executor.models.token2wav_core.core import (
     DEFAULT_PROMPT_CACHE_SIZE,
     PromptWav,
-    StepAudio2Token2WavCore,
     Token2WavAssets,
+    Token2WavCore,
 )
-from vllm_omni_token2wav.model_executor.models.step_audio2.token2wav_stream import StepGuard, waveform_to_pcm16
+from vllm_omni_token2wav.model_executor.models.token2wav_core.stream import StepGuard, waveform_to_pcm16
 from vllm_omni_token2wav.platforms import DeviceSpec
 
 if TYPE_CHECKING:
@@ -99,7 +99,7 @@ def upstream_chunks(num_tokens: int, prompt_tokens: int) -> Iterator[tuple[slice
         yield slice(call.start, call.end), call.final
 
 
-class CosyVoice3Token2Wav(StepAudio2Token2WavCore):
+class CosyVoice3Token2Wav(Token2WavCore):
     """CosyVoice3's token2wav over a Fun-CosyVoice3 model directory (see the module docstring)."""
 
     assets: ClassVar[Token2WavAssets] = COSYVOICE3_ASSETS
@@ -181,20 +181,20 @@ class CosyVoice3Token2Wav(StepAudio2Token2WavCore):
 
     @property
     def flow(self) -> CausalMaskedDiffWithDiT:  # type: ignore[override]
-        self._ensure_models_loaded()
+        self.load_models()
         assert self._cv3_flow is not None
         return self._cv3_flow
 
     @property
     def hift(self) -> CausalHiFTGenerator:  # type: ignore[override]
-        self._ensure_models_loaded()
+        self.load_models()
         assert self._cv3_hift is not None
         return self._cv3_hift
 
     @property
     def streamer(self) -> CausalHiFTStreamer:
         """The causal HiFT's streamer (`COSYVOICE3_STREAM`), shared by every stream of this facade."""
-        self._ensure_models_loaded()
+        self.load_models()
         assert self._streamer is not None
         return self._streamer
 

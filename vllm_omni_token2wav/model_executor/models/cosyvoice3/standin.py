@@ -69,10 +69,12 @@ def _config_text(reduced: bool) -> str:
 
 
 def _component_files(*, reduced: bool, seed: int) -> dict[str, Path]:
-    from vllm_omni_token2wav.model_executor.models.campplus.standin import ensure_standin_campplus_onnx
     from vllm_omni_token2wav.model_executor.models.cosyvoice3.flow import ensure_standin_flow
     from vllm_omni_token2wav.model_executor.models.cosyvoice3.flow.loader import FLOW_PT
     from vllm_omni_token2wav.model_executor.models.cosyvoice3.hift import cached_standin_causal_hift
+    from vllm_omni_token2wav.model_executor.models.speaker_embedding.campplus.standin import (
+        ensure_standin_campplus_onnx,
+    )
 
     return {
         # CAM++ stays full size: the reduced stand-in has a 64-d embedding, the flow needs 192.

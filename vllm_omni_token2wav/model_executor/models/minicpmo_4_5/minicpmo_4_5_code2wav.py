@@ -4,7 +4,7 @@
 The stage turns the talker's codec chunks of many concurrent requests into 24 kHz audio, one
 `forward` per scheduler step; the contract, the per-request streams, the cross-request batching
 and the memory bounds are the shared Token2Wav stage (`token2wav_stage/`, design in
-docs/design/token2wav_stage.md). What is MiniCPM-o's (`families.MINICPMO_4_5`): `meta.last_chunk`
+docs/design/token2wav_stage.md). What is MiniCPM-o's (`family.MINICPMO_4_5`): `meta.last_chunk`
 marks the last chunk, every reply is streamed (a payload without stream meta is a one-chunk
 stream), the assets are in `<model>/assets/token2wav` and the default voice is
 `<model>/assets/HT_ref_audio.wav`. Every reference voice is normalised to 24 kHz mono of a fixed
@@ -26,27 +26,30 @@ import numpy as np
 import torch
 
 from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow import ConformerTrim, Lookahead
+from vllm_omni_token2wav.model_executor.models.minicpmo_4_5.family import MINICPMO_4_5
 from vllm_omni_token2wav.model_executor.models.minicpmo_4_5.variants import MiniCPMOVariant
-from vllm_omni_token2wav.model_executor.models.step_audio2.prompt_features import PromptFeatures
-from vllm_omni_token2wav.model_executor.models.step_audio2.step_audio2_token2wav import PromptWav
-from vllm_omni_token2wav.model_executor.models.step_audio2.stream_vocoder import VocoderKind
-from vllm_omni_token2wav.model_executor.models.step_audio2.token2wav_stream import (
+from vllm_omni_token2wav.model_executor.models.step_audio2.step_audio2_token2wav import StepAudio2Token2WavCore
+from vllm_omni_token2wav.model_executor.models.token2wav_core.core import PromptWav
+from vllm_omni_token2wav.model_executor.models.token2wav_core.prompt_features import PromptFeatures
+from vllm_omni_token2wav.model_executor.models.token2wav_core.stage import CoreStageModel
+from vllm_omni_token2wav.model_executor.models.token2wav_core.stream import (
     CHUNK_TOKENS,
     PRE_LOOKAHEAD_TOKENS,
     Token2WavStream,
     stream_chunks,
 )
-from vllm_omni_token2wav.model_executor.models.step_audio2.token2wav_synthesis import SpeechTokens
-from vllm_omni_token2wav.model_executor.models.token2wav_stage.families import MINICPMO_4_5, FamilySpec
+from vllm_omni_token2wav.model_executor.models.token2wav_core.stream_vocoder import VocoderKind
+from vllm_omni_token2wav.model_executor.models.token2wav_core.synthesis import SpeechTokens
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.families import FamilySpec
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.options import StageOptions
-from vllm_omni_token2wav.model_executor.models.token2wav_stage.stage_model import Token2WavStageModel
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.voice import VOICE_SAMPLE_RATE, normalize_reference
 
 
-class MiniCPMO45Code2Wav(Token2WavStageModel):
+class MiniCPMO45Code2Wav(CoreStageModel):
     """Stage-2 Token2Wav of MiniCPM-o 4.5 (see the module docstring)."""
 
     family: ClassVar[FamilySpec] = MINICPMO_4_5
+    core_class: ClassVar[type[StepAudio2Token2WavCore]] = StepAudio2Token2WavCore
 
     def __init__(self, *, vllm_config: Any = None, prefix: str = "", **overrides: Any) -> None:
         super().__init__(vllm_config=vllm_config, prefix=prefix, **overrides)

@@ -25,16 +25,16 @@ import torch
 
 from vllm_omni_token2wav.logger import init_logger
 from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow import ConformerTrim, Lookahead
-from vllm_omni_token2wav.model_executor.models.cosyvoice3.speaker_embedding import SpeakerEmbeddingBackend
 from vllm_omni_token2wav.model_executor.models.minicpmo_4_5.variants import MiniCPMOVariant
-from vllm_omni_token2wav.model_executor.models.step_audio2.prompt_features import PromptFeatures
+from vllm_omni_token2wav.model_executor.models.speaker_embedding.backend import SpeakerEmbeddingBackend
 from vllm_omni_token2wav.model_executor.models.step_audio2.step_audio2_token2wav import (
     DEFAULT_PROMPT_CACHE_SIZE,
     PromptWav,
     StepAudio2Token2WavCore,
 )
-from vllm_omni_token2wav.model_executor.models.step_audio2.token2wav_stream import Token2WavStream
-from vllm_omni_token2wav.model_executor.models.step_audio2.token2wav_synthesis import SpeechTokens
+from vllm_omni_token2wav.model_executor.models.token2wav_core.prompt_features import PromptFeatures
+from vllm_omni_token2wav.model_executor.models.token2wav_core.stream import Token2WavStream
+from vllm_omni_token2wav.model_executor.models.token2wav_core.synthesis import SpeechTokens
 from vllm_omni_token2wav.platforms import DeviceSpec, normalize_device
 
 logger = init_logger(__name__)
@@ -115,7 +115,7 @@ class MiniCPMO45Token2wav:
 
     def load(self) -> None:
         """Load every model now (speech tokenizer, flow, HiFT; speaker fallback if none installed)."""
-        self.core._ensure_models_loaded()
+        self.core.load_models()
 
     def __call__(self, tokens: SpeechTokens, prompt_wav: PromptWav, *, seed: int | None = None) -> torch.Tensor:
         """Whole-utterance waveform `[1, 480 * 2 * len(tokens)]` (see `StepAudio2Token2WavCore.__call__`).

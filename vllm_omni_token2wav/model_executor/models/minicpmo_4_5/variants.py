@@ -39,7 +39,7 @@ from __future__ import annotations
 import enum
 
 from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow import ConformerTrim, Lookahead
-from vllm_omni_token2wav.model_executor.models.step_audio2.stream_vocoder import VocoderKind
+from vllm_omni_token2wav.model_executor.models.token2wav_core.stream_vocoder import VocoderKind
 
 
 class MiniCPMOVariant(str, enum.Enum):

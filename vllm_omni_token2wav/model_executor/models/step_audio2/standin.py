@@ -103,11 +103,13 @@ def _check_layout(layout: str) -> None:
 
 def _component_files(*, reduced: bool, seed: int, layout: str = STEP_AUDIO2_LAYOUT) -> dict[str, Path]:
     """Token2wav file name -> cached component stand-in (generated on first use)."""
-    from vllm_omni_token2wav.model_executor.models.campplus.standin import ensure_standin_campplus_onnx
     from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow import ensure_standin_flow
     from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow.loader import FLOW_PT, FLOW_YAML
     from vllm_omni_token2wav.model_executor.models.cosyvoice2.hift import cached_standin_hift
     from vllm_omni_token2wav.model_executor.models.cosyvoice2.speech_tokenizer import cached_standin_speech_tokenizer
+    from vllm_omni_token2wav.model_executor.models.speaker_embedding.campplus.standin import (
+        ensure_standin_campplus_onnx,
+    )
 
     _check_layout(layout)
     flow_dir = ensure_standin_flow(reduced=reduced, seed=seed)
@@ -121,7 +123,7 @@ def _component_files(*, reduced: bool, seed: int, layout: str = STEP_AUDIO2_LAYO
     }
     if layout == MINICPMO_1_0_7_LAYOUT:
         from vllm_omni_token2wav.model_executor.models.cosyvoice3.hift import cached_standin_causal_hift
-        from vllm_omni_token2wav.model_executor.models.step_audio2.causal_vocoder import WHOLE_UTTERANCE_HIFT
+        from vllm_omni_token2wav.model_executor.models.token2wav_core.causal_vocoder import WHOLE_UTTERANCE_HIFT
 
         files[WHOLE_UTTERANCE_HIFT] = files["hift.pt"]
         files["hift.pt"] = cached_standin_causal_hift(reduced=reduced, seed=seed)
@@ -137,7 +139,7 @@ def _generated_files(*, reduced: bool, layout: str) -> dict[str, bytes]:
         REDUCED_CAUSAL_HIFT_CONFIG,
     )
     from vllm_omni_token2wav.model_executor.models.cosyvoice3.hift.yaml_config import render_vocoder_yaml
-    from vllm_omni_token2wav.model_executor.models.step_audio2.causal_vocoder import (
+    from vllm_omni_token2wav.model_executor.models.token2wav_core.causal_vocoder import (
         STEP_AUDIO2_VOCODER_MEL,
         VOCODER_CONFIG,
     )

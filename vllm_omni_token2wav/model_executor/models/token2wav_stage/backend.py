@@ -10,7 +10,11 @@ voices and caches as opaque, immutable values it stores and hands back.
 Every Token2Wav family is flow (tokens -> mel) then vocoder (mel -> audio), so a chunk is two
 launches, planned separately because their batching constraints differ (the flow is ragged over
 rows of any length; a vocoder launch needs equal mel lengths). The CosyVoice3 DiT flow with its
-causal HiFT (`cosyvoice3_backend.py`) implements the same methods:
+causal HiFT (`cosyvoice3/backend.py`) implements the same methods. The Protocol is generic in the
+three values the engine stores for a backend without looking inside (`Token2WavBackend[VoiceT,
+CachesT, FlowT]`: a prepared voice, a stream's caches, a flow launch's per-row product), so each
+backend's methods take its own types and the engine, typed `Token2WavBackend[Any, Any, Any]`, cannot
+mix them up:
 
 | method                              | contract                                                       |
 |-------------------------------------|----------------------------------------------------------------|
@@ -35,9 +39,8 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
-import numpy as np
 import torch
 
 
@@ -57,11 +60,17 @@ class ChunkShape:
     vocoder_key: Hashable
 
 
+#: A backend's prepared voice, a stream's caches, and a flow launch's product for one row.
+VoiceT = TypeVar("VoiceT")
+CachesT = TypeVar("CachesT")
+FlowT = TypeVar("FlowT")
+
+
 @dataclass(frozen=True)
-class ChunkWork:
+class ChunkWork(Generic[CachesT]):
     """One row of a launch: a stream's caches, its chunk's tokens, and whether it is the last chunk."""
 
-    caches: object
+    caches: CachesT
     tokens: tuple[int, ...]
     last: bool
 
@@ -74,7 +83,7 @@ class StreamBytes:
     shared: int
 
 
-class Token2WavBackend(Protocol):
+class Token2WavBackend(Protocol[VoiceT, CachesT, FlowT]):
     """Models of one Token2Wav family behind the engine (see the module table)."""
 
     name: str
@@ -84,23 +93,23 @@ class Token2WavBackend(Protocol):
 
     def ensure_loaded(self) -> None: ...
 
-    def prepare_voice(self, key: str, wav_24k: np.ndarray) -> object: ...
+    def prepare_voice(self, key: str, wav_24k: Any) -> VoiceT: ...
 
-    def open_stream(self, voice: object, seed: int) -> object: ...
+    def open_stream(self, voice: VoiceT, seed: int) -> CachesT: ...
 
-    def shape(self, caches: object, tokens: Sequence[int], last: bool) -> ChunkShape: ...
+    def shape(self, caches: CachesT, tokens: Sequence[int], last: bool) -> ChunkShape: ...
 
-    def run_flow(self, works: Sequence[ChunkWork], pad_frames: int) -> list[object]: ...
+    def run_flow(self, works: Sequence[ChunkWork[CachesT]], pad_frames: int) -> list[FlowT]: ...
 
     def run_vocoder(
-        self, works: Sequence[ChunkWork], products: Sequence[object], pad_rows: int
-    ) -> list[tuple[torch.Tensor, object]]: ...
+        self, works: Sequence[ChunkWork[CachesT]], products: Sequence[FlowT], pad_rows: int
+    ) -> list[tuple[torch.Tensor, CachesT]]: ...
 
-    def flush(self, caches: object) -> torch.Tensor: ...
+    def flush(self, caches: CachesT) -> torch.Tensor: ...
 
-    def whole(self, voice: object, tokens: Sequence[int], seed: int) -> torch.Tensor: ...
+    def whole(self, voice: VoiceT, tokens: Sequence[int], seed: int) -> torch.Tensor: ...
 
-    def stream_bytes(self, caches: object, voice: object) -> StreamBytes: ...
+    def stream_bytes(self, caches: CachesT, voice: VoiceT) -> StreamBytes: ...
 
 
-__all__ = ["ChunkShape", "ChunkWork", "StreamBytes", "Token2WavBackend"]
+__all__ = ["CachesT", "ChunkShape", "ChunkWork", "FlowT", "StreamBytes", "Token2WavBackend", "VoiceT"]

@@ -83,7 +83,8 @@ import torch
 from vllm_omni_token2wav.model_executor.models.output_templates import omni_output_class
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.errors import ERROR_KEY, encode_error
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.families import FamilySpec
-from vllm_omni_token2wav.model_executor.models.token2wav_stage.voice import VoiceRequest, requested_voice
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.fields import codes_value, meta_value, scalar
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.voice import VoiceRequest, request_voice
 
 OUTPUT_SAMPLE_RATE = 24_000
 #: Meta keys only a producer sends (upstream's stage input processors for the three families).
@@ -150,35 +151,6 @@ class SegmentResult:
     error: str | None = None
 
 
-def scalar(value: Any, default: Any = None) -> Any:
-    """A Python scalar from a value the runner may wrap (0-d / 1-element tensor, 1-element list)."""
-    if isinstance(value, torch.Tensor):
-        return value.reshape(-1)[0].item() if value.numel() else default
-    if isinstance(value, np.ndarray):
-        return value.reshape(-1)[0].item() if value.size else default
-    if isinstance(value, list | tuple):
-        return scalar(value[0], default) if value else default
-    return default if value is None else value
-
-
-def meta_value(info: Mapping[str, Any], key: str) -> Any:
-    """`meta[key]` whether nested (`info["meta"][key]`), flattened (`info["meta.key"]`) or top-level (`info[key]`)."""
-    meta = info.get("meta")
-    if isinstance(meta, Mapping) and meta.get(key) is not None:
-        return meta[key]
-    flat = info.get(f"meta.{key}")
-    if flat is not None:
-        return flat
-    return info.get(key)
-
-
-def codes_value(info: Mapping[str, Any], key: str) -> Any:
-    codes = info.get("codes")
-    if isinstance(codes, Mapping) and codes.get(key) is not None:
-        return codes[key]
-    return info.get(f"codes.{key}")
-
-
 def _has_section(info: Mapping[str, Any], section: str) -> bool:
     """Whether `info` holds a non-None value under `section` (nested `info[section][k]` or flattened `section.k`)."""
     nested = info.get(section)
@@ -240,19 +212,6 @@ def split_counts(total: int, counts: Any) -> list[int]:
     if any(c < 0 for c in values) or sum(values) != total:
         raise ValueError(f"seq_token_counts {values} must be >= 0 and sum to the {total} input ids of the step")
     return values
-
-
-def request_voice(info: Mapping[str, Any]) -> VoiceRequest | None:
-    """The reference voice a dict names: `codes.ref` + `meta.ref_audio_sr`, else top-level `ref_audio` +
-    `ref_audio_sr`, else `prompt_wav` (`meta.*` or top-level); None if none (module docstring)."""
-    rate = scalar(meta_value(info, "ref_audio_sr"))
-    prompt_wav = scalar(meta_value(info, "prompt_wav"))
-    ref = codes_value(info, "ref")
-    if ref is not None:
-        return requested_voice(ref, rate, prompt_wav)
-    return requested_voice(
-        info.get("ref_audio"), rate, prompt_wav, ref_key="ref_audio", rate_key="ref_audio_sr", path_key="prompt_wav"
-    )
 
 
 def _identity(index: int, key: str | None, info: Mapping[str, Any]) -> tuple[str, str]:

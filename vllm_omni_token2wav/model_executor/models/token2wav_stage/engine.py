@@ -29,6 +29,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -95,7 +96,7 @@ class Token2WavEngine:
 
     def __init__(
         self,
-        backend: Token2WavBackend,
+        backend: Token2WavBackend[Any, Any, Any],
         store: StreamStore,
         default_voice: object,
         config: EngineConfig | None = None,
@@ -306,7 +307,7 @@ class Token2WavEngine:
         self.store.commit(put, end)
 
 
-def _work(it: _Item) -> ChunkWork:
+def _work(it: _Item) -> ChunkWork[Any]:
     assert it.segment.chunk is not None
     return ChunkWork(it.caches, it.segment.tokens, it.segment.chunk.last)
 

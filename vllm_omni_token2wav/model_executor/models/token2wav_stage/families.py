@@ -1,5 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
-"""What differs between the model families served by the Token2Wav stage, in one table.
+"""What differs between the model families served by the Token2Wav stage, in one table, and their registry.
+
+Each family's `FamilySpec` lives in its own folder (`step_audio2/family.py`, `minicpmo_4_5/family.py`,
+`cosyvoice3/family.py`); `FAMILY_SPECS` below is the one table naming them (imported on first use).
 
 MiniCPM-o 4.5 and Step-Audio2 ship the same token2wav assets and run the same flow + HiFT, but
 their producers and upstream stage models differ in a handful of facts. The engine, the state
@@ -27,14 +30,14 @@ pipeline it is the engine's pre-warm placeholder (empty output, every family); i
 says, unless they are empty or all zero (a placeholder).
 
 CosyVoice3 (`COSYVOICE3`, vLLM-Omni 0.30's talker -> code2wav; its own flow and vocoder, see
-`cosyvoice3_backend.py`): last chunk `stream_finished`; every chunk carries the whole token prefix
+`cosyvoice3/backend.py`): last chunk `stream_finished`; every chunk carries the whole token prefix
 with `left_context_size` = where the new part starts (`prefix_offset_key`: the contract keeps
 `prefix[left_context_size:]`, i.e. the 3 lookahead tokens again plus the new ones, the window the
 other families send); a token-less payload with `finished` ends the stream (`end_marker_key`);
 without stream meta a payload is a whole utterance (the sync path); the voice is the talker's
 `embed.{speech_token, speech_feat, embedding}` or reference audio + `embed.speech_token`
-(`voice_reader`); assets in M itself (`cosyvoice3.yaml`-less folders work too: `flow.pt`, `hift.pt`,
-`campplus.onnx`); default voice `default_voice.wav` + its tokens `default_voice.tokens`, or
+(`voice_reader`: `cosyvoice3/voice.py`); assets in M itself (`cosyvoice3.yaml`-less folders work
+too: `flow.pt`, `hift.pt`, `campplus.onnx`); default voice `default_voice.wav` + its tokens `default_voice.tokens`, or
 `$COSYVOICE3_DEFAULT_PROMPT_WAV` (+ the `.tokens` file beside it).
 
 Where the token2wav assets are (`resolve_token2wav_dir`), for `model_config.model` = M: M itself
@@ -46,11 +49,12 @@ environment variable (if set and the file exists), then `M/assets/<name>`, `M/<n
 
 from __future__ import annotations
 
+import importlib
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow import ConformerTrim, Lookahead
 
@@ -92,46 +96,40 @@ class FamilySpec:
         return bool(value)
 
 
-MINICPMO_4_5 = FamilySpec(
-    name="minicpmo_4_5",
-    last_chunk_key="last_chunk",
-    whole_without_stream_meta=False,
-    lookahead=Lookahead.SILENCE,
-    conformer_trim=ConformerTrim.PROMPT_PLUS_TAIL,
-    default_voice_names=("HT_ref_audio.wav",),
-)
+_MODELS = "vllm_omni_token2wav.model_executor.models"
 
-STEP_AUDIO2 = FamilySpec(
-    name="step_audio2",
-    last_chunk_key="left_context_size",
-    whole_without_stream_meta=True,
-    lookahead=Lookahead.PROMPT_HEAD,
-    conformer_trim=ConformerTrim.NONE,
-    default_voice_names=("default_female.wav",),
-    default_voice_env="STEP_AUDIO2_DEFAULT_PROMPT_WAV",
-)
+#: The one registry of the families the stage serves: name -> (module, attribute) of the family's
+#: `FamilySpec`, imported on first use. Each family's spec, backend, voice reader and stage class live
+#: in its own folder, so this framework imports no family: a new family's code2wav is one folder and
+#: one line here.
+FAMILY_SPECS: Final[Mapping[str, tuple[str, str]]] = {
+    "minicpmo_4_5": (f"{_MODELS}.minicpmo_4_5.family", "MINICPMO_4_5"),
+    "step_audio2": (f"{_MODELS}.step_audio2.family", "STEP_AUDIO2"),
+    "cosyvoice3": (f"{_MODELS}.cosyvoice3.family", "COSYVOICE3"),
+}
+
+#: The specs' constant names, readable here as `families.STEP_AUDIO2` & co. (module `__getattr__`).
+_SPEC_CONSTANTS: Final[Mapping[str, str]] = {attr: name for name, (_, attr) in FAMILY_SPECS.items()}
 
 
-def _cosyvoice3_voice(info: Mapping[str, Any]) -> VoiceRequest | None:
-    from vllm_omni_token2wav.model_executor.models.token2wav_stage.cosyvoice3_voice import read_voice
+def family_spec(name: str) -> FamilySpec:
+    """The registered spec of family `name`; ValueError naming the known families otherwise."""
+    try:
+        module, attr = FAMILY_SPECS[name]
+    except KeyError:
+        raise ValueError(f"unknown Token2Wav family {name!r}; registered: {', '.join(FAMILY_SPECS)}") from None
+    spec = getattr(importlib.import_module(module), attr)
+    if not isinstance(spec, FamilySpec) or spec.name != name:
+        raise TypeError(f"{module}.{attr} must be the FamilySpec named {name!r}, got {spec!r:.80}")
+    return spec
 
-    return read_voice(info)
 
-
-COSYVOICE3 = FamilySpec(
-    name="cosyvoice3",
-    last_chunk_key="stream_finished",
-    whole_without_stream_meta=True,
-    # Not used: CosyVoice3's flow has neither a conformer nor a prompt lookahead at set-up.
-    lookahead=Lookahead.PROMPT_HEAD,
-    conformer_trim=ConformerTrim.NONE,
-    default_voice_names=("default_voice.wav",),
-    default_voice_env="COSYVOICE3_DEFAULT_PROMPT_WAV",
-    asset_markers=("flow.pt", "hift.pt", "campplus.onnx"),
-    prefix_offset_key="left_context_size",
-    end_marker_key="finished",
-    voice_reader=_cosyvoice3_voice,
-)
+def __getattr__(name: str) -> FamilySpec:
+    """`MINICPMO_4_5`, `STEP_AUDIO2`, `COSYVOICE3`: the registered specs under their constant names (PEP 562)."""
+    family = _SPEC_CONSTANTS.get(name)
+    if family is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return family_spec(family)
 
 
 def resolve_token2wav_dir(model: str | os.PathLike[str], markers: tuple[str, ...] = TOKEN2WAV_MARKERS) -> Path:
@@ -193,11 +191,10 @@ def find_default_voice(
 
 
 __all__ = [
-    "COSYVOICE3",
-    "MINICPMO_4_5",
-    "STEP_AUDIO2",
+    "FAMILY_SPECS",
     "TOKEN2WAV_MARKERS",
     "FamilySpec",
+    "family_spec",
     "default_voice_candidates",
     "find_default_voice",
     "resolve_token2wav_dir",

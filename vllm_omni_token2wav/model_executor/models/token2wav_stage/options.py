@@ -50,8 +50,7 @@ from typing import Any
 
 import torch
 
-from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow.streaming import CACHE_TAIL_FRAMES
-from vllm_omni_token2wav.model_executor.models.step_audio2.token2wav_stream import PRE_LOOKAHEAD_TOKENS
+from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow.streaming import CACHE_TAIL_FRAMES, PRE_LOOKAHEAD_TOKENS
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.store import DEFAULT_IDLE_TIMEOUT_S
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.voice import (
     DEFAULT_REFERENCE_SECONDS,

@@ -1,8 +1,10 @@
 # SPDX-License-Identifier: Apache-2.0
 """The Token2Wav stage as vLLM-Omni's runner drives it: one `nn.Module` per family over the shared engine.
 
-`MiniCPMO45Code2Wav` and `StepAudio2Token2WavForConditionalGeneration` are thin subclasses of
-`Token2WavStageModel` that only name their `FamilySpec`. The runner:
+This framework knows no family and no model: a family's stage class names its `FamilySpec` and
+builds its core and backend (`_build_core`, `_build_backend`). `MiniCPMO45Code2Wav` and
+`StepAudio2Token2WavForConditionalGeneration` do it through `token2wav_core.stage.CoreStageModel` (the
+shared flow + HiFT core), `CosyVoice3Code2Wav` with its own. The runner:
 
 1. builds the model as `Cls(*, vllm_config, prefix="")` under a bf16/fp16 default dtype
    (`options.py` lists every config attribute read). Construction opens no model file: it checks
@@ -38,26 +40,19 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import torch
 from torch import nn
 
 from vllm_omni_token2wav.logger import init_logger
-from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow import ConformerTrim, Lookahead
 from vllm_omni_token2wav.model_executor.models.output_templates import omni_output_class
-from vllm_omni_token2wav.model_executor.models.step_audio2.step_audio2_token2wav import StepAudio2Token2WavCore
-from vllm_omni_token2wav.model_executor.models.step_audio2.stream_vocoder import VocoderKind
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.backend import Token2WavBackend
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.contract import (
     SegmentKind,
     SegmentResult,
     build_output,
     parse_step,
-)
-from vllm_omni_token2wav.model_executor.models.token2wav_stage.cosyvoice2_backend import (
-    CosyVoice2Backend,
-    GraphSettings,
 )
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.engine import EngineConfig, Token2WavEngine
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.families import (
@@ -72,10 +67,22 @@ from vllm_omni_token2wav.model_executor.models.token2wav_stage.store import Stre
 logger = init_logger(__name__)
 
 
+class StageCore(Protocol):
+    """What the stage asks of a family's Token2Wav core (the facade over the asset folder)."""
+
+    @property
+    def models_loaded(self) -> bool: ...
+
+    def check_assets(self) -> list[Path]: ...
+
+    def enable_device_spk_embedding(self) -> str: ...
+
+
 class Token2WavStageModel(nn.Module):
     """A Token2Wav stage model with the engine's contract (see the module docstring)."""
 
     family: ClassVar[FamilySpec]
+    token2wav: StageCore
 
     input_modalities = "audio"
     have_multimodal_outputs = True
@@ -125,42 +132,30 @@ class Token2WavStageModel(nn.Module):
             ),
         )
 
-    # ---- what a family's subclass may replace ----------------------------------------------------
+    # ---- what a family's subclass provides or may replace ----------------------------------------
 
-    def _build_core(self, folder: Path, opts: StageOptions) -> StepAudio2Token2WavCore:
-        """The Token2Wav core over the asset folder (models stay unloaded until `load_weights`)."""
-        lookahead, conformer_trim, vocoder = self.stream_rules(opts)
-        return StepAudio2Token2WavCore(
-            folder,
-            float16=opts.float16,
-            device=opts.device,
-            n_timesteps=opts.n_timesteps,
-            stream_lookahead=lookahead,
-            conformer_trim=conformer_trim,
-            stream_setup_cache_size=opts.setup_cache_size,
-            seed=opts.seed,
-            kv_cache_dtype=opts.kv_cache_dtype,
-            vocoder=vocoder,
+    def _build_core(self, folder: Path, opts: StageOptions) -> StageCore:
+        """The family's Token2Wav core over the asset folder (models stay unloaded until `load_weights`)."""
+        raise NotImplementedError(
+            f"{type(self).__name__} names no Token2Wav core: subclass token2wav_core.stage.CoreStageModel "
+            "(the shared flow + HiFT core) or give the family's `_build_core` / `_build_backend`"
         )
 
-    def _build_backend(self, opts: StageOptions) -> Token2WavBackend:
-        graphs = None
-        if opts.device_graphs is not False:
-            graphs = GraphSettings(max_rows=opts.max_rows, enabled=opts.device_graphs, graph_api=opts.device_graph_api)
-        return CosyVoice2Backend(self.token2wav, graphs, equal_vocoder_shapes=opts.pad_to_buckets)
+    def _build_backend(self, opts: StageOptions) -> Token2WavBackend[Any, Any, Any]:
+        """The family's models behind the engine (`backend.Token2WavBackend`), over `self.token2wav`."""
+        raise NotImplementedError(f"{type(self).__name__} names no Token2Wav backend (see `_build_core`)")
 
     def _voice_loader(self) -> Callable[[object, float], object] | None:
         """`EngineConfig.load_voice` (None: the fixed-length 24 kHz normalisation of every reference)."""
         return None
 
-    def stream_rules(self, opts: StageOptions) -> tuple[Lookahead, ConformerTrim, VocoderKind]:
-        """Stream set-up lookahead, conformer trim and vocoder: the family's (MiniCPM-o: its `variant`)."""
+    def check_no_variant(self, opts: StageOptions) -> None:
+        """Reject `token2wav_variant` for a family without variants (MiniCPM-o 4.5 has some)."""
         if opts.variant is not None:
             raise ValueError(
                 f"{type(self).__name__}: token2wav_variant={opts.variant!r}, but {self.family.name} has no "
                 "token2wav variants (MiniCPM-o 4.5 has: minicpmo_4_5/variants.py)"
             )
-        return self.family.lookahead, self.family.conformer_trim, VocoderKind.HIFT
 
     def _default_voice(self, opts: StageOptions, folder: Path) -> Any:
         override = opts.prompt_wav
@@ -205,7 +200,7 @@ class Token2WavStageModel(nn.Module):
         return self.backend.graphs_active
 
     def _ensure_loaded(self) -> None:
-        if not self.token2wav._models_loaded:
+        if not self.token2wav.models_loaded:
             logger.info(
                 "%s: token2wav models were not built at weight loading (load_format=%s); building them now",
                 type(self).__name__,

@@ -20,12 +20,15 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.fields import codes_value, meta_value, scalar
 
 #: MiniCPM-o's default reference window (`ref_audio_max_seconds`).
 DEFAULT_REFERENCE_SECONDS = 6.0
@@ -147,6 +150,19 @@ def requested_voice(
     raise ValueError(f"{path_key} must be a path or encoded audio bytes, got {type(prompt_wav).__name__}")
 
 
+def request_voice(info: Mapping[str, Any]) -> VoiceRequest | None:
+    """The reference voice a dict names: `codes.ref` + `meta.ref_audio_sr`, else top-level `ref_audio` +
+    `ref_audio_sr`, else `prompt_wav` (`meta.*` or top-level); None if none (`contract.py` module docstring)."""
+    rate = scalar(meta_value(info, "ref_audio_sr"))
+    prompt_wav = scalar(meta_value(info, "prompt_wav"))
+    ref = codes_value(info, "ref")
+    if ref is not None:
+        return requested_voice(ref, rate, prompt_wav)
+    return requested_voice(
+        info.get("ref_audio"), rate, prompt_wav, ref_key="ref_audio", rate_key="ref_audio_sr", path_key="prompt_wav"
+    )
+
+
 __all__ = [
     "DEFAULT_REFERENCE_SECONDS",
     "DEFAULT_VOICE",
@@ -155,6 +171,7 @@ __all__ = [
     "VoiceRequest",
     "check_reference_seconds",
     "normalize_reference",
+    "request_voice",
     "requested_voice",
     "unwrap_waveform",
 ]

@@ -49,6 +49,8 @@ import torch
 
 #: Frames kept after the prompt when trimming (reference constant).
 CACHE_TAIL_FRAMES = 100
+#: Tokens of the next chunk fed as lookahead with a non-final chunk (the encoder's `pre_lookahead_len`).
+PRE_LOOKAHEAD_TOKENS = 3
 #: MiniCPM-o's silence token used as lookahead.
 SILENCE_TOKEN = 4218
 

@@ -11,7 +11,7 @@ signal start, the buffered excitation and conv_post lengths, the contexts' shape
 geometry, chunk length and finalize flag agree (`launch_key`) are therefore stacked along the
 batch dimension, pushed once, and split back, each row keeping its own counters, noise cursor
 and tensors. Steady-state chunks of a stage (50 frames, non-final) all share one key whatever
-their position, so they share one launch as HiFT's do (`token2wav_vocoder.vocode_chunks`).
+their position, so they share one launch as HiFT's do (`cosyvoice2.hift.batched.vocode_chunks`).
 
 Exactness: a row's audio equals its solo push up to the batched float32 convolutions (measured
 <= 1e-7 on the stand-ins; the tests require 1e-6). The F0 predictor runs batched in float64.

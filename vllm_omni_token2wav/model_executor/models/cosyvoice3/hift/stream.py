@@ -49,15 +49,19 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
 import torch
 
 from vllm_omni_token2wav.model_executor.models.cosyvoice2.hift.causal_conv import ContextCarry
 from vllm_omni_token2wav.model_executor.models.cosyvoice2.hift.layers import istft_head, stft_channels
 from vllm_omni_token2wav.model_executor.models.cosyvoice3.hift.config import CausalHiFTConfig
-from vllm_omni_token2wav.model_executor.models.cosyvoice3.hift.generator import CausalHiFTGenerator
 from vllm_omni_token2wav.model_executor.models.cosyvoice3.hift.noise import NoiseCursor, NoiseTable
 from vllm_omni_token2wav.model_executor.models.cosyvoice3.hift.source import PhaseMode
+
+if TYPE_CHECKING:
+    # Annotations only: the generator builds a streamer for `inference`, so a runtime import would loop.
+    from vllm_omni_token2wav.model_executor.models.cosyvoice3.hift.generator import CausalHiFTGenerator
 
 
 @dataclass(frozen=True)

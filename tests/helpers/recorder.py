@@ -1,0 +1,42 @@
+# SPDX-License-Identifier: Apache-2.0
+"""`benchmarks/record.py NAME` as the tests drive it: loaded from the checkout, run in-process."""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+
+REPO = Path(__file__).resolve().parents[2]
+RECORD_SCRIPT = REPO / "benchmarks" / "record.py"
+
+
+def record_script() -> ModuleType:
+    """The `benchmarks/record.py` module (not a package module: loaded from its file, like `python` runs it)."""
+    spec = importlib.util.spec_from_file_location("benchmarks_record", RECORD_SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@dataclass(frozen=True)
+class NamedRecorder:
+    """One NAME of record.py: `main(argv)` is `record.py NAME argv`, `stem_for(argv)` its variant name."""
+
+    name: str
+
+    def main(self, argv: Sequence[str]) -> int:
+        return int(record_script().main([self.name, *argv]))
+
+    @property
+    def stem_for(self) -> Callable[[Sequence[str]], str]:
+        from vllm_omni_token2wav.entrypoints.cli.bench import load_recorders
+
+        return load_recorders()[self.name].stem_for
+
+
+def recorder(name: str) -> NamedRecorder:
+    return NamedRecorder(name)

@@ -1,0 +1,129 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Measure the CosyVoice3 flow's cross-request launch: B streams' chunks in one `stream_chunks` call vs B calls.
+
+Why: the stage runs the chunks of every request of a step in one flow launch (per-frame ops ragged
+across rows, attention per row, `flow/batched.py`). CI pins the result (each row equals the row run
+alone); this measures what the launch saves and how far the rows move, for docs/design/cosyvoice3.md
+("Cross-request batching"). Per chunk index the solo calls and the batched call alternate in order
+(A/B interleaved), on streams with different prompts and noise seeds, 25-token hops after upstream's
+first hop. Process CPU time is the measure on a shared host (wall time is recorded too).
+
+The numbers recorded in `benchmarks/results/cosyvoice3_batched_flow_cpu*.json` were measured by this
+code when it was `tools/measure_cosyvoice3_batched_flow.py` (same steps, same JSON layout).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import torch
+
+_T = TypeVar("_T")
+
+
+@dataclass(frozen=True)
+class BatchedFlowConfig:
+    """What one run measures: `rows` stream counts, `chunks` timed chunks each (after upstream's first hop)."""
+
+    full: bool = False
+    rows: tuple[int, ...] = (1, 2, 4, 8)
+    chunks: int = 6
+    hop: int = 25
+    n_timesteps: int = 10
+    threads: int = 1
+
+
+def _timed(fn: Callable[..., _T], *args: Any) -> tuple[_T, float, float]:
+    """(result, process CPU seconds, wall seconds) of `fn(*args)`."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    out = fn(*args)
+    return out, time.process_time() - cpu, time.perf_counter() - wall
+
+
+def measure(flow: Any, rows: int, chunks: int, hop: int, n_timesteps: int) -> dict[str, Any]:
+    """One stream count: per chunk index, B solo `stream_chunk` calls vs one `stream_chunks` launch."""
+    from vllm_omni_token2wav.model_executor.models.cosyvoice3.flow import (
+        start_stream,
+        stream_chunk,
+        stream_chunks,
+        upstream_hops,
+    )
+
+    def one_by_one(work: Sequence[tuple[Any, torch.Tensor, bool]]) -> list[Any]:
+        return [stream_chunk(flow, state, tokens, final=final) for state, tokens, final in work]
+
+    streams: list[dict[str, Any]] = []
+    for i in range(rows):
+        g = torch.Generator().manual_seed(i)
+        prompt_tokens = torch.randint(0, 6561, (1, 50 + 7 * i), generator=g)
+        prompt_mel = torch.randn(1, 2 * prompt_tokens.shape[1], 80, generator=g) * 0.5 - 4.0
+        spk = torch.randn(1, 192, generator=g)
+        tokens = torch.randint(0, 6561, (1, hop * chunks + 128), generator=g)
+        state = start_stream(flow, prompt_tokens, prompt_mel, spk, n_timesteps=n_timesteps, noise_seed=i)
+        first = next(iter(upstream_hops(prompt_tokens.shape[1]))) + 3
+        streams.append({"state": state, "tokens": tokens, "fed": 0, "hops": [first] + [hop] * chunks})
+    out = []
+    for k in range(chunks):
+        work = [(s["state"], s["tokens"][:, s["fed"] : s["fed"] + s["hops"][k]], False) for s in streams]
+        solo_first = k % 2 == 0
+        if not solo_first:
+            batched, b_cpu, b_wall = _timed(stream_chunks, flow, work)
+        solo, s_cpu, s_wall = _timed(one_by_one, work)
+        if solo_first:
+            batched, b_cpu, b_wall = _timed(stream_chunks, flow, work)
+        diff = max(float((a[0] - b[0]).abs().max()) for a, b in zip(solo, batched, strict=True))
+        out.append(
+            {
+                "chunk": k + 1,
+                "solo_cpu_s": s_cpu,
+                "batched_cpu_s": b_cpu,
+                "solo_wall_s": s_wall,
+                "batched_wall_s": b_wall,
+                "max_abs_diff": diff,
+                "frames": int(sum(m.shape[-1] for m, _ in batched)),
+            }
+        )
+        for s, (_, state) in zip(streams, batched, strict=True):
+            s["state"], s["fed"] = state, s["fed"] + s["hops"][k]
+    steady = out[1:] or out
+    return {
+        "rows": rows,
+        "chunks": out,
+        "median_solo_cpu_s": statistics.median(r["solo_cpu_s"] for r in steady),
+        "median_batched_cpu_s": statistics.median(r["batched_cpu_s"] for r in steady),
+        "max_abs_diff": max(r["max_abs_diff"] for r in out),
+    }
+
+
+def run(config: BatchedFlowConfig) -> dict[str, Any]:
+    """Every stream count of `config` on the seeded stand-in flow (CPU), as the recorded JSON document."""
+    from vllm_omni_token2wav.benchmarks.common import torch_threads
+    from vllm_omni_token2wav.model_executor.models.cosyvoice3.flow import ensure_standin_flow, load_flow
+
+    result: dict[str, Any] = {
+        "full": config.full,
+        "threads": config.threads,
+        "n_timesteps": config.n_timesteps,
+        "hop": config.hop,
+    }
+    with torch_threads(config.threads):
+        flow = load_flow(ensure_standin_flow(reduced=not config.full, seed=0), device="cpu")
+        with torch.inference_mode():
+            result["runs"] = [measure(flow, b, config.chunks, config.hop, config.n_timesteps) for b in config.rows]
+    return result
+
+
+def render_lines(result: dict[str, Any]) -> list[str]:
+    """One line per stream count: median CPU ms of the B solo calls and of the one launch, their ratio."""
+    lines = []
+    for run_ in result["runs"]:
+        solo, batched = run_["median_solo_cpu_s"], run_["median_batched_cpu_s"]
+        lines.append(
+            f"rows {run_['rows']:2d}: solo {solo * 1e3:8.1f} ms CPU, one launch {batched * 1e3:8.1f} ms CPU, "
+            f"ratio {solo / batched:5.2f}, max |diff| {run_['max_abs_diff']:.1e}"
+        )
+    return lines

@@ -1,0 +1,344 @@
+# SPDX-License-Identifier: Apache-2.0
+"""`vllm-omni-token2wav bench token2wav-serve`: what concurrency costs the Token2Wav stage, and what batching buys.
+
+Runs `vllm_omni_token2wav.benchmarks.token2wav_serve.run`: the stage model driven as vLLM-Omni's runner drives it
+(many requests, chunks of 25 + 3 codes as a talker emits them, one `forward` per scheduler step),
+at each concurrency level, batched and one-request-per-forward in the same run. Prints a table
+(TTFP, audio RTF, underruns, audio seconds per wall second, p50/p90/p99, the batched/unbatched
+ratio) and writes `./out/token2wav_serve.json` and `./out/token2wav_serve.png` unless `--json` /
+`--plot` say elsewhere.
+
+Sizes come from a plan (explicit options win): on CPU the reduced stand-in at c = 1, 4, 8
+(`cpu`, under 3 minutes on 2 cores); `--full` the full-size stand-in at c = 1, 2, 4 (`cpu-full`);
+on an accelerator c = 1, 8, 32 (`accelerator`); `--smoke` a seconds-long run for tests.
+On CPU with the reduced stand-in the default is 1 torch thread: its ops are too small to gain from
+more, and on a shared 2-core host 2 threads measured slower.
+
+`--engine` measures the real served stack instead (`benchmarks/token2wav_serve_engine.py`): the
+stand-in producer feeding our Step-Audio2 code2wav in `vllm-omni-token2wav serve` on loopback,
+code2wav `max_num_seqs` = the largest level vs 1 (two servers), with the emulated run of the same
+work beside it; reports go to `./out/token2wav_serve_engine.{json,png}`. Options that only shape the
+emulated stage (`--talker-rate`, `--voices`, `--threads`, ...) are usage errors there, named with why.
+
+Exit codes: 0 done; 1 some segment failed (the table says which); 2 usage error; 130 interrupted
+(the partial report is printed and its JSON written).
+
+This module only parses options (argparse); torch and the models are imported inside `run`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from vllm_omni_token2wav.benchmarks import bench_cli, common
+from vllm_omni_token2wav.cli_types import CLIUsageError
+
+DEFAULT_JSON = str(bench_cli.DEFAULT_REPORT_DIR / "token2wav_serve.json")
+DEFAULT_PLOT = str(bench_cli.DEFAULT_REPORT_DIR / "token2wav_serve.png")
+ENGINE_JSON = str(bench_cli.DEFAULT_REPORT_DIR / "token2wav_serve_engine.json")
+ENGINE_PLOT = str(bench_cli.DEFAULT_REPORT_DIR / "token2wav_serve_engine.png")
+FAMILY_CHOICES = ("minicpmo", "step-audio2")
+DEFAULT_TALKER_RATE = 100.0
+#: Options of the emulated run that `--engine` refuses, and why (the served stack decides these itself).
+ENGINE_REFUSED = {
+    "model_dir": "the served stack runs the stand-in engine model folder",
+    "full": "the served stack runs the reduced stand-in",
+    "talker_rate": "the served producer runs at its own rate (reported per level; the in-process run follows it)",
+    "voices": "the speech endpoint serves this model with its default voice only",
+    "n_timesteps": "the served stage uses its deployment's setting",
+    "reference_seconds": "the served stage uses its deployment's setting",
+    "kv_cache_dtype": "the served stage uses its deployment's setting",
+    "threads": "the in-process comparison uses the engine worker's torch thread count",
+}
+KV_DTYPES = ("float32", "float16", "bfloat16")
+
+
+def parse_levels(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise CLIUsageError(f"--concurrency {text!r}: expected comma-separated ints like 1,4,8") from None
+    if not values or any(v < 1 for v in values) or len(set(values)) != len(values):
+        raise CLIUsageError(f"--concurrency {text!r}: expected distinct levels >= 1 like 1,4,8")
+    return values
+
+
+def parse_seconds_range(text: str) -> tuple[float, float]:
+    parts = text.split("-")
+    try:
+        lo, hi = (float(parts[0]), float(parts[-1])) if len(parts) <= 2 else (None, None)
+    except ValueError:
+        lo = hi = None
+    if lo is None or hi is None or not 0.2 <= lo <= hi <= 120:
+        raise CLIUsageError(f"--audio-seconds {text!r}: expected S or MIN-MAX with 0.2 <= MIN <= MAX <= 120")
+    return lo, hi
+
+
+def add_clock_option(parser: argparse.ArgumentParser, default: str | None = "wall", extra_help: str = "") -> None:
+    parser.add_argument(
+        "--clock",
+        choices=("wall", "cpu"),
+        default=default,
+        help="time a step by the wall clock (default) or, on CPU with 1 thread, by the thread's CPU time "
+        "(a shared host: the step's cost without the time other processes held the core)" + extra_help,
+    )
+
+
+def _plan_name(args: argparse.Namespace, device_type: str) -> str:
+    if args.smoke:
+        return "smoke"
+    if device_type != "cpu":
+        return "accelerator"
+    return "cpu-full" if args.full else "cpu"
+
+
+def build_config(args: argparse.Namespace) -> Any:
+    """The validated `ServeConfig` for `args` (raises `CLIUsageError` for user mistakes)."""
+    if args.server_logs is not None:
+        raise CLIUsageError("--server-logs keeps the servers' logs of an --engine run; add --engine")
+    if args.full and args.model_dir is not None:
+        raise CLIUsageError("--full selects the full-size stand-in; it cannot be combined with --model-dir")
+    device = bench_cli.check_device(args.device)
+    bench_cli.check_output_files(args)
+    for option, low in (("requests", 1), ("voices", 0), ("n_timesteps", 1), ("max_num_seqs", 1), ("threads", 1)):
+        bench_cli.check_at_least("--" + option.replace("_", "-"), getattr(args, option), low)
+    for option in ("request_rate", "talker_rate", "reference_seconds"):
+        value = getattr(args, option)
+        if value is not None and not value > 0:
+            raise CLIUsageError(f"--{option.replace('_', '-')} must be > 0, got {value}")
+    model_dir = None
+    if args.model_dir is not None:
+        model_dir = Path(args.model_dir).expanduser()
+        if not model_dir.is_dir():
+            raise CLIUsageError(f"--model-dir {args.model_dir}: no such directory")
+
+    from vllm_omni_token2wav.benchmarks.token2wav_rtf.cli import _device_type
+    from vllm_omni_token2wav.benchmarks.token2wav_serve.run import PLANS, ServeConfig
+
+    device_type = _device_type(device)
+    if args.clock == "cpu" and device_type != "cpu":
+        raise CLIUsageError(f"--clock cpu times CPU runs only; --device {device} runs on {device_type}")
+    plan = _plan_name(args, device_type)
+    sizes: dict[str, Any] = dict(PLANS[plan])
+    explicit = {
+        "concurrency": parse_levels(args.concurrency) if args.concurrency else None,
+        "requests": args.requests,
+        "audio_seconds": parse_seconds_range(args.audio_seconds) if args.audio_seconds else None,
+        "voices": args.voices,
+        "n_timesteps": args.n_timesteps,
+        "reference_seconds": args.reference_seconds,
+    }
+    sizes.update({k: v for k, v in explicit.items() if v is not None})
+    reduced_cpu = device_type == "cpu" and not args.full and model_dir is None
+    threads = args.threads if args.threads is not None else (1 if reduced_cpu else common.default_threads())
+    config = ServeConfig(
+        model_dir=model_dir,
+        full=args.full,
+        family=args.family or "minicpmo",
+        device=device,
+        request_rate=args.request_rate,
+        talker_rate=DEFAULT_TALKER_RATE if args.talker_rate is None else args.talker_rate,
+        max_num_seqs=args.max_num_seqs,
+        kv_cache_dtype=args.kv_cache_dtype,
+        threads=threads,
+        seed=args.seed,
+        plan=plan,
+        clock=args.clock or "wall",
+        **sizes,
+    )
+    try:
+        config.validate()
+    except ValueError as exc:
+        raise CLIUsageError(str(exc)) from None
+    return config
+
+
+class Token2WavServeSubcommand:
+    name = "token2wav-serve"
+    help = "Token2Wav stage under concurrent load: TTFP, RTF, underruns, throughput, batched vs unbatched"
+
+    def add_cli_args(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument(
+            "--model-dir", metavar="DIR", help="model or token2wav folder (default: the reduced stand-in)"
+        )
+        parser.add_argument("--full", action="store_true", help="use the full-size stand-in (~1.2 GB, slow on CPU)")
+        parser.add_argument(
+            "--family", choices=FAMILY_CHOICES, help="stage model (default minicpmo; --engine: step-audio2)"
+        )
+        bench_cli.add_device_option(parser)
+        parser.add_argument(
+            "--concurrency", metavar="C,C", help="concurrency levels (default 1,4,8; accelerator 1,8,32)"
+        )
+        parser.add_argument("--requests", type=int, metavar="N", help="requests per level (default 3 x c, >= 4)")
+        parser.add_argument(
+            "--request-rate", type=float, metavar="R", help="Poisson arrivals per second (default: closed loop)"
+        )
+        parser.add_argument("--talker-rate", type=float, metavar="T", help="codes/s per request (25 = real time; 100)")
+        parser.add_argument("--audio-seconds", metavar="MIN-MAX", help="audio per request (default 2-4)")
+        parser.add_argument("--voices", type=int, metavar="N", help="reference voices besides the default (3)")
+        parser.add_argument("--n-timesteps", type=int, metavar="N", help="flow-matching Euler steps (default 10)")
+        parser.add_argument("--reference-seconds", type=float, metavar="S", help="prompt length (default 6)")
+        parser.add_argument("--max-num-seqs", type=int, metavar="N", help="rows per batched forward (default c)")
+        parser.add_argument(
+            "--kv-cache-dtype", choices=KV_DTYPES, help="estimator cache storage dtype (default: the flow's)"
+        )
+        bench_cli.add_threads_option(parser)
+        parser.add_argument("--seed", type=int, default=0, help="stand-in weights, codes, lengths and noise seed")
+        add_clock_option(
+            parser,
+            None,
+            "; --engine: the in-process comparison's steps, default cpu (the served stack is timed by "
+            "the client's wall clock)",
+        )
+        parser.add_argument("--smoke", action="store_true", help="a seconds-long run (tests); explicit options win")
+        parser.add_argument(
+            "--engine",
+            action="store_true",
+            help="measure the real served stack (stand-in producer -> our code2wav in vllm-omni-token2wav serve, "
+            "loopback), code2wav max_num_seqs = largest level vs 1, beside the in-process run of the same work",
+        )
+        parser.add_argument("--server-logs", metavar="DIR", help="--engine: keep the servers' logs in DIR")
+        bench_cli.add_report_file_options(parser, DEFAULT_JSON, DEFAULT_PLOT)
+
+    def run(self, args: argparse.Namespace) -> int:
+        if args.engine:
+            return run_engine(args)
+        config = build_config(args)
+        from vllm_omni_token2wav.benchmarks.token2wav_serve import report as token2wav_serve_report
+        from vllm_omni_token2wav.benchmarks.token2wav_serve.run import ServeSetupError, Token2WavServeBenchmark
+
+        bench = Token2WavServeBenchmark(config, stage=bench_cli.stage_printer("token2wav-serve"))
+        bench.report.command = bench_cli.invoked_command()
+        interrupted = bench_cli.run_benchmark(bench.run, ServeSetupError)
+        report = bench.report
+        failed = any(run.summary()["errors"] for run in report.runs.values())
+        return bench_cli.publish_report(
+            report,
+            token2wav_serve_report,
+            Path(args.json or DEFAULT_JSON),
+            Path(args.plot or DEFAULT_PLOT),
+            plot=bool(report.runs),
+            interrupted=interrupted,
+            code=1 if failed else 0,
+        )
+
+
+def build_engine_config(args: argparse.Namespace) -> Any:
+    """The validated `EngineServeConfig` for `--engine` (raises `CLIUsageError` before any work)."""
+    for option, why in ENGINE_REFUSED.items():
+        value = getattr(args, option)
+        if value not in (None, False):
+            raise CLIUsageError(f"--{option.replace('_', '-')} does not apply to --engine: {why}")
+    if args.family not in (None, "step-audio2"):
+        raise CLIUsageError(
+            f"--family {args.family} does not apply to --engine: the served stand-in stack is Step-Audio2's "
+            "(MiniCPM-o's talker hands codes over in a way the stand-in producer does not emulate)"
+        )
+    if bench_cli.check_device(args.device) not in ("auto", "cpu"):
+        raise CLIUsageError(f"--device {args.device} does not apply to --engine: the engine serves on its platform")
+    bench_cli.check_output_files(args)
+    for option, low in (("requests", 1), ("max_num_seqs", 1)):
+        bench_cli.check_at_least("--" + option.replace("_", "-"), getattr(args, option), low)
+    if args.request_rate is not None and not args.request_rate > 0:
+        raise CLIUsageError(f"--request-rate must be > 0, got {args.request_rate}")
+    if args.server_logs is not None and Path(args.server_logs).exists() and not Path(args.server_logs).is_dir():
+        raise CLIUsageError(f"--server-logs {args.server_logs}: not a folder")
+
+    from vllm_omni_token2wav.benchmarks.token2wav_serve.engine import (
+        ENGINE_INSTALL_HINT,
+        PLANS,
+        EngineServeConfig,
+        missing_engine,
+    )
+
+    missing = missing_engine()
+    if missing:
+        raise CLIUsageError(f"--engine needs {missing}, which this environment lacks; {ENGINE_INSTALL_HINT}")
+    plan = "engine-smoke" if args.smoke else "engine"
+    sizes: dict[str, Any] = dict(PLANS[plan])
+    if args.concurrency:
+        sizes["concurrency"] = parse_levels(args.concurrency)
+    if args.requests is not None:
+        sizes["requests"] = args.requests
+    if args.audio_seconds:
+        lo, hi = parse_seconds_range(args.audio_seconds)
+        if lo != hi:
+            raise CLIUsageError(
+                f"--audio-seconds {args.audio_seconds}: --engine gives every reply one length (the producer's "
+                "max_tokens; the speech endpoint has no per-request length for this model); give one value"
+            )
+        sizes["audio_seconds"] = lo
+    config = EngineServeConfig(
+        request_rate=args.request_rate,
+        max_num_seqs=args.max_num_seqs,
+        seed=args.seed,
+        in_process_clock=args.clock or "cpu",
+        plan=plan,
+        server_logs=None if args.server_logs is None else Path(args.server_logs).expanduser(),
+        **sizes,
+    )
+    try:
+        config.validate()
+    except ValueError as exc:
+        raise CLIUsageError(str(exc)) from None
+    return config
+
+
+def run_engine(args: argparse.Namespace) -> int:
+    config = build_engine_config(args)
+    from vllm_omni_token2wav.benchmarks.engine_server import EngineServerError
+    from vllm_omni_token2wav.benchmarks.token2wav_serve import engine_report as token2wav_serve_engine_report
+    from vllm_omni_token2wav.benchmarks.token2wav_serve.engine import EngineServeBenchmark, EngineServeSetupError
+
+    bench = EngineServeBenchmark(config, stage=bench_cli.stage_printer("token2wav-serve --engine"))
+    bench.report.command = bench_cli.invoked_command()
+    failed_to_serve = False
+    try:
+        interrupted = bench_cli.run_benchmark(bench.run, EngineServeSetupError)
+    except EngineServerError as exc:  # the note says which server and where its log is
+        print(f"vllm-omni-token2wav: {exc}", file=sys.stderr)
+        interrupted, failed_to_serve = False, True
+    report = bench.report
+    return bench_cli.publish_report(
+        report,
+        token2wav_serve_engine_report,
+        Path(args.json or ENGINE_JSON),
+        Path(args.plot or ENGINE_PLOT),
+        plot=bool(report.served),
+        interrupted=interrupted,
+        code=1 if failed_to_serve or report.failed() else 0,
+    )
+
+
+SUBCOMMAND = Token2WavServeSubcommand()
+
+
+def stem_for(argv: Sequence[str]) -> str:
+    """`token2wav_serve[_full][_talker<T>][_<N>threads][_cpuclock]`: the default command keeps the plain name.
+
+    `--engine`: `token2wav_serve_engine[_poisson<R>][_wallclock]` (`_wallclock`: in-process steps by the wall clock).
+    """
+    if "--engine" in argv:
+        rate = bench_cli.option_value(argv, "--request-rate")
+        wall = "_wallclock" if bench_cli.option_value(argv, "--clock") == "wall" else ""
+        return "token2wav_serve_engine" + ("" if rate is None else f"_poisson{float(rate):g}") + wall
+    stem = "token2wav_serve_full" if "--full" in argv else "token2wav_serve"
+    talker = bench_cli.option_value(argv, "--talker-rate")
+    if talker is not None and float(talker) != 100.0:
+        stem += f"_talker{float(talker):g}"
+    return stem + bench_cli.thread_clock_suffix(argv)
+
+
+RECORDERS = (
+    bench_cli.Recorder(
+        name="token2wav_serve",
+        command=("bench", "token2wav-serve"),
+        stem=stem_for,
+        summary="token2wav_serve[_full][_talker<T>][_<N>threads][_cpuclock]_<device>, "
+        "--engine: token2wav_serve_engine[_poisson<R>][_wallclock]_<device>: the stage under load",
+    ),
+)

@@ -1,0 +1,190 @@
+# SPDX-License-Identifier: Apache-2.0
+"""`Token2WavBackend` of CosyVoice3: the DiT flow with constant-work caches and the causal HiFT.
+
+Models and prompt features come from `CosyVoice3Token2Wav` (the facade); kernels from
+`cosyvoice3.synthesis`, the same the facade runs with one row, so stage, facade and CLI share one
+implementation.
+
+| engine call     | CosyVoice3                                                                        |
+|-----------------|-----------------------------------------------------------------------------------|
+| `prepare_voice` | a `CosyVoice3Prompt` as sent (talker conditioning) or from reference audio + its  |
+|                 | tokens (`ReferenceVoice`: embedding on the device path, 12 kHz mel, alignment)    |
+| `open_stream`   | `synthesis.open_stream`: nothing computed; the flow's noise table is drawn from   |
+|                 | the request's seed; the prompt's frames run inside the first chunk's launch        |
+| `shape`         | the chunk's new ids (its first `min(3, received)` ids must be the lookahead the    |
+|                 | previous chunk ended with: producers re-send it), the flow plan (`plan_chunk`)    |
+| `run_flow`      | `synthesis.flow_rows`: one ragged launch for all rows (per-frame ops together,    |
+|                 | attention per row), each row alone to float32 rounding (see the design page)      |
+| `run_vocoder`   | `synthesis.vocoder_rows`: one row per launch (exact), or rows at equal stream     |
+|                 | positions together with `batch_vocoder` (~1e-6 deviation, see the design page)    |
+| `flush`         | a 0-token last chunk: the pending lookahead tokens' mel and the vocoder's held-   |
+|                 | back 8 frames (a computation, not a release: the flow has not emitted them yet)   |
+| `whole`         | `synthesis.synthesize_whole` (full attention, as upstream's non-streaming path)   |
+
+Checked before launch (`shape`, ValueError naming the limit): ids in [0, 6561), the re-sent lookahead,
+prompt + generated frames within the flow's 15000-frame noise table (300 s).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from vllm_omni_token2wav.model_executor.models.cosyvoice3.cosyvoice3_token2wav import CosyVoice3Token2Wav
+from vllm_omni_token2wav.model_executor.models.cosyvoice3.flow import FlowStreamState, plan_chunk
+from vllm_omni_token2wav.model_executor.models.cosyvoice3.flow.noise import check_noise
+from vllm_omni_token2wav.model_executor.models.cosyvoice3.hift.batched import push_key
+from vllm_omni_token2wav.model_executor.models.cosyvoice3.prompt import CosyVoice3Prompt, token_ids
+from vllm_omni_token2wav.model_executor.models.cosyvoice3.synthesis import (
+    StreamCaches,
+    StreamRow,
+    flow_rows,
+    open_stream,
+    stream_rows,
+    synthesize_whole,
+    vocoder_rows,
+)
+from vllm_omni_token2wav.model_executor.models.cosyvoice3.voice import ReferenceVoice
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.backend import ChunkShape, ChunkWork, StreamBytes
+
+#: What `run_flow` gives per row and `run_vocoder` takes back: the new mel `(1, 80, F)` and the next flow state.
+FlowRowOut = tuple[torch.Tensor, FlowStreamState]
+
+
+@dataclass(frozen=True)
+class CosyVoice3Voice:
+    """A prepared voice: the aligned prompt on the serving device (shared by the voice's streams, read-only)."""
+
+    key: str
+    prompt: CosyVoice3Prompt
+
+
+class CosyVoice3Backend:
+    """DiT flow + causal HiFT over a `CosyVoice3Token2Wav` (see the module docstring)."""
+
+    name = "cosyvoice3-dit-causal-hift"
+
+    def __init__(self, core: CosyVoice3Token2Wav, *, batch_vocoder: bool = False) -> None:
+        self.core = core
+        self.batch_vocoder = bool(batch_vocoder)
+        # The stage's graph switch (`Token2WavStageModel.set_device_graphs`): CosyVoice3's launches are not
+        # captured (the DiT chunk attends over a growing per-row K/V arena), so they always run eagerly.
+        self.use_graphs = False
+
+    @property
+    def graphs_active(self) -> bool:
+        """Whether launches replay device graphs: never for CosyVoice3 (see `__init__`)."""
+        return False
+
+    @property
+    def device(self) -> torch.device:
+        return self.core.device
+
+    def ensure_loaded(self) -> None:
+        self.core.load_models()
+
+    # ---- voices and streams -------------------------------------------------------------------
+
+    def prepare_voice(self, key: str, source: object) -> CosyVoice3Voice:
+        if isinstance(source, CosyVoice3Prompt):
+            return CosyVoice3Voice(key, source.to(self.device))
+        if isinstance(source, ReferenceVoice):
+            return CosyVoice3Voice(key, self.core.prompt(source.audio, source.tokens))
+        raise TypeError(
+            f"CosyVoice3 voice {key[:40]!r}: expected prompt conditioning or reference audio with its speech tokens, "
+            f"got {type(source).__name__}"
+        )
+
+    def open_stream(self, voice: CosyVoice3Voice, seed: int) -> StreamCaches:
+        core = self.core
+        return open_stream(
+            core.flow,
+            core.streamer,
+            voice.prompt,
+            n_timesteps=core.n_timesteps,
+            noise_seed=int(seed),
+            final_chunk=core.final_chunk,
+        )
+
+    def new_tokens(self, caches: StreamCaches, tokens: Sequence[int]) -> torch.Tensor:
+        """The chunk's ids after the re-sent lookahead, `(1, m)` long on the CPU (ValueError if it does not fit)."""
+        ids = token_ids(list(tokens), "codes.audio")
+        overlap = len(caches.pending)
+        head = tuple(int(t) for t in ids[0, :overlap].tolist())
+        if head != caches.pending:
+            raise ValueError(
+                f"the chunk must start with the {overlap} lookahead token(s) {list(caches.pending)} the previous chunk "
+                f"ended with, got {list(head)}: send the tokens from the first one not yet turned into audio "
+                "(CosyVoice3's talker: the whole prefix with left_context_size = that position)"
+            )
+        return ids[:, overlap:]
+
+    def shape(self, caches: StreamCaches, tokens: Sequence[int], last: bool) -> ChunkShape:
+        flow = self.core.flow
+        state = caches.flow
+        new = self.new_tokens(caches, tokens).shape[1]
+        unfed = 0 if state.unfed_prompt is None else state.unfed_prompt.shape[1]
+        plan = plan_chunk(
+            flow.config,
+            known_tokens=state.known_tokens,
+            new_tokens=unfed + new,
+            prompt_tokens=state.prompt_tokens,
+            committed=state.committed_frames,
+            emitted=state.emitted_frames,
+            final=last,
+        )
+        end = flow.config.token_mel_ratio * plan.known_tokens
+        check_noise(state.noise, flow.config.output_size, end, "stage chunk")
+        mel_frames = plan.emit_end - plan.emit_start
+        if self.batch_vocoder:
+            vocoder_key: object = push_key(caches.vocoder, mel_frames, last)
+        else:
+            vocoder_key = ("row", id(caches))  # one request per vocoder launch: exact
+        return ChunkShape(
+            flow_key=(state.n_timesteps, str(flow.dtype), str(flow.device)),
+            flow_frames=plan.frames,
+            attention_key=(plan.compute_start, plan.frames),
+            vocoder_key=vocoder_key,
+        )
+
+    # ---- launches -----------------------------------------------------------------------------
+
+    def _rows(self, works: Sequence[ChunkWork[StreamCaches]]) -> list[StreamRow]:
+        return [StreamRow(work.caches, self.new_tokens(work.caches, work.tokens), work.last) for work in works]
+
+    def run_flow(self, works: Sequence[ChunkWork[StreamCaches]], pad_frames: int) -> list[FlowRowOut]:
+        return list(flow_rows(self.core.flow, self._rows(works), pad_frames=pad_frames))
+
+    def run_vocoder(
+        self, works: Sequence[ChunkWork[StreamCaches]], products: Sequence[FlowRowOut], pad_rows: int
+    ) -> list[tuple[torch.Tensor, StreamCaches]]:
+        return vocoder_rows(
+            self.core.streamer, self._rows(works), products, batch=self.batch_vocoder, pad_rows=pad_rows
+        )
+
+    def flush(self, caches: StreamCaches) -> torch.Tensor:
+        """A 0-token last chunk: the mel of the pending lookahead tokens and every sample held back so far."""
+        if caches.received == 0:  # nothing was generated: nothing to say
+            return torch.empty(0, dtype=torch.float32, device=self.device)
+        row = StreamRow(caches, torch.empty(1, 0, dtype=torch.long), True)
+        ((audio, _),) = stream_rows(self.core.flow, self.core.streamer, [row])
+        return audio
+
+    def whole(self, voice: CosyVoice3Voice, tokens: Sequence[int], seed: int) -> torch.Tensor:
+        core = self.core
+        ids = token_ids(list(tokens), "tokens")
+        audio = synthesize_whole(
+            core.flow, core.hift, voice.prompt, ids, n_timesteps=core.n_timesteps, noise_seed=int(seed)
+        )
+        return audio.reshape(-1)
+
+    # ---- memory -----------------------------------------------------------------------------------
+
+    def stream_bytes(self, caches: StreamCaches, voice: CosyVoice3Voice) -> StreamBytes:
+        """The stream's own caches (the flow's K/V arena dominates) vs. its voice's prompt (shared)."""
+        return StreamBytes(own=caches.nbytes, shared=voice.prompt.nbytes)
+
+
+__all__ = ["CosyVoice3Backend", "CosyVoice3Voice"]

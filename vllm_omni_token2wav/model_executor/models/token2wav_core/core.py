@@ -1,0 +1,875 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The Token2Wav core all three families share: a lazy facade over a token2wav asset directory.
+
+Step-Audio2 uses it as is (`step_audio2.StepAudio2Token2WavCore` is this class), MiniCPM-o 4.5 wraps
+it (`minicpmo_4_5_token2wav.py`) and CosyVoice3 builds on it (`cosyvoice3_token2wav.py`).
+
+A Token2Wav request brings a reference voice; its speaker embedding and prompt features must be
+computed once, on the right device, without the facade building anything it does not need.
+Upstream built a CPU onnxruntime session for CAM++ whenever the models were loaded, even on hosts
+that then ran the embedding on the NPU. This core keeps every part lazy and lets the platform
+glue install the speaker-embedding backend before anything is built:
+
+| moment                               | what exists afterwards                                             |
+|--------------------------------------|--------------------------------------------------------------------|
+| `__init__`                           | configuration only (paths, flags); no file is opened               |
+| `enable_device_spk_embedding()`      | the device backend (torch CAM++ / TensorRT engine), nothing else   |
+| `enable_trt_spk_embedding()`         | the TensorRT backend (CUDA only), nothing else                     |
+| `spk_model` (first access)           | the installed backend, or the ORT fallback object (no session yet) |
+| first embedding on the ORT fallback  | the onnxruntime CPU session, built once                            |
+| `check_assets()`                     | every asset file of the family is known to exist; nothing loaded   |
+| `load_models()`                      | speaker fallback installed if none (never replaces one); speech    |
+|                                      | tokenizer, flow and HiFT loaded (fp32 by explicit dtype)           |
+| `speech_tokenizer` / `flow` / `hift` | `load_models()` first                                              |
+| `reload_spk_embedding()`             | campplus.onnx read again: the backend rebuilt the way it was made, |
+|                                      | prompt-feature and stream set-up caches emptied                    |
+
+Files changed on disk: a running facade keeps what it loaded (the speaker backend with its torch
+model, onnxruntime session or TensorRT engine; speech tokenizer, flow, HiFT; cached prompt
+features). Replacing `campplus.onnx` takes effect after `reload_spk_embedding()` (streams already
+set up finish with the embedding they started with); for the synthesis files build a new facade.
+A new facade never gets stale CAM++ weights: the torch model and TensorRT engine caches key on the
+file's content digest (`vllm_omni_token2wav.file_identity`).
+
+Request paths (computation in `synthesis.py`, stream state in `stream.py`):
+
+- `prepare_prompt(prompt_wav)`: speaker embedding + 24 kHz mel, cached by content (speaker path);
+  `with_tokens=True` adds the prompt's speech tokens and fits the mel to them (what synthesis uses).
+- `__call__(tokens, prompt_wav)`: whole utterance -> waveform `[1, 480 * 2 * len(tokens)]`.
+- `set_stream_cache(prompt_wav) -> Token2WavStream`, then `stream(tokens, ..., state=stream)` per
+  chunk (25 tokens + 3 lookahead; `stream_chunks()` does the reference's chunking). The flow's
+  post-prompt cache is computed once per prompt and shared (it is never modified). A chunk runs as
+  one row of the batched kernels the serving stage uses for many requests (`token2wav_stage/`).
+  Concurrent misuse is refused, never computed (`StreamInUseError`): a chunk of a stream while
+  another chunk of it runs, and `stream()` without `state=` (the default stream, upstream's
+  single-stream API) from a thread other than the one whose `set_stream_cache` set it up.
+
+The vocoder is chosen at construction (`vocoder=VocoderKind...`, table in `stream_vocoder.py`):
+Step-Audio2's HiFT (`hift.pt`, streamed with a cross-fade), or MiniCPM-o's causal HiFT in the
+minicpmo-utils 1.0.7 layout (`config.yaml` + causal `hift.pt` streamed bounded, `hift_original.pt`
+for whole utterances, loaded on first use; `causal_vocoder.py`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, ClassVar
+
+import numpy as np
+import torch
+
+from vllm_omni_token2wav.logger import init_logger
+from vllm_omni_token2wav.model_executor.models.audio.mel import PROMPT_MEL_CONFIG, MelConfig
+from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow import ConformerTrim, Lookahead
+from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow.batched import FlowRowState, project_speaker
+from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow.streaming import CACHE_TAIL_FRAMES
+from vllm_omni_token2wav.model_executor.models.speaker_embedding.backend import SpeakerEmbeddingBackend
+from vllm_omni_token2wav.model_executor.models.speaker_embedding.selection import select_speaker_embedding_backend
+from vllm_omni_token2wav.model_executor.models.token2wav_core.causal_vocoder import VOCODER_CONFIG, WHOLE_UTTERANCE_HIFT
+from vllm_omni_token2wav.model_executor.models.token2wav_core.prompt_cache import CacheStats, ContentLruCache
+from vllm_omni_token2wav.model_executor.models.token2wav_core.prompt_features import (
+    EMBEDDING_DIM,
+    PROMPT_MEL_RATE,
+    SPEAKER_RATE,
+    TOKEN_MEL_RATIO,
+    PromptFeatures,
+    fit_mel_to_tokens,
+    waveform_digest,
+)
+from vllm_omni_token2wav.model_executor.models.token2wav_core.stream import (
+    CHUNK_TOKENS,
+    OWN_STREAM_ADVICE,
+    PRE_LOOKAHEAD_TOKENS,
+    StreamInUseError,
+    Token2WavStream,
+    crossfade_window,
+    waveform_to_pcm16,
+)
+from vllm_omni_token2wav.model_executor.models.token2wav_core.stream_vocoder import (
+    CrossfadeHiFTVocoder,
+    StreamVocoder,
+    VocoderKind,
+)
+from vllm_omni_token2wav.model_executor.models.token2wav_core.synthesis import (
+    SpeechTokens,
+    open_stream,
+    setup_flow_stream,
+    speech_token_tensor,
+    stream_chunk,
+    synthesize_utterance,
+)
+from vllm_omni_token2wav.platforms import DeviceSpec, normalize_device
+
+if TYPE_CHECKING:
+    from vllm_omni_token2wav.model_executor.models.audio import PromptAudio
+    from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow import CausalMaskedDiffWithXvec
+    from vllm_omni_token2wav.model_executor.models.cosyvoice2.hift import HiFTGenerator
+    from vllm_omni_token2wav.model_executor.models.cosyvoice2.speech_tokenizer import SpeechTokenizerBackend
+
+logger = init_logger(__name__)
+
+PromptWav = str | Path | bytes | tuple[np.ndarray | torch.Tensor, int]
+DEFAULT_PROMPT_CACHE_SIZE = 16
+DEFAULT_STREAM_SETUP_CACHE_SIZE = 4
+#: Token ids the flow model accepts (25 Hz FSQ codes).
+SPEECH_VOCAB_SIZE = 6561
+
+
+@dataclass(frozen=True)
+class DefaultStream:
+    """The facade's default stream and the thread whose `set_stream_cache` made it (the one it serves)."""
+
+    stream: Token2WavStream
+    thread: threading.Thread
+
+
+@dataclass(frozen=True)
+class Token2WavAssets:
+    """File names inside a token2wav directory (`None`: the family does not ship that file)."""
+
+    speaker_model: str = "campplus.onnx"
+    speech_tokenizer: str = "speech_tokenizer_v2_25hz.onnx"
+    flow_config: str | None = "flow.yaml"
+    flow: str = "flow.pt"
+    hift: str = "hift.pt"
+
+
+STEP_AUDIO2_ASSETS = Token2WavAssets()
+
+
+class Token2WavCore:
+    """Step-Audio2's token2wav over `model_path`: prompt path and synthesis (see the module table).
+
+    Args:
+        model_path: token2wav directory (`campplus.onnx`, `speech_tokenizer_v2_25hz.onnx`,
+            `flow.yaml`, `flow.pt`, `hift.pt`).
+        float16: run the flow model in fp16 (the speaker path, tokenizer and HiFT stay fp32).
+        device: serving device; None means the platform's serving device (resolved on first use).
+        n_timesteps: flow-matching Euler steps for synthesis (10 as upstream; 5 halves the flow cost).
+        prompt_cache_size: entries of the prompt-feature LRU (0 disables storing).
+        ort_intra_op_threads: intra-op threads of the ORT fallback session (upstream: 1).
+        spk_seg_pool_mode: CAM++ segment-pooling numerics of the torch device path: `"legacy"`
+            (onnxruntime <= 1.28, what the flow models were trained on) or `"auto"` (agree with the
+            installed onnxruntime, i.e. with the ORT fallback). See `campplus.segpool`.
+        speech_tokenizer_backend: `"auto"` (onnxruntime on CPU, where it measured 3.6x faster; the
+            in-tree torch model on NPU/CUDA), `"torch"` or `"onnx"`. Both give identical tokens.
+        stream_lookahead: the 3 tokens appended to the prompt tokens when a stream is set up
+            (`Lookahead.PROMPT_HEAD`: Step-Audio2; `Lookahead.SILENCE`: MiniCPM-o builds).
+        conformer_trim: conformer-cache trimming of streams (`ConformerTrim.NONE`: Step-Audio2;
+            `PROMPT_PLUS_TAIL`: the MiniCPM-o fix that lets streams run past ~100 s).
+        stream_setup_cache_size: prompts whose post-prompt flow cache is kept (0 disables storing).
+        seed: seed of each request's NSF-noise generator, so a request's audio depends only on its
+            inputs (upstream draws from the global RNG).
+        kv_cache_dtype: storage dtype of the streams' estimator attention caches (None: the flow's
+            dtype). `torch.bfloat16` halves the largest per-stream state at a measured audio
+            deviation (docs/design/token2wav_stage.md, "Memory"); computation stays in the flow's dtype.
+        vocoder: `VocoderKind.HIFT` (`hift.pt`, streamed with the Hamming cross-fade) or
+            `VocoderKind.CAUSAL_HIFT` (minicpmo-utils 1.0.7: `config.yaml` + causal `hift.pt` streamed
+            bounded, `hift_original.pt` for whole utterances). See `stream_vocoder.py`.
+    """
+
+    #: Whether this family's synthesis models are in-tree (CosyVoice3's flow config is not).
+    supports_synthesis: ClassVar[bool] = True
+
+    assets: ClassVar[Token2WavAssets] = STEP_AUDIO2_ASSETS
+    #: The flow's prompt mel recipe (fmax 8 kHz here; CosyVoice3 uses Nyquist, 12 kHz).
+    prompt_mel_config: ClassVar[MelConfig] = PROMPT_MEL_CONFIG
+
+    def __init__(
+        self,
+        model_path: str | Path,
+        *,
+        float16: bool = False,
+        device: DeviceSpec = None,
+        n_timesteps: int = 10,
+        prompt_cache_size: int = DEFAULT_PROMPT_CACHE_SIZE,
+        ort_intra_op_threads: int = 1,
+        spk_seg_pool_mode: str = "legacy",
+        speech_tokenizer_backend: str = "auto",
+        stream_lookahead: Lookahead = Lookahead.PROMPT_HEAD,
+        conformer_trim: ConformerTrim = ConformerTrim.NONE,
+        stream_setup_cache_size: int = DEFAULT_STREAM_SETUP_CACHE_SIZE,
+        seed: int = 0,
+        kv_cache_dtype: torch.dtype | None = None,
+        vocoder: VocoderKind | str = VocoderKind.HIFT,
+    ) -> None:
+        try:
+            vocoder = VocoderKind(vocoder)
+        except ValueError:
+            raise ValueError(f"vocoder must be one of {[k.value for k in VocoderKind]}, got {vocoder!r}") from None
+        if kv_cache_dtype is not None and kv_cache_dtype not in (torch.float32, torch.float16, torch.bfloat16):
+            raise ValueError(f"kv_cache_dtype must be None, float32, float16 or bfloat16, got {kv_cache_dtype!r}")
+        if speech_tokenizer_backend not in ("auto", "torch", "onnx"):
+            raise ValueError(
+                f"speech_tokenizer_backend must be 'auto', 'torch' or 'onnx', got {speech_tokenizer_backend!r}"
+            )
+        if not isinstance(stream_lookahead, Lookahead) or stream_lookahead is Lookahead.INCLUDED:
+            raise ValueError(f"stream_lookahead must be Lookahead.PROMPT_HEAD or SILENCE, got {stream_lookahead!r}")
+        if not isinstance(conformer_trim, ConformerTrim):
+            raise ValueError(f"conformer_trim must be a ConformerTrim, got {conformer_trim!r}")
+        if isinstance(n_timesteps, bool) or not isinstance(n_timesteps, int) or n_timesteps < 1:
+            raise ValueError(f"n_timesteps must be an int >= 1, got {n_timesteps!r}")
+        self.model_path = Path(model_path)
+        self.float16 = bool(float16)
+        self.n_timesteps = n_timesteps
+        self.ort_intra_op_threads = ort_intra_op_threads
+        from vllm_omni_token2wav.model_executor.models.speaker_embedding.campplus.segpool import check_seg_pool_mode
+
+        self.spk_seg_pool_mode = check_seg_pool_mode(spk_seg_pool_mode)
+        self._device_spec = device
+        self._device: torch.device | None = None
+        # One re-entrant lock for the facade's lazy state: device resolution, backend install, loading.
+        self._lock = threading.RLock()
+        self._spk: SpeakerEmbeddingBackend | None = None
+        # How `_spk` was made: "fallback" / "device" / "tensorrt" (rebuilt by reload_spk_embedding()),
+        # None for a backend the caller built and passed to install_spk_backend().
+        self._spk_request: str | None = None
+        self._models_loaded = False
+        self._prompt_cache: ContentLruCache[PromptFeatures] = ContentLruCache(prompt_cache_size, PromptFeatures.clone)
+        self.speech_tokenizer_backend = speech_tokenizer_backend
+        self.stream_lookahead = stream_lookahead
+        self.conformer_trim = conformer_trim
+        self.seed = int(seed)
+        self.kv_cache_dtype = kv_cache_dtype
+        self.vocoder_kind = vocoder
+        self._tokenizer: SpeechTokenizerBackend | None = None
+        self._flow: CausalMaskedDiffWithXvec | None = None
+        # The whole-utterance HiFT (with VocoderKind.CAUSAL_HIFT: hift_original.pt, loaded on first use).
+        self._hift: HiFTGenerator | None = None
+        self._stream_vocoder: StreamVocoder | None = None
+        self._window: torch.Tensor | None = None
+        # The flow state after a prompt is immutable (chunks return new states): shared, not copied.
+        self._setup_cache: ContentLruCache[FlowRowState] = ContentLruCache(stream_setup_cache_size, lambda c: c)
+        # The stream of the last `set_stream_cache` call, for callers of the upstream single-stream API,
+        # with the thread it serves (replaced as a whole: readers see a consistent pair without a lock).
+        self._default_stream: DefaultStream | None = None
+
+    # ---- configuration ---------------------------------------------------------------------
+
+    @property
+    def device(self) -> torch.device:
+        """The facade's device (explicit, else the platform's serving device), resolved once."""
+        device = self._device
+        if device is None:
+            with self._lock:
+                if self._device is None:
+                    self._device = normalize_device(self._device_spec)
+                device = self._device
+        return device
+
+    def asset_path(self, name: str | None) -> Path:
+        """`model_path / name`, raising FileNotFoundError that names the missing file or directory."""
+        if name is None:
+            raise ValueError(f"{type(self).__name__}: this token2wav layout has no such asset")
+        if not self.model_path.is_dir():
+            raise FileNotFoundError(
+                f"token2wav directory {self.model_path} does not exist (or is not a directory); "
+                f"expected it to hold {name}"
+            )
+        path = self.model_path / name
+        if path.is_dir():
+            raise IsADirectoryError(f"{path} is a directory; the token2wav directory must hold {name} as a file")
+        if not path.is_file():
+            present = sorted(p.name for p in self.model_path.iterdir())
+            raise FileNotFoundError(
+                f"{path} is missing: the token2wav directory {self.model_path} has {present or 'no files'}"
+            )
+        return path
+
+    # ---- speaker-embedding backend -----------------------------------------------------------
+
+    @property
+    def spk_backend(self) -> str:
+        """Name of the backend that computes embeddings (the ORT fallback until another is installed)."""
+        backend = self._spk
+        return backend.name if backend is not None else "onnxruntime-cpu"
+
+    @property
+    def spk_model(self) -> SpeakerEmbeddingBackend:
+        """The installed speaker-embedding backend; installs the lazy ORT fallback when there is none.
+
+        Never loads the synthesis modules and never builds the ORT session (its first call does).
+        """
+        backend = self._spk
+        if backend is None:
+            with self._lock:
+                if self._spk is None:
+                    self._spk, self._spk_request = self._build_backend("fallback"), "fallback"
+                backend = self._spk
+        return backend
+
+    def install_spk_backend(self, backend: SpeakerEmbeddingBackend) -> None:
+        """Install any `SpeakerEmbeddingBackend`, replacing the current one (the prompt cache keys on its name)."""
+        self._install(backend, None)
+
+    def _install(self, backend: SpeakerEmbeddingBackend, request: str | None) -> None:
+        if not callable(backend) or not hasattr(backend, "name") or not hasattr(backend, "device"):
+            raise TypeError(f"{backend!r} is not a SpeakerEmbeddingBackend (needs __call__, name and device)")
+        with self._lock:
+            self._spk, self._spk_request = backend, request
+        # Once per process and (facade, backend): stages and benchmarks install backends many times.
+        logger.info_once("%s: speaker embedding via %s", type(self).__name__, backend.name)
+
+    def reload_spk_embedding(self) -> str:
+        """Read campplus.onnx again: rebuild the speaker backend the way it was made, empty the caches.
+
+        A running facade keeps the weights it loaded even when the file changes on disk (module
+        docstring). This rebuilds the installed backend with the same request (device path,
+        TensorRT, or the lazy onnxruntime fallback, whose new session is built on its first call)
+        and empties the prompt-feature and stream set-up caches, which hold embeddings of the old
+        weights. Streams set up before keep the embedding they started with. A backend passed to
+        `install_spk_backend()` cannot be rebuilt here: that raises RuntimeError (install a new one).
+        Returns the name of the backend now installed. A device path that cannot be built from the
+        new file raises and leaves everything as it was; the fallback checks the file at its first call.
+        """
+        with self._lock:
+            backend, request = self._spk, self._spk_request
+        if backend is not None and request is None:
+            raise RuntimeError(
+                f"reload_spk_embedding(): the speaker backend {backend.name} was passed to install_spk_backend(); "
+                "build a new one from the changed file and install it"
+            )
+        fresh = self._build_backend(request or "fallback")
+        with self._lock:
+            self._spk, self._spk_request = fresh, request or "fallback"
+            self._prompt_cache.clear()
+            self._setup_cache.clear()
+        logger.info("%s: reloaded the speaker model %s (%s)", type(self).__name__, fresh.name, request or "fallback")
+        return fresh.name
+
+    def enable_device_spk_embedding(self) -> str:
+        """Install the device speaker-embedding path for this facade's device; returns its name.
+
+        NPU -> torch CAM++ on the NPU; CUDA -> TensorRT when importable, else torch; CPU -> the
+        recorded faster backend (`CPU_DEVICE_PATH_BACKEND`). See `select_speaker_embedding_backend`.
+        Builds neither the synthesis modules nor the ORT session; raises if the path cannot be built.
+        """
+        backend = self._build_backend("device")
+        self._install(backend, "device")
+        return backend.name
+
+    def enable_trt_spk_embedding(self) -> str:
+        """Install the TensorRT backend (CUDA with `tensorrt` only; raises otherwise); returns its name."""
+        backend = self._build_backend("tensorrt")
+        self._install(backend, "tensorrt")
+        return backend.name
+
+    def _build_backend(self, request: str) -> SpeakerEmbeddingBackend:
+        onnx_path = self.asset_path(self.assets.speaker_model)
+        return select_speaker_embedding_backend(
+            onnx_path,
+            self.device,
+            request=request,  # type: ignore[arg-type]
+            ort_intra_op_threads=self.ort_intra_op_threads,
+            seg_pool_mode=self.spk_seg_pool_mode,
+        )
+
+    def check_assets(self) -> list[Path]:
+        """Paths of every asset this family needs, raising FileNotFoundError for the first missing one.
+
+        Opens nothing: wrappers call it at construction so a broken directory fails the stage start
+        while loading stays lazy.
+        """
+        names: list[str | None] = [self.assets.speaker_model]
+        if self.supports_synthesis:
+            names += [self.assets.speech_tokenizer, self.assets.flow_config, self.assets.flow, self.assets.hift]
+            if self.vocoder_kind is VocoderKind.CAUSAL_HIFT:
+                # hift_original.pt is only needed for whole utterances: checked when one is requested.
+                names.append(VOCODER_CONFIG)
+        return [self._vocoder_asset(name) for name in names]
+
+    def _vocoder_asset(self, name: str | None) -> Path:
+        try:
+            return self.asset_path(name)
+        except FileNotFoundError as exc:
+            if name == VOCODER_CONFIG:
+                raise FileNotFoundError(
+                    f"{exc}. The causal vocoder (minicpmo-utils 1.0.7 layout) is described by {VOCODER_CONFIG} next "
+                    "to its hift.pt; a directory without it streams with the non-causal HiFT (VocoderKind.HIFT, "
+                    "MiniCPM-o variant vllm-omni-0.30)"
+                ) from None
+            raise
+
+    @property
+    def models_loaded(self) -> bool:
+        """Whether `load_models()` has run (the stage builds the models late when the runner skipped it)."""
+        return self._models_loaded
+
+    def load_models(self) -> None:
+        """Idempotently load everything synthesis needs: speaker backend, speech tokenizer, flow, HiFT.
+
+        Installs the lazy ORT fallback if no speaker backend is installed (an installed backend is
+        never replaced, and the ORT session is not built here). Models are built fp32 by explicit
+        dtype (the flow in fp16 with `float16=True`), never through the process default dtype.
+        """
+        if self._models_loaded:
+            return
+        with self._lock:
+            if self._models_loaded:
+                return
+            self.check_assets()
+            if self._spk is None:
+                self._spk, self._spk_request = self._build_backend("fallback"), "fallback"
+            if self.supports_synthesis:
+                self._load_synthesis_models()
+            self._models_loaded = True
+
+    def _load_synthesis_models(self) -> None:
+        from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow import load_flow
+        from vllm_omni_token2wav.model_executor.models.cosyvoice2.speech_tokenizer import select_speech_tokenizer
+
+        device = self.device
+        backend = self.speech_tokenizer_backend
+        if backend == "auto":
+            backend = "onnx" if device.type == "cpu" else "torch"
+        config_name = self.assets.flow_config
+        assert config_name is not None  # supports_synthesis families ship a flow config
+        tokenizer = select_speech_tokenizer(
+            self.asset_path(self.assets.speech_tokenizer),
+            backend=backend,  # type: ignore[arg-type]
+            device=device,
+        )
+        flow = load_flow(
+            (self.asset_path(config_name), self.asset_path(self.assets.flow)), device=device, float16=self.float16
+        )
+        hift_path = self.asset_path(self.assets.hift)
+        if self.vocoder_kind is VocoderKind.CAUSAL_HIFT:
+            from vllm_omni_token2wav.model_executor.models.token2wav_core.causal_vocoder import (
+                CausalHiFTVocoder,
+                load_minicpmo_causal_vocoder,
+            )
+
+            causal = load_minicpmo_causal_vocoder(self.asset_path(VOCODER_CONFIG), hift_path, device=device)
+            stream_vocoder: StreamVocoder = CausalHiFTVocoder(causal)
+        else:
+            hift = self._load_hift(hift_path, device)
+            self._window = crossfade_window(device)
+            stream_vocoder = CrossfadeHiFTVocoder(hift, self._window)
+            self._hift = hift
+        self._tokenizer, self._flow, self._stream_vocoder = tokenizer, flow, stream_vocoder
+        logger.info(
+            "%s: synthesis models loaded on %s (speech tokenizer %s, flow %s, vocoder %s)",
+            type(self).__name__,
+            device,
+            tokenizer.name,
+            "fp16" if self.float16 else "fp32",
+            stream_vocoder.name,
+        )
+
+    def _load_hift(self, path: Path, device: torch.device) -> HiFTGenerator:
+        from vllm_omni_token2wav.model_executor.models.cosyvoice2.hift import load_hift
+        from vllm_omni_token2wav.model_executor.models.cosyvoice2.hift.loader import HiFTLoadError
+
+        try:
+            return load_hift(path, device=device)
+        except HiFTLoadError as exc:
+            if (self.model_path / VOCODER_CONFIG).is_file():
+                raise HiFTLoadError(
+                    f"{exc} [{self.model_path} has {VOCODER_CONFIG}: a minicpmo-utils 1.0.7 directory, whose hift.pt "
+                    "is the causal vocoder; build the facade with vocoder=VocoderKind.CAUSAL_HIFT (MiniCPM-o variant "
+                    "minicpmo-utils-1.0.7)]"
+                ) from exc
+            raise
+
+    def _require_synthesis(self, what: str) -> None:
+        if not self.supports_synthesis:
+            raise NotImplementedError(
+                f"{type(self).__name__}.{what}: synthesis for this model family is not in-tree "
+                "(only the prompt path is); use StepAudio2Token2WavCore for Step-Audio2 / MiniCPM-o assets"
+            )
+        self.load_models()
+
+    @property
+    def speech_tokenizer(self) -> SpeechTokenizerBackend:
+        self._require_synthesis("speech_tokenizer")
+        assert self._tokenizer is not None
+        return self._tokenizer
+
+    @property
+    def flow(self) -> CausalMaskedDiffWithXvec:
+        self._require_synthesis("flow")
+        assert self._flow is not None
+        return self._flow
+
+    @property
+    def hift(self) -> HiFTGenerator:
+        """The HiFT that vocodes whole utterances (`hift.pt`; with the causal vocoder, `hift_original.pt`)."""
+        self._require_synthesis("hift")
+        hift = self._hift
+        if hift is None:
+            with self._lock:
+                if self._hift is None:
+                    from vllm_omni_token2wav.model_executor.models.token2wav_core.causal_vocoder import (
+                        load_whole_utterance_hift,
+                    )
+
+                    path = self._whole_hift_path()
+                    self._hift = load_whole_utterance_hift(path, device=self.device)
+                hift = self._hift
+        return hift
+
+    def _whole_hift_path(self) -> Path:
+        try:
+            return self.asset_path(WHOLE_UTTERANCE_HIFT)
+        except FileNotFoundError as exc:
+            raise FileNotFoundError(
+                f"{exc}. The causal-vocoder layout (minicpmo-utils 1.0.7) vocodes whole utterances with the "
+                f"non-causal HiFT in {WHOLE_UTTERANCE_HIFT} (streaming needs only config.yaml + hift.pt); add the "
+                "file, or stream the utterance (set_stream_cache + stream)"
+            ) from None
+
+    @property
+    def stream_vocoder(self) -> StreamVocoder:
+        """What turns a stream's mel chunks into audio (see `stream_vocoder.py`)."""
+        self._require_synthesis("stream_vocoder")
+        assert self._stream_vocoder is not None
+        return self._stream_vocoder
+
+    def _forward_spk_embedding(self, feat: torch.Tensor) -> torch.Tensor:
+        """Embedding `[1, 192]` float32 on the facade's device for fbank features `[T, 80]`."""
+        return self._embed(self.spk_model, feat)
+
+    def _embed(self, backend: SpeakerEmbeddingBackend, feat: torch.Tensor) -> torch.Tensor:
+        emb = backend(feat)
+        if tuple(emb.shape) != (1, EMBEDDING_DIM):
+            raise ValueError(
+                f"speaker backend {backend.name} returned an embedding of shape {list(emb.shape)}, "
+                f"expected [1, {EMBEDDING_DIM}]"
+            )
+        return emb.to(device=self.device, dtype=torch.float32)
+
+    # ---- prompt path -------------------------------------------------------------------------
+
+    def prepare_prompt(self, prompt_wav: PromptWav, *, with_tokens: bool = False) -> PromptFeatures:
+        """Speaker embedding and 24 kHz prompt mel of `prompt_wav`, cached by content.
+
+        `prompt_wav` is a path, encoded audio bytes, or `(waveform, sample_rate)` (mono or
+        channels-first, float in [-1, 1] or integer PCM). Errors of the audio front end (missing
+        file, undecodable bytes, empty or too long audio) surface unchanged. The returned features
+        are the caller's own copy.
+
+        `with_tokens=True` returns the flow model's prompt: the features plus the prompt's speech
+        tokens, with the mel fitted to `2 x tokens` frames (loads the synthesis models on first use).
+        """
+        backend = self.spk_model
+        tokenizer = self.speech_tokenizer if with_tokens else None
+        digest, load = _prompt_source(prompt_wav)
+        key = (digest, backend.name, tokenizer.name if tokenizer is not None else None)
+        return self._prompt_cache.get_or_compute(key, lambda: self._compute_prompt(load(), digest, backend, tokenizer))
+
+    def speaker_embedding(self, prompt_wav: PromptWav) -> torch.Tensor:
+        """`prepare_prompt(prompt_wav).speaker_embedding` (`[1, 192]` float32 on the facade's device)."""
+        return self.prepare_prompt(prompt_wav).speaker_embedding
+
+    @property
+    def prompt_cache_stats(self) -> CacheStats:
+        return self._prompt_cache.stats
+
+    def clear_prompt_cache(self) -> None:
+        self._prompt_cache.clear()
+
+    def clear_stream_setup_cache(self) -> None:
+        """Forget the post-prompt flow caches (streams already set up keep theirs)."""
+        self._setup_cache.clear()
+
+    def _compute_prompt(
+        self,
+        audio: PromptAudio,
+        digest: str,
+        backend: SpeakerEmbeddingBackend,
+        tokenizer: SpeechTokenizerBackend | None,
+    ) -> PromptFeatures:
+        from vllm_omni_token2wav.model_executor.models import audio as frontend
+        from vllm_omni_token2wav.model_executor.models.speaker_embedding.features import speaker_features
+
+        # The host work that needs the audio's values (decoding, resampling, the level and length checks)
+        # is done: from here on nothing reads a device value back until the features are used, so the
+        # launching thread never waits for the device. Host -> device copies are non-blocking (a
+        # pageable copy is staged at once; a blocking one would wait for the stream to drain).
+        device = self.device
+        wav_16k = torch.as_tensor(audio.wav_16k, dtype=torch.float32).to(device, non_blocking=True)
+        wav_24k = torch.as_tensor(audio.wav_24k, dtype=torch.float32).to(device, non_blocking=True)
+        feat = speaker_features(wav_16k)
+        if not isinstance(feat, torch.Tensor):  # only batched calls with lengths return a tuple
+            raise TypeError(f"speaker_features returned {type(feat).__name__} for a single waveform")
+        emb = self._embed(backend, feat)
+        mel = frontend.log_mel_spectrogram(wav_24k, self.prompt_mel_config).to(device=device, dtype=torch.float32)
+        tokens = token_len = None
+        if tokenizer is not None:
+            codes, count = tokenizer.tokenize(wav_16k)
+            if count < 1:
+                raise ValueError(f"prompt audio gives no speech tokens ({wav_16k.shape[0]} samples at 16 kHz)")
+            tokens = codes.reshape(1, -1)[:, :count].to(device=device, dtype=torch.int32, non_blocking=True)
+            token_len = _host_int(count, device)
+            mel = fit_mel_to_tokens(mel, count)
+        mel_len = _host_int(mel.shape[1], device)
+        return PromptFeatures(
+            speaker_embedding=emb,
+            prompt_mel=mel,
+            prompt_mel_len=mel_len,
+            digest=digest,
+            backend=backend.name,
+            prompt_tokens=tokens,
+            prompt_token_len=token_len,
+        )
+
+    # ---- synthesis -----------------------------------------------------------------------------
+
+    def speech_token_ids(self, tokens: SpeechTokens, what: str) -> torch.Tensor:
+        """`tokens` as a device `(1, n)` long tensor, range-checked against the vocabulary (`what`: the caller)."""
+        return speech_token_tensor(tokens, SPEECH_VOCAB_SIZE, self.device, what=what)
+
+    def _generator(self, seed: int | None) -> torch.Generator:
+        return torch.Generator(device=self.device).manual_seed(self.seed if seed is None else int(seed))
+
+    def __call__(self, tokens: SpeechTokens, prompt_wav: PromptWav, *, seed: int | None = None) -> torch.Tensor:
+        """Whole-utterance synthesis: 24 kHz waveform `[1, 480 * 2 * len(tokens)]` float32 on the device.
+
+        `tokens` are 25 Hz speech codes (list / 1-D array / tensor) in [0, 6561); `seed` overrides
+        the facade's NSF-noise seed for this call.
+        """
+        self._require_synthesis("__call__")
+        ids = self.speech_token_ids(tokens, "token2wav")
+        features = self.prepare_prompt(prompt_wav, with_tokens=True)
+        return synthesize_utterance(
+            self.flow, self.hift, features, ids, n_timesteps=self.n_timesteps, generator=self._generator(seed)
+        )
+
+    def set_stream_cache(self, prompt_wav: PromptWav, *, seed: int | None = None) -> Token2WavStream:
+        """Start a streaming request in the voice of `prompt_wav`; returns its state (pass it to `stream`).
+
+        The flow's post-prompt cache is computed once per prompt and shared between streams. The
+        returned stream also becomes the facade's default stream, used by `stream()` without
+        `state=` (the upstream single-stream API) in this thread only: concurrent requests pass
+        their own state, and `stream()` without it in another thread raises `StreamInUseError`.
+        """
+        self._require_synthesis("set_stream_cache")
+        features = self.prepare_prompt(prompt_wav, with_tokens=True)
+        caches = open_stream(
+            self.flow, self.stream_setup(features), features, self.seed if seed is None else seed, self.stream_vocoder
+        )
+        state = Token2WavStream.start(features, caches, prompt_wav)
+        self._default_stream = DefaultStream(state, threading.current_thread())
+        return state
+
+    def _default_state(self) -> Token2WavStream:
+        """The default stream, if this thread set it up (else `StreamInUseError`, see `set_stream_cache`)."""
+        default = self._default_stream
+        if default is None:
+            raise RuntimeError("stream(): no stream is set up; call set_stream_cache(prompt_wav) first")
+        current = threading.current_thread()
+        if default.thread is not current:
+            raise StreamInUseError(
+                f"stream() without state= in thread {current.name!r}: the default stream was set up by "
+                f"set_stream_cache() in thread {default.thread.name!r} and serves that thread only (upstream's "
+                "single-stream API: another thread's chunks would run on its state and get its audio); "
+                f"{OWN_STREAM_ADVICE}"
+            )
+        return default.stream
+
+    def stream_setup(self, features: PromptFeatures) -> FlowRowState:
+        """The flow state right after the prompt of `features` (computed once per prompt, shared, read-only)."""
+        flow = self.flow
+        self._check_stream_prompt_length(features, flow)
+        key = (
+            features.digest,
+            features.backend,
+            self.n_timesteps,
+            self.stream_lookahead,
+            self.conformer_trim,
+            self.kv_cache_dtype,
+        )
+
+        def compute() -> FlowRowState:
+            cache = setup_flow_stream(
+                flow,
+                features,
+                n_timesteps=self.n_timesteps,
+                lookahead=self.stream_lookahead,
+                conformer_trim=self.conformer_trim,
+            )
+            speaker = project_speaker(flow, features.speaker_embedding)
+            return FlowRowState.from_setup(cache, speaker, kv_dtype=self.kv_cache_dtype)
+
+        return self._setup_cache.get_or_compute(key, compute)
+
+    @property
+    def window(self) -> torch.Tensor:
+        """The cross-fade window (float64 Hamming), built with the models (HiFT vocoder only)."""
+        self._require_synthesis("window")
+        if self._window is None:
+            raise ValueError(f"{type(self).__name__}: the {self.vocoder_kind.value} vocoder has no cross-fade")
+        return self._window
+
+    def stream(
+        self,
+        tokens: SpeechTokens,
+        prompt_wav: PromptWav | None = None,
+        last_chunk: bool = False,
+        return_waveform: bool = False,
+        *,
+        state: Token2WavStream | None = None,
+    ) -> torch.Tensor | bytes:
+        """Synthesize one chunk of a stream; returns its new audio (int16 PCM bytes, or `[1, N]` float32).
+
+        `tokens`: a non-final chunk is its tokens plus `PRE_LOOKAHEAD_TOKENS` lookahead tokens (which
+        open the next chunk), at least 4 emitted tokens; the final chunk is just its tokens
+        (`last_chunk=True`). `stream_chunks()` yields exactly this from a whole token sequence.
+        `prompt_wav`, if given, must be the prompt the stream was set up with (upstream passes it on
+        every call). A failing chunk leaves `state` unchanged. A chunk of a stream while another chunk
+        of it runs, and a call without `state=` from a thread other than the one that set the default
+        stream up, raise `StreamInUseError` before computing anything.
+        """
+        if state is None:
+            state = self._default_state()
+        elif not isinstance(state, Token2WavStream):
+            raise TypeError(
+                f"stream(): state must be the Token2WavStream that set_stream_cache() returned, "
+                f"got {type(state).__name__}"
+            )
+        vocoder = self.stream_vocoder
+        if last_chunk and self._flushes_on_empty_final(tokens):
+            # minicpmo-utils 1.0.7's Token2wav.stream: an empty final call only flushes the vocoder.
+            if prompt_wav is not None:
+                self._check_stream_prompt(prompt_wav, state)
+            with state.guard.step("stream()"):
+                if state.finished:
+                    raise RuntimeError("stream(): this stream already had its last chunk; set up a new one")
+                speech = vocoder.flush(state.caches.vocoder)
+                state.chunks_done += 1
+                state.samples_emitted += speech.shape[-1]
+                state.finished = True
+            return speech if return_waveform else waveform_to_pcm16(speech)
+        ids = self.speech_token_ids(tokens, "stream")
+        emitted = ids.shape[1] if last_chunk else ids.shape[1] - PRE_LOOKAHEAD_TOKENS
+        min_tokens = max(2, -(-vocoder.min_chunk_frames // TOKEN_MEL_RATIO))  # the flow's encoder needs 2
+        if emitted < (1 if last_chunk else min_tokens):
+            reason = (
+                f"the vocoder keeps {vocoder.min_chunk_frames} mel frames"
+                if vocoder.min_chunk_frames > 2 * TOKEN_MEL_RATIO
+                else "the flow encoder's context"
+            )
+            raise ValueError(
+                f"stream(): {ids.shape[1]} tokens; a non-final chunk needs at least {min_tokens} tokens "
+                f"plus {PRE_LOOKAHEAD_TOKENS} lookahead tokens ({reason}), a final chunk at least 1 token"
+            )
+        if prompt_wav is not None:
+            self._check_stream_prompt(prompt_wav, state)
+        with state.guard.step("stream()"):
+            if state.finished:
+                raise RuntimeError("stream(): this stream already had its last chunk; set up a new one")
+            result = stream_chunk(self.flow, vocoder, state.caches, ids, last_chunk=last_chunk)
+            # Commit only after the whole chunk succeeded: a failure leaves the request resumable.
+            state.caches = result.caches
+            state.chunks_done += 1
+            state.samples_emitted += result.speech.shape[-1]
+            state.finished = last_chunk
+        return result.speech if return_waveform else waveform_to_pcm16(result.speech)
+
+    def _flushes_on_empty_final(self, tokens: SpeechTokens) -> bool:
+        """An empty last chunk flushes the causal vocoder (as minicpmo-utils 1.0.7); HiFT's path rejects it."""
+        if self.vocoder_kind is not VocoderKind.CAUSAL_HIFT:
+            return False
+        if isinstance(tokens, torch.Tensor | np.ndarray):
+            return tokens.size == 0 if isinstance(tokens, np.ndarray) else tokens.numel() == 0
+        return isinstance(tokens, Sequence) and len(tokens) == 0
+
+    @staticmethod
+    def _check_stream_prompt_length(features: PromptFeatures, flow: CausalMaskedDiffWithXvec) -> None:
+        """Reject prompts whose estimator cache could not hold a standard chunk after trimming.
+
+        The estimator cache is trimmed to prompt + `CACHE_TAIL_FRAMES` frames and must fit the
+        reference's scratch limit together with a 25 + 3 token chunk (56 frames): 844 prompt frames
+        (16.9 s) with the shipped limits. Failing here beats failing at the first chunk past 2 s.
+        """
+        chunk_frames = TOKEN_MEL_RATIO * (CHUNK_TOKENS + PRE_LOOKAHEAD_TOKENS)
+        limit = flow.decoder.max_cache_frames - CACHE_TAIL_FRAMES - chunk_frames
+        frames = features.prompt_mel.shape[1]
+        if frames > limit:
+            raise ValueError(
+                f"set_stream_cache: the prompt gives {frames} mel frames ({frames / 50:.1f} s) but streaming holds at "
+                f"most {limit} ({limit / 50:.1f} s): the flow's {flow.decoder.max_cache_frames}-frame estimator cache "
+                f"keeps the prompt + {CACHE_TAIL_FRAMES} frames + a {chunk_frames}-frame chunk; use a shorter prompt"
+            )
+
+    def _check_stream_prompt(self, prompt_wav: PromptWav, state: Token2WavStream) -> None:
+        """The same object, or the same path, as at set-up passes without decoding; else compare content."""
+        ref = state.prompt_ref
+        if prompt_wav is ref or (
+            isinstance(prompt_wav, str | Path) and isinstance(ref, str | Path) and Path(prompt_wav) == Path(ref)
+        ):
+            return
+        digest, _ = _prompt_source(prompt_wav)
+        if digest != state.features.digest:
+            raise ValueError(
+                "stream(): prompt_wav is not the prompt this stream was set up with; "
+                "call set_stream_cache(prompt_wav) to start a stream in another voice"
+            )
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({str(self.model_path)!r}, device={self._device_spec!r}, spk={self.spk_backend})"
+
+
+def _host_int(value: int, device: torch.device) -> torch.Tensor:
+    """`[value]` int32 on `device`, copied without waiting for the device's queue."""
+    return torch.tensor([value], dtype=torch.int32).to(device, non_blocking=True)
+
+
+def _prompt_source(prompt_wav: PromptWav) -> tuple[str, Callable[[], PromptAudio]]:
+    """(content digest, loader of the decoded 16 kHz / 24 kHz prompt) for any accepted prompt form.
+
+    A mono `(waveform, rate)` pair is hashed directly (same digest format as the front end's), so
+    a cache hit costs one hash and no decoding or resampling. Files, bytes and multi-channel arrays
+    are decoded to get the digest. On a miss the loader runs the front end on the ORIGINAL input, so
+    its errors name the file or array as the caller passed it.
+    """
+    from vllm_omni_token2wav.model_executor.models import audio as frontend
+
+    def load() -> PromptAudio:
+        with _prompt_limit_advice():
+            return frontend.load_prompt_audio(prompt_wav)
+
+    if isinstance(prompt_wav, tuple) and len(prompt_wav) == 2:
+        waveform, rate = prompt_wav
+        if isinstance(waveform, np.ndarray | torch.Tensor) and waveform.ndim == 1 and isinstance(rate, int):
+            return waveform_digest(waveform, rate), load
+    with _prompt_limit_advice():
+        decoded = frontend.decode_audio(prompt_wav, max_seconds=frontend.DEFAULT_MAX_PROMPT_SECONDS)
+    return decoded.digest(), load
+
+
+@contextlib.contextmanager
+def _prompt_limit_advice() -> Iterator[None]:
+    """Re-phrase the front end's too-long error with advice that works here: the facades take no
+    `max_seconds` / `truncate` (a prompt is the voice to clone; silently cutting it is the caller's call)."""
+    from vllm_omni_token2wav.model_executor.models.audio import AudioTooLongError
+
+    try:
+        yield
+    except AudioTooLongError as exc:
+        limit = f"{exc.max_seconds:g}"
+        raise ValueError(
+            f"{exc.origin}: prompt is {exc.seconds:.2f} s long, over the {limit} s prompt limit of the Token2Wav "
+            f"facades; pass a shorter prompt, e.g. its first {limit} s as (waveform[: int({limit} * rate)], rate)"
+        ) from None
+
+
+__all__ = [
+    "DEFAULT_PROMPT_CACHE_SIZE",
+    "DEFAULT_STREAM_SETUP_CACHE_SIZE",
+    "PROMPT_MEL_RATE",
+    "SPEECH_VOCAB_SIZE",
+    "SPEAKER_RATE",
+    "STEP_AUDIO2_ASSETS",
+    "PromptFeatures",
+    "PromptWav",
+    "DefaultStream",
+    "Token2WavCore",
+    "StreamInUseError",
+    "Token2WavAssets",
+    "Token2WavStream",
+]
