@@ -102,7 +102,7 @@ def measure(model_dir: Path, seconds: list[float], repeats: int) -> list[dict[st
             "device": lambda p=prompt: dev.prepare_prompt(p),
             "torch": lambda p=prompt: tch.prepare_prompt(p),
             "hit": lambda p=prompt: cached.prepare_prompt(p),
-            "lookup": lambda k=digest_key: cached._prompt_cache.get_or_compute(k, _never),
+            "lookup": lambda k=digest_key: cached.speaker_prompt.cache.get_or_compute(k, _never),
         }
         times: dict[str, list[float]] = {name: [] for name in cases}
         for _ in range(repeats):

@@ -43,6 +43,9 @@ from vllm_omni_token2wav.model_executor.models.cosyvoice3.synthesis import (
     vocoder_rows,
 )
 from vllm_omni_token2wav.model_executor.models.speaker_embedding import selection as speaker_embedding
+from vllm_omni_token2wav.model_executor.models.token2wav_core.assets import AssetDir
+from vllm_omni_token2wav.model_executor.models.token2wav_core.core import Token2WavCore
+from vllm_omni_token2wav.model_executor.models.token2wav_core.speaker_prompt import SpeakerPrompt
 from vllm_omni_token2wav.model_executor.models.token2wav_core.stream import StreamInUseError
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu, pytest.mark.usefixtures("cpu_platform")]
@@ -99,13 +102,20 @@ def _rel_l2(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a - b).norm() / b.norm())
 
 
+def test_the_facade_owns_the_shared_components_instead_of_subclassing_the_core(core: CosyVoice3Token2Wav) -> None:
+    assert not issubclass(CosyVoice3Token2Wav, Token2WavCore)
+    assert isinstance(core.speaker_prompt, SpeakerPrompt) and isinstance(core.asset_dir, AssetDir)
+    assert core.speaker_prompt.owner == core.asset_dir.owner == "CosyVoice3Token2Wav"
+    assert core.speaker_prompt.mel_config is CosyVoice3Token2Wav.prompt_mel_config
+
+
 def test_asset_names_and_the_missing_tokenizer(core: CosyVoice3Token2Wav) -> None:
     assert COSYVOICE3_ASSETS.speaker_model == "campplus.onnx"
     assert COSYVOICE3_ASSETS.flow_config == "cosyvoice3.yaml" and COSYVOICE3_ASSETS.flow == "flow.pt"
     assert CosyVoice3Token2Wav.assets is COSYVOICE3_ASSETS
     assert [p.name for p in core.check_assets()] == ["campplus.onnx", "flow.pt", "hift.pt", "cosyvoice3.yaml"]
-    with pytest.raises(NotImplementedError, match="speech_tokenizer_v3 is not in-tree; pass the prompt's speech"):
-        _ = core.speech_tokenizer
+    # speech_tokenizer_v3 is not in-tree: the facade says so by type, and has no speech_tokenizer member
+    assert CosyVoice3Token2Wav.has_speech_tokenizer is False and not hasattr(core, "speech_tokenizer")
 
 
 @pytest.mark.parametrize("seed", [0, 9])

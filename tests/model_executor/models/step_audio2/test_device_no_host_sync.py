@@ -61,7 +61,7 @@ def audio() -> Any:
 
 
 def _prompt(core: StepAudio2Token2WavCore, audio: Any) -> Any:
-    return core._compute_prompt(audio, "digest", core.spk_model, core.speech_tokenizer)
+    return core.speaker_prompt.compute(audio, "digest", core.spk_model, core.speech_tokenizer)
 
 
 def test_prompt_path_and_stage_launches_never_wait_for_the_device(core: StepAudio2Token2WavCore, audio: Any) -> None:

@@ -108,7 +108,7 @@ def test_constructor_only_records_configuration(tmp_path: Path, monkeypatch: pyt
     selections: list[str] = []
     real_select = speaker_embedding.select_speaker_embedding_backend
     monkeypatch.setattr(
-        "vllm_omni_token2wav.model_executor.models.token2wav_core.core.select_speaker_embedding_backend",
+        "vllm_omni_token2wav.model_executor.models.token2wav_core.speaker_prompt.select_speaker_embedding_backend",
         lambda *a, **k: selections.append(k["request"]) or real_select(*a, **k),
     )
     core = StepAudio2Token2WavCore(tmp_path / "does-not-exist", float16=True, n_timesteps=5)

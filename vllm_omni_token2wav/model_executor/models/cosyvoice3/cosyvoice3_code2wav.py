@@ -98,9 +98,5 @@ class CosyVoice3Code2Wav(Token2WavStageModel):
             )
         return ReferenceVoice(str(path), read_prompt_tokens(tokens_file))
 
-    @property
-    def spk_backend(self) -> str:
-        return self.token2wav.spk_backend
-
 
 __all__ = ["CosyVoice3Code2Wav"]

@@ -2,7 +2,10 @@
 """CosyVoice3's Token2Wav facade: speech tokens + a reference voice -> 24 kHz audio, whole or streamed.
 
 Fun-CosyVoice3 ships the same `campplus.onnx` as Step-Audio2, so the speaker path (backend selection,
-laziness, device switch, prompt cache) is the Step-Audio2 core's. What is CosyVoice3's:
+laziness, device switch, prompt cache) is the component the shared core owns too
+(`token2wav_core/speaker_prompt.py` `SpeakerPrompt`, with `token2wav_core/assets.py` for files and
+device): this facade owns one by composition, next to its own models and stream API, and does not
+subclass `Token2WavCore`. What is CosyVoice3's:
 
 | part            | CosyVoice3                                                                     |
 |-----------------|--------------------------------------------------------------------------------|
@@ -11,7 +14,7 @@ laziness, device switch, prompt cache) is the Step-Audio2 core's. What is CosyVo
 | vocoder         | `hift.pt`: causal HiFT (`hift/`), bounded streaming, fixed noise table          |
 | prompt mel      | fmax 12 kHz (`prompt.COSYVOICE3_MEL_CONFIG`), aligned to the tokens by truncation |
 | prompt tokens   | given by the caller (as vLLM-Omni's talker sends them); speech_tokenizer_v3 is |
-|                 | not in-tree                                                                    |
+|                 | not in-tree (`has_speech_tokenizer` is False; there is no `speech_tokenizer`)  |
 
 Requests:
 - `prompt(prompt_wav, prompt_tokens)` -> `CosyVoice3Prompt` (embedding + mel cached by content);
@@ -30,6 +33,7 @@ The stage (`cosyvoice3/backend.py`) runs the same kernels for many requests per 
 from __future__ import annotations
 
 import hashlib
+import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +42,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 
 from vllm_omni_token2wav.logger import init_logger
+from vllm_omni_token2wav.model_executor.models.audio.mel import MelConfig
 from vllm_omni_token2wav.model_executor.models.cosyvoice3.flow import FinalChunk, stream_calls
 from vllm_omni_token2wav.model_executor.models.cosyvoice3.prompt import (
     COSYVOICE3_MEL_CONFIG,
@@ -52,11 +57,14 @@ from vllm_omni_token2wav.model_executor.models.cosyvoice3.synthesis import (
     stream_rows,
     synthesize_whole,
 )
-from vllm_omni_token2wav.model_executor.models.token2wav_core.core import (
-    DEFAULT_PROMPT_CACHE_SIZE,
+from vllm_omni_token2wav.model_executor.models.token2wav_core.assets import AssetDir, LazyDevice, Token2WavAssets
+from vllm_omni_token2wav.model_executor.models.token2wav_core.core import DEFAULT_PROMPT_CACHE_SIZE
+from vllm_omni_token2wav.model_executor.models.token2wav_core.prompt_cache import CacheStats
+from vllm_omni_token2wav.model_executor.models.token2wav_core.prompt_features import PromptFeatures
+from vllm_omni_token2wav.model_executor.models.token2wav_core.speaker_prompt import (
     PromptWav,
-    Token2WavAssets,
-    Token2WavCore,
+    SpeakerModelSource,
+    SpeakerPrompt,
 )
 from vllm_omni_token2wav.model_executor.models.token2wav_core.stream import StepGuard, waveform_to_pcm16
 from vllm_omni_token2wav.platforms import DeviceSpec
@@ -64,6 +72,7 @@ from vllm_omni_token2wav.platforms import DeviceSpec
 if TYPE_CHECKING:
     from vllm_omni_token2wav.model_executor.models.cosyvoice3.flow import CausalMaskedDiffWithDiT
     from vllm_omni_token2wav.model_executor.models.cosyvoice3.hift import CausalHiFTGenerator, CausalHiFTStreamer
+    from vllm_omni_token2wav.model_executor.models.speaker_embedding.backend import SpeakerEmbeddingBackend
 
 logger = init_logger(__name__)
 
@@ -92,6 +101,15 @@ class CosyVoice3Stream:
         return self.caches.finished
 
 
+@dataclass(frozen=True)
+class CosyVoice3Models:
+    """What `load_models()` builds: the DiT flow, the causal HiFT and the HiFT's shared streamer."""
+
+    flow: CausalMaskedDiffWithDiT
+    hift: CausalHiFTGenerator
+    streamer: CausalHiFTStreamer
+
+
 def upstream_chunks(num_tokens: int, prompt_tokens: int) -> Iterator[tuple[slice, bool]]:
     """Upstream's streaming schedule as `(slice of new ids, last)` pairs for `stream()`: 25 + pad, 50, 100, ...
     tokens per chunk (plus 3 lookahead tokens held until the next one), the rest with the last."""
@@ -99,12 +117,25 @@ def upstream_chunks(num_tokens: int, prompt_tokens: int) -> Iterator[tuple[slice
         yield slice(call.start, call.end), call.final
 
 
-class CosyVoice3Token2Wav(Token2WavCore):
-    """CosyVoice3's token2wav over a Fun-CosyVoice3 model directory (see the module docstring)."""
+class CosyVoice3Token2Wav:
+    """CosyVoice3's token2wav over a Fun-CosyVoice3 model directory (see the module docstring).
+
+    Args:
+        model_path: the Fun-CosyVoice3 directory (`campplus.onnx`, `flow.pt`, `hift.pt`, `cosyvoice3.yaml`).
+        float16: run the flow in fp16 (speaker path and vocoder stay fp32).
+        device: serving device; None means the platform's serving device (resolved on first use).
+        n_timesteps: flow-matching Euler steps.
+        prompt_cache_size: entries of the prompt-feature LRU (0 disables storing).
+        ort_intra_op_threads: intra-op threads of the ORT fallback session of the speaker embedding.
+        spk_seg_pool_mode: CAM++ segment-pooling numerics of the torch device path (`campplus.segpool`).
+        seed: the flow's default noise table (0 = upstream's).
+        final_chunk: how a stream's last chunk attends (`flow.FinalChunk`).
+    """
 
     assets: ClassVar[Token2WavAssets] = COSYVOICE3_ASSETS
-    prompt_mel_config = COSYVOICE3_MEL_CONFIG
-    supports_synthesis: ClassVar[bool] = True
+    prompt_mel_config: ClassVar[MelConfig] = COSYVOICE3_MEL_CONFIG
+    #: speech_tokenizer_v3 is not in-tree: prompt tokens come with the request (`prompt_tokens=`).
+    has_speech_tokenizer: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -119,22 +150,88 @@ class CosyVoice3Token2Wav(Token2WavCore):
         seed: int = 0,
         final_chunk: FinalChunk = FinalChunk.BLOCK_CAUSAL,
     ) -> None:
-        super().__init__(
-            model_path,
-            float16=float16,
-            device=device,
-            n_timesteps=n_timesteps,
-            prompt_cache_size=prompt_cache_size,
-            ort_intra_op_threads=ort_intra_op_threads,
-            spk_seg_pool_mode=spk_seg_pool_mode,
-            seed=seed,
-        )
+        from vllm_omni_token2wav.model_executor.models.speaker_embedding.campplus.segpool import check_seg_pool_mode
+
+        if isinstance(n_timesteps, bool) or not isinstance(n_timesteps, int) or n_timesteps < 1:
+            raise ValueError(f"n_timesteps must be an int >= 1, got {n_timesteps!r}")
         if not isinstance(final_chunk, FinalChunk):
             raise ValueError(f"final_chunk must be a FinalChunk, got {final_chunk!r}")
+        self.model_path = Path(model_path)
+        self.float16 = bool(float16)
+        self.n_timesteps = n_timesteps
+        self.ort_intra_op_threads = ort_intra_op_threads
+        self.spk_seg_pool_mode = check_seg_pool_mode(spk_seg_pool_mode)
+        self.seed = int(seed)
         self.final_chunk = final_chunk
-        self._cv3_flow: CausalMaskedDiffWithDiT | None = None
-        self._cv3_hift: CausalHiFTGenerator | None = None
-        self._streamer: CausalHiFTStreamer | None = None
+        owner = type(self).__name__
+        self.asset_dir = AssetDir(self.model_path, owner)
+        self._device = LazyDevice(device)
+        self.speaker_prompt = SpeakerPrompt(
+            owner,
+            SpeakerModelSource(
+                self.asset_dir,
+                self.assets.speaker_model,
+                self._device,
+                ort_intra_op_threads=ort_intra_op_threads,
+                seg_pool_mode=self.spk_seg_pool_mode,
+            ),
+            self.prompt_mel_config,
+            cache_size=prompt_cache_size,
+        )
+        self._lock = threading.RLock()
+        self._models: CosyVoice3Models | None = None
+
+    # ---- configuration and speaker path (`SpeakerPrompt`) ----------------------------------------
+
+    @property
+    def device(self) -> torch.device:
+        """The facade's device (explicit, else the platform's serving device), resolved once."""
+        return self._device.get()
+
+    def asset_path(self, name: str | None) -> Path:
+        """`model_path / name`, raising FileNotFoundError that names the missing file or directory."""
+        return self.asset_dir.path(name)
+
+    @property
+    def spk_backend(self) -> str:
+        """Name of the backend that computes embeddings (the ORT fallback until another is installed)."""
+        return self.speaker_prompt.backend_name
+
+    @property
+    def spk_model(self) -> SpeakerEmbeddingBackend:
+        """The installed speaker-embedding backend (installs the lazy ORT fallback when there is none)."""
+        return self.speaker_prompt.model
+
+    def install_spk_backend(self, backend: SpeakerEmbeddingBackend) -> None:
+        """Install any `SpeakerEmbeddingBackend`, replacing the current one (the prompt cache keys on its name)."""
+        self.speaker_prompt.install(backend)
+
+    def reload_spk_embedding(self) -> str:
+        """Read campplus.onnx again (the backend rebuilt the way it was made, prompt cache emptied); its name."""
+        return self.speaker_prompt.reload()
+
+    def enable_device_spk_embedding(self) -> str:
+        """Install the device speaker-embedding path for this facade's device; returns its name."""
+        return self.speaker_prompt.enable_device()
+
+    def enable_trt_spk_embedding(self) -> str:
+        """Install the TensorRT backend (CUDA with `tensorrt` only; raises otherwise); returns its name."""
+        return self.speaker_prompt.enable_trt()
+
+    def prepare_prompt(self, prompt_wav: PromptWav) -> PromptFeatures:
+        """Speaker embedding and 12 kHz-band prompt mel of `prompt_wav`, cached by content (no tokens)."""
+        return self.speaker_prompt.prepare(prompt_wav)
+
+    def speaker_embedding(self, prompt_wav: PromptWav) -> torch.Tensor:
+        """`prepare_prompt(prompt_wav).speaker_embedding` (`[1, 192]` float32 on the facade's device)."""
+        return self.prepare_prompt(prompt_wav).speaker_embedding
+
+    @property
+    def prompt_cache_stats(self) -> CacheStats:
+        return self.speaker_prompt.cache_stats
+
+    def clear_prompt_cache(self) -> None:
+        self.speaker_prompt.clear_cache()
 
     # ---- assets and models -------------------------------------------------------------------
 
@@ -147,7 +244,23 @@ class CosyVoice3Token2Wav(Token2WavCore):
         config = self.model_path / str(self.assets.flow_config)
         return [*paths, config] if config.is_file() else paths
 
-    def _load_synthesis_models(self) -> None:
+    @property
+    def models_loaded(self) -> bool:
+        """Whether `load_models()` has run (the stage builds the models late when the runner skipped it)."""
+        return self._models is not None
+
+    def load_models(self) -> None:
+        """Idempotently check the assets, install the speaker fallback if none, load flow and causal HiFT."""
+        if self._models is not None:
+            return
+        with self._lock:
+            if self._models is not None:
+                return
+            self.check_assets()
+            self.speaker_prompt.ensure_backend()
+            self._models = self._load_synthesis_models()
+
+    def _load_synthesis_models(self) -> CosyVoice3Models:
         from vllm_omni_token2wav.model_executor.models.cosyvoice3.flow import load_flow
         from vllm_omni_token2wav.model_executor.models.cosyvoice3.hift import (
             COSYVOICE3_STREAM,
@@ -167,36 +280,29 @@ class CosyVoice3Token2Wav(Token2WavCore):
             declared = hift_config_from_yaml(config_path)
             if declared is not None:
                 check_hift_yaml(declared, hift.config, str(config_path))
-        self._cv3_flow, self._cv3_hift = flow, hift
-        self._streamer = CausalHiFTStreamer(hift, COSYVOICE3_STREAM)
         precision = "fp16" if self.float16 else "fp32"
         logger.info("%s: flow (%s) and causal HiFT loaded on %s", type(self).__name__, precision, device)
+        return CosyVoice3Models(flow, hift, CausalHiFTStreamer(hift, COSYVOICE3_STREAM))
 
     @property
-    def speech_tokenizer(self) -> Any:
-        raise NotImplementedError(
-            f"{type(self).__name__}: speech_tokenizer_v3 is not in-tree; pass the prompt's speech tokens "
-            "(prompt_tokens=...), as vLLM-Omni's talker does"
-        )
-
-    @property
-    def flow(self) -> CausalMaskedDiffWithDiT:  # type: ignore[override]
+    def models(self) -> CosyVoice3Models:
+        """Flow, causal HiFT and its streamer (`load_models()` first)."""
         self.load_models()
-        assert self._cv3_flow is not None
-        return self._cv3_flow
+        assert self._models is not None
+        return self._models
 
     @property
-    def hift(self) -> CausalHiFTGenerator:  # type: ignore[override]
-        self.load_models()
-        assert self._cv3_hift is not None
-        return self._cv3_hift
+    def flow(self) -> CausalMaskedDiffWithDiT:
+        return self.models.flow
+
+    @property
+    def hift(self) -> CausalHiFTGenerator:
+        return self.models.hift
 
     @property
     def streamer(self) -> CausalHiFTStreamer:
         """The causal HiFT's streamer (`COSYVOICE3_STREAM`), shared by every stream of this facade."""
-        self.load_models()
-        assert self._streamer is not None
-        return self._streamer
+        return self.models.streamer
 
     # ---- prompts -------------------------------------------------------------------------------
 
@@ -215,7 +321,9 @@ class CosyVoice3Token2Wav(Token2WavCore):
             ids, features.prompt_mel, features.speaker_embedding, key=key, device=self.device, where="prompt"
         )
 
-    def _resolve_prompt(self, prompt_wav: PromptWav | None, prompt_tokens: Any, prompt: CosyVoice3Prompt | None) -> Any:
+    def _resolve_prompt(
+        self, prompt_wav: PromptWav | None, prompt_tokens: Any, prompt: CosyVoice3Prompt | None
+    ) -> CosyVoice3Prompt:
         if prompt is not None:
             if prompt_wav is not None or prompt_tokens is not None:
                 raise ValueError("give either prompt= or prompt_wav + prompt_tokens, not both")
@@ -229,7 +337,7 @@ class CosyVoice3Token2Wav(Token2WavCore):
 
     # ---- synthesis -------------------------------------------------------------------------------
 
-    def __call__(  # type: ignore[override]
+    def __call__(
         self,
         tokens: Any,
         prompt_wav: PromptWav | None = None,
@@ -250,7 +358,7 @@ class CosyVoice3Token2Wav(Token2WavCore):
     def _seed(self, seed: int | None) -> int:
         return self.seed if seed is None else int(seed)
 
-    def set_stream_cache(  # type: ignore[override]
+    def set_stream_cache(
         self,
         prompt_wav: PromptWav | None = None,
         *,
@@ -270,7 +378,7 @@ class CosyVoice3Token2Wav(Token2WavCore):
         )
         return CosyVoice3Stream(prompt=voice, caches=caches)
 
-    def stream(  # type: ignore[override]
+    def stream(
         self,
         tokens: Sequence[int] | torch.Tensor,
         prompt_wav: PromptWav | None = None,
@@ -304,5 +412,8 @@ class CosyVoice3Token2Wav(Token2WavCore):
         speech = audio.reshape(1, -1)
         return speech if return_waveform else waveform_to_pcm16(speech)
 
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({str(self.model_path)!r}, device={self._device.spec!r}, spk={self.spk_backend})"
 
-__all__ = ["COSYVOICE3_ASSETS", "CosyVoice3Stream", "CosyVoice3Token2Wav", "upstream_chunks"]
+
+__all__ = ["COSYVOICE3_ASSETS", "CosyVoice3Models", "CosyVoice3Stream", "CosyVoice3Token2Wav", "upstream_chunks"]

@@ -60,10 +60,6 @@ class MiniCPMO45Code2Wav(CoreStageModel):
         return self.variant.lookahead, self.variant.conformer_trim, self.variant.vocoder
 
     @property
-    def spk_backend(self) -> str:
-        return self.token2wav.spk_backend
-
-    @property
     def reference(self) -> tuple[np.ndarray, int]:
         """The default voice normalised like every request's (24 kHz mono, `reference_seconds` long)."""
         if self._reference is None:

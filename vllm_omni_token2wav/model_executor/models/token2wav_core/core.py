@@ -1,8 +1,11 @@
 # SPDX-License-Identifier: Apache-2.0
 """The Token2Wav core all three families share: a lazy facade over a token2wav asset directory.
 
-Step-Audio2 uses it as is (`step_audio2.StepAudio2Token2WavCore` is this class), MiniCPM-o 4.5 wraps
-it (`minicpmo_4_5_token2wav.py`) and CosyVoice3 builds on it (`cosyvoice3_token2wav.py`).
+Step-Audio2 uses it as is (`step_audio2.StepAudio2Token2WavCore` is this class) and MiniCPM-o 4.5 wraps
+it (`minicpmo_4_5_token2wav.py`). The jobs a family may do differently are components the core owns:
+`assets.AssetDir` / `assets.LazyDevice` (files, device) and `speaker_prompt.SpeakerPrompt` (the
+speaker-embedding backend lifecycle and the prompt-feature cache). CosyVoice3's facade
+(`cosyvoice3_token2wav.py`) owns the same components next to its own models instead of subclassing.
 
 A Token2Wav request brings a reference voice; its speaker embedding and prompt features must be
 computed once, on the right device, without the facade building anything it does not need.
@@ -52,9 +55,8 @@ for whole utterances, loaded on first use; `causal_vocoder.py`).
 
 from __future__ import annotations
 
-import contextlib
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
@@ -68,17 +70,25 @@ from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow import ConformerT
 from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow.batched import FlowRowState, project_speaker
 from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow.streaming import CACHE_TAIL_FRAMES
 from vllm_omni_token2wav.model_executor.models.speaker_embedding.backend import SpeakerEmbeddingBackend
-from vllm_omni_token2wav.model_executor.models.speaker_embedding.selection import select_speaker_embedding_backend
+from vllm_omni_token2wav.model_executor.models.token2wav_core.assets import (
+    STEP_AUDIO2_ASSETS,
+    AssetDir,
+    LazyDevice,
+    Token2WavAssets,
+)
 from vllm_omni_token2wav.model_executor.models.token2wav_core.causal_vocoder import VOCODER_CONFIG, WHOLE_UTTERANCE_HIFT
 from vllm_omni_token2wav.model_executor.models.token2wav_core.prompt_cache import CacheStats, ContentLruCache
 from vllm_omni_token2wav.model_executor.models.token2wav_core.prompt_features import (
-    EMBEDDING_DIM,
     PROMPT_MEL_RATE,
     SPEAKER_RATE,
     TOKEN_MEL_RATIO,
     PromptFeatures,
-    fit_mel_to_tokens,
-    waveform_digest,
+)
+from vllm_omni_token2wav.model_executor.models.token2wav_core.speaker_prompt import (
+    PromptWav,
+    SpeakerModelSource,
+    SpeakerPrompt,
+    prompt_source,
 )
 from vllm_omni_token2wav.model_executor.models.token2wav_core.stream import (
     CHUNK_TOKENS,
@@ -102,17 +112,15 @@ from vllm_omni_token2wav.model_executor.models.token2wav_core.synthesis import (
     stream_chunk,
     synthesize_utterance,
 )
-from vllm_omni_token2wav.platforms import DeviceSpec, normalize_device
+from vllm_omni_token2wav.platforms import DeviceSpec
 
 if TYPE_CHECKING:
-    from vllm_omni_token2wav.model_executor.models.audio import PromptAudio
     from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow import CausalMaskedDiffWithXvec
     from vllm_omni_token2wav.model_executor.models.cosyvoice2.hift import HiFTGenerator
     from vllm_omni_token2wav.model_executor.models.cosyvoice2.speech_tokenizer import SpeechTokenizerBackend
 
 logger = init_logger(__name__)
 
-PromptWav = str | Path | bytes | tuple[np.ndarray | torch.Tensor, int]
 DEFAULT_PROMPT_CACHE_SIZE = 16
 DEFAULT_STREAM_SETUP_CACHE_SIZE = 4
 #: Token ids the flow model accepts (25 Hz FSQ codes).
@@ -125,20 +133,6 @@ class DefaultStream:
 
     stream: Token2WavStream
     thread: threading.Thread
-
-
-@dataclass(frozen=True)
-class Token2WavAssets:
-    """File names inside a token2wav directory (`None`: the family does not ship that file)."""
-
-    speaker_model: str = "campplus.onnx"
-    speech_tokenizer: str = "speech_tokenizer_v2_25hz.onnx"
-    flow_config: str | None = "flow.yaml"
-    flow: str = "flow.pt"
-    hift: str = "hift.pt"
-
-
-STEP_AUDIO2_ASSETS = Token2WavAssets()
 
 
 class Token2WavCore:
@@ -172,8 +166,8 @@ class Token2WavCore:
             bounded, `hift_original.pt` for whole utterances). See `stream_vocoder.py`.
     """
 
-    #: Whether this family's synthesis models are in-tree (CosyVoice3's flow config is not).
-    supports_synthesis: ClassVar[bool] = True
+    #: Whether this family's prompts are tokenised in-tree (`speech_tokenizer`); CosyVoice3's are not.
+    has_speech_tokenizer: ClassVar[bool] = True
 
     assets: ClassVar[Token2WavAssets] = STEP_AUDIO2_ASSETS
     #: The flow's prompt mel recipe (fmax 8 kHz here; CosyVoice3 uses Nyquist, 12 kHz).
@@ -220,16 +214,27 @@ class Token2WavCore:
         from vllm_omni_token2wav.model_executor.models.speaker_embedding.campplus.segpool import check_seg_pool_mode
 
         self.spk_seg_pool_mode = check_seg_pool_mode(spk_seg_pool_mode)
-        self._device_spec = device
-        self._device: torch.device | None = None
-        # One re-entrant lock for the facade's lazy state: device resolution, backend install, loading.
+        owner = type(self).__name__
+        self.asset_dir = AssetDir(self.model_path, owner)
+        self._device = LazyDevice(device)
+        # The re-entrant lock for model loading (the components guard their own state).
         self._lock = threading.RLock()
-        self._spk: SpeakerEmbeddingBackend | None = None
-        # How `_spk` was made: "fallback" / "device" / "tensorrt" (rebuilt by reload_spk_embedding()),
-        # None for a backend the caller built and passed to install_spk_backend().
-        self._spk_request: str | None = None
         self._models_loaded = False
-        self._prompt_cache: ContentLruCache[PromptFeatures] = ContentLruCache(prompt_cache_size, PromptFeatures.clone)
+        # The flow state after a prompt is immutable (chunks return new states): shared, not copied.
+        self._setup_cache: ContentLruCache[FlowRowState] = ContentLruCache(stream_setup_cache_size, lambda c: c)
+        self.speaker_prompt = SpeakerPrompt(
+            owner,
+            SpeakerModelSource(
+                self.asset_dir,
+                self.assets.speaker_model,
+                self._device,
+                ort_intra_op_threads=ort_intra_op_threads,
+                seg_pool_mode=self.spk_seg_pool_mode,
+            ),
+            self.prompt_mel_config,
+            cache_size=prompt_cache_size,
+            derived_caches=(self._setup_cache,),
+        )
         self.speech_tokenizer_backend = speech_tokenizer_backend
         self.stream_lookahead = stream_lookahead
         self.conformer_trim = conformer_trim
@@ -242,8 +247,6 @@ class Token2WavCore:
         self._hift: HiFTGenerator | None = None
         self._stream_vocoder: StreamVocoder | None = None
         self._window: torch.Tensor | None = None
-        # The flow state after a prompt is immutable (chunks return new states): shared, not copied.
-        self._setup_cache: ContentLruCache[FlowRowState] = ContentLruCache(stream_setup_cache_size, lambda c: c)
         # The stream of the last `set_stream_cache` call, for callers of the upstream single-stream API,
         # with the thread it serves (replaced as a whole: readers see a consistent pair without a lock).
         self._default_stream: DefaultStream | None = None
@@ -253,40 +256,18 @@ class Token2WavCore:
     @property
     def device(self) -> torch.device:
         """The facade's device (explicit, else the platform's serving device), resolved once."""
-        device = self._device
-        if device is None:
-            with self._lock:
-                if self._device is None:
-                    self._device = normalize_device(self._device_spec)
-                device = self._device
-        return device
+        return self._device.get()
 
     def asset_path(self, name: str | None) -> Path:
         """`model_path / name`, raising FileNotFoundError that names the missing file or directory."""
-        if name is None:
-            raise ValueError(f"{type(self).__name__}: this token2wav layout has no such asset")
-        if not self.model_path.is_dir():
-            raise FileNotFoundError(
-                f"token2wav directory {self.model_path} does not exist (or is not a directory); "
-                f"expected it to hold {name}"
-            )
-        path = self.model_path / name
-        if path.is_dir():
-            raise IsADirectoryError(f"{path} is a directory; the token2wav directory must hold {name} as a file")
-        if not path.is_file():
-            present = sorted(p.name for p in self.model_path.iterdir())
-            raise FileNotFoundError(
-                f"{path} is missing: the token2wav directory {self.model_path} has {present or 'no files'}"
-            )
-        return path
+        return self.asset_dir.path(name)
 
-    # ---- speaker-embedding backend -----------------------------------------------------------
+    # ---- speaker-embedding backend (`speaker_prompt.SpeakerPrompt`) ------------------------------
 
     @property
     def spk_backend(self) -> str:
         """Name of the backend that computes embeddings (the ORT fallback until another is installed)."""
-        backend = self._spk
-        return backend.name if backend is not None else "onnxruntime-cpu"
+        return self.speaker_prompt.backend_name
 
     @property
     def spk_model(self) -> SpeakerEmbeddingBackend:
@@ -294,25 +275,11 @@ class Token2WavCore:
 
         Never loads the synthesis modules and never builds the ORT session (its first call does).
         """
-        backend = self._spk
-        if backend is None:
-            with self._lock:
-                if self._spk is None:
-                    self._spk, self._spk_request = self._build_backend("fallback"), "fallback"
-                backend = self._spk
-        return backend
+        return self.speaker_prompt.model
 
     def install_spk_backend(self, backend: SpeakerEmbeddingBackend) -> None:
         """Install any `SpeakerEmbeddingBackend`, replacing the current one (the prompt cache keys on its name)."""
-        self._install(backend, None)
-
-    def _install(self, backend: SpeakerEmbeddingBackend, request: str | None) -> None:
-        if not callable(backend) or not hasattr(backend, "name") or not hasattr(backend, "device"):
-            raise TypeError(f"{backend!r} is not a SpeakerEmbeddingBackend (needs __call__, name and device)")
-        with self._lock:
-            self._spk, self._spk_request = backend, request
-        # Once per process and (facade, backend): stages and benchmarks install backends many times.
-        logger.info_once("%s: speaker embedding via %s", type(self).__name__, backend.name)
+        self.speaker_prompt.install(backend)
 
     def reload_spk_embedding(self) -> str:
         """Read campplus.onnx again: rebuild the speaker backend the way it was made, empty the caches.
@@ -326,20 +293,7 @@ class Token2WavCore:
         Returns the name of the backend now installed. A device path that cannot be built from the
         new file raises and leaves everything as it was; the fallback checks the file at its first call.
         """
-        with self._lock:
-            backend, request = self._spk, self._spk_request
-        if backend is not None and request is None:
-            raise RuntimeError(
-                f"reload_spk_embedding(): the speaker backend {backend.name} was passed to install_spk_backend(); "
-                "build a new one from the changed file and install it"
-            )
-        fresh = self._build_backend(request or "fallback")
-        with self._lock:
-            self._spk, self._spk_request = fresh, request or "fallback"
-            self._prompt_cache.clear()
-            self._setup_cache.clear()
-        logger.info("%s: reloaded the speaker model %s (%s)", type(self).__name__, fresh.name, request or "fallback")
-        return fresh.name
+        return self.speaker_prompt.reload()
 
     def enable_device_spk_embedding(self) -> str:
         """Install the device speaker-embedding path for this facade's device; returns its name.
@@ -348,25 +302,11 @@ class Token2WavCore:
         recorded faster backend (`CPU_DEVICE_PATH_BACKEND`). See `select_speaker_embedding_backend`.
         Builds neither the synthesis modules nor the ORT session; raises if the path cannot be built.
         """
-        backend = self._build_backend("device")
-        self._install(backend, "device")
-        return backend.name
+        return self.speaker_prompt.enable_device()
 
     def enable_trt_spk_embedding(self) -> str:
         """Install the TensorRT backend (CUDA with `tensorrt` only; raises otherwise); returns its name."""
-        backend = self._build_backend("tensorrt")
-        self._install(backend, "tensorrt")
-        return backend.name
-
-    def _build_backend(self, request: str) -> SpeakerEmbeddingBackend:
-        onnx_path = self.asset_path(self.assets.speaker_model)
-        return select_speaker_embedding_backend(
-            onnx_path,
-            self.device,
-            request=request,  # type: ignore[arg-type]
-            ort_intra_op_threads=self.ort_intra_op_threads,
-            seg_pool_mode=self.spk_seg_pool_mode,
-        )
+        return self.speaker_prompt.enable_trt()
 
     def check_assets(self) -> list[Path]:
         """Paths of every asset this family needs, raising FileNotFoundError for the first missing one.
@@ -374,12 +314,11 @@ class Token2WavCore:
         Opens nothing: wrappers call it at construction so a broken directory fails the stage start
         while loading stays lazy.
         """
-        names: list[str | None] = [self.assets.speaker_model]
-        if self.supports_synthesis:
-            names += [self.assets.speech_tokenizer, self.assets.flow_config, self.assets.flow, self.assets.hift]
-            if self.vocoder_kind is VocoderKind.CAUSAL_HIFT:
-                # hift_original.pt is only needed for whole utterances: checked when one is requested.
-                names.append(VOCODER_CONFIG)
+        assets = self.assets
+        names = [assets.speaker_model, assets.speech_tokenizer, assets.flow_config, assets.flow, assets.hift]
+        if self.vocoder_kind is VocoderKind.CAUSAL_HIFT:
+            # hift_original.pt is only needed for whole utterances: checked when one is requested.
+            names.append(VOCODER_CONFIG)
         return [self._vocoder_asset(name) for name in names]
 
     def _vocoder_asset(self, name: str | None) -> Path:
@@ -412,10 +351,8 @@ class Token2WavCore:
             if self._models_loaded:
                 return
             self.check_assets()
-            if self._spk is None:
-                self._spk, self._spk_request = self._build_backend("fallback"), "fallback"
-            if self.supports_synthesis:
-                self._load_synthesis_models()
+            self.speaker_prompt.ensure_backend()
+            self._load_synthesis_models()
             self._models_loaded = True
 
     def _load_synthesis_models(self) -> None:
@@ -427,7 +364,7 @@ class Token2WavCore:
         if backend == "auto":
             backend = "onnx" if device.type == "cpu" else "torch"
         config_name = self.assets.flow_config
-        assert config_name is not None  # supports_synthesis families ship a flow config
+        assert config_name is not None  # the Step-Audio2 layout ships a flow config
         tokenizer = select_speech_tokenizer(
             self.asset_path(self.assets.speech_tokenizer),
             backend=backend,  # type: ignore[arg-type]
@@ -475,30 +412,22 @@ class Token2WavCore:
                 ) from exc
             raise
 
-    def _require_synthesis(self, what: str) -> None:
-        if not self.supports_synthesis:
-            raise NotImplementedError(
-                f"{type(self).__name__}.{what}: synthesis for this model family is not in-tree "
-                "(only the prompt path is); use StepAudio2Token2WavCore for Step-Audio2 / MiniCPM-o assets"
-            )
-        self.load_models()
-
     @property
     def speech_tokenizer(self) -> SpeechTokenizerBackend:
-        self._require_synthesis("speech_tokenizer")
+        self.load_models()
         assert self._tokenizer is not None
         return self._tokenizer
 
     @property
     def flow(self) -> CausalMaskedDiffWithXvec:
-        self._require_synthesis("flow")
+        self.load_models()
         assert self._flow is not None
         return self._flow
 
     @property
     def hift(self) -> HiFTGenerator:
         """The HiFT that vocodes whole utterances (`hift.pt`; with the causal vocoder, `hift_original.pt`)."""
-        self._require_synthesis("hift")
+        self.load_models()
         hift = self._hift
         if hift is None:
             with self._lock:
@@ -525,22 +454,9 @@ class Token2WavCore:
     @property
     def stream_vocoder(self) -> StreamVocoder:
         """What turns a stream's mel chunks into audio (see `stream_vocoder.py`)."""
-        self._require_synthesis("stream_vocoder")
+        self.load_models()
         assert self._stream_vocoder is not None
         return self._stream_vocoder
-
-    def _forward_spk_embedding(self, feat: torch.Tensor) -> torch.Tensor:
-        """Embedding `[1, 192]` float32 on the facade's device for fbank features `[T, 80]`."""
-        return self._embed(self.spk_model, feat)
-
-    def _embed(self, backend: SpeakerEmbeddingBackend, feat: torch.Tensor) -> torch.Tensor:
-        emb = backend(feat)
-        if tuple(emb.shape) != (1, EMBEDDING_DIM):
-            raise ValueError(
-                f"speaker backend {backend.name} returned an embedding of shape {list(emb.shape)}, "
-                f"expected [1, {EMBEDDING_DIM}]"
-            )
-        return emb.to(device=self.device, dtype=torch.float32)
 
     # ---- prompt path -------------------------------------------------------------------------
 
@@ -555,11 +471,7 @@ class Token2WavCore:
         `with_tokens=True` returns the flow model's prompt: the features plus the prompt's speech
         tokens, with the mel fitted to `2 x tokens` frames (loads the synthesis models on first use).
         """
-        backend = self.spk_model
-        tokenizer = self.speech_tokenizer if with_tokens else None
-        digest, load = _prompt_source(prompt_wav)
-        key = (digest, backend.name, tokenizer.name if tokenizer is not None else None)
-        return self._prompt_cache.get_or_compute(key, lambda: self._compute_prompt(load(), digest, backend, tokenizer))
+        return self.speaker_prompt.prepare(prompt_wav, self.speech_tokenizer if with_tokens else None)
 
     def speaker_embedding(self, prompt_wav: PromptWav) -> torch.Tensor:
         """`prepare_prompt(prompt_wav).speaker_embedding` (`[1, 192]` float32 on the facade's device)."""
@@ -567,55 +479,14 @@ class Token2WavCore:
 
     @property
     def prompt_cache_stats(self) -> CacheStats:
-        return self._prompt_cache.stats
+        return self.speaker_prompt.cache_stats
 
     def clear_prompt_cache(self) -> None:
-        self._prompt_cache.clear()
+        self.speaker_prompt.clear_cache()
 
     def clear_stream_setup_cache(self) -> None:
         """Forget the post-prompt flow caches (streams already set up keep theirs)."""
         self._setup_cache.clear()
-
-    def _compute_prompt(
-        self,
-        audio: PromptAudio,
-        digest: str,
-        backend: SpeakerEmbeddingBackend,
-        tokenizer: SpeechTokenizerBackend | None,
-    ) -> PromptFeatures:
-        from vllm_omni_token2wav.model_executor.models import audio as frontend
-        from vllm_omni_token2wav.model_executor.models.speaker_embedding.features import speaker_features
-
-        # The host work that needs the audio's values (decoding, resampling, the level and length checks)
-        # is done: from here on nothing reads a device value back until the features are used, so the
-        # launching thread never waits for the device. Host -> device copies are non-blocking (a
-        # pageable copy is staged at once; a blocking one would wait for the stream to drain).
-        device = self.device
-        wav_16k = torch.as_tensor(audio.wav_16k, dtype=torch.float32).to(device, non_blocking=True)
-        wav_24k = torch.as_tensor(audio.wav_24k, dtype=torch.float32).to(device, non_blocking=True)
-        feat = speaker_features(wav_16k)
-        if not isinstance(feat, torch.Tensor):  # only batched calls with lengths return a tuple
-            raise TypeError(f"speaker_features returned {type(feat).__name__} for a single waveform")
-        emb = self._embed(backend, feat)
-        mel = frontend.log_mel_spectrogram(wav_24k, self.prompt_mel_config).to(device=device, dtype=torch.float32)
-        tokens = token_len = None
-        if tokenizer is not None:
-            codes, count = tokenizer.tokenize(wav_16k)
-            if count < 1:
-                raise ValueError(f"prompt audio gives no speech tokens ({wav_16k.shape[0]} samples at 16 kHz)")
-            tokens = codes.reshape(1, -1)[:, :count].to(device=device, dtype=torch.int32, non_blocking=True)
-            token_len = _host_int(count, device)
-            mel = fit_mel_to_tokens(mel, count)
-        mel_len = _host_int(mel.shape[1], device)
-        return PromptFeatures(
-            speaker_embedding=emb,
-            prompt_mel=mel,
-            prompt_mel_len=mel_len,
-            digest=digest,
-            backend=backend.name,
-            prompt_tokens=tokens,
-            prompt_token_len=token_len,
-        )
 
     # ---- synthesis -----------------------------------------------------------------------------
 
@@ -632,7 +503,7 @@ class Token2WavCore:
         `tokens` are 25 Hz speech codes (list / 1-D array / tensor) in [0, 6561); `seed` overrides
         the facade's NSF-noise seed for this call.
         """
-        self._require_synthesis("__call__")
+        self.load_models()
         ids = self.speech_token_ids(tokens, "token2wav")
         features = self.prepare_prompt(prompt_wav, with_tokens=True)
         return synthesize_utterance(
@@ -647,7 +518,7 @@ class Token2WavCore:
         `state=` (the upstream single-stream API) in this thread only: concurrent requests pass
         their own state, and `stream()` without it in another thread raises `StreamInUseError`.
         """
-        self._require_synthesis("set_stream_cache")
+        self.load_models()
         features = self.prepare_prompt(prompt_wav, with_tokens=True)
         caches = open_stream(
             self.flow, self.stream_setup(features), features, self.seed if seed is None else seed, self.stream_vocoder
@@ -700,7 +571,7 @@ class Token2WavCore:
     @property
     def window(self) -> torch.Tensor:
         """The cross-fade window (float64 Hamming), built with the models (HiFT vocoder only)."""
-        self._require_synthesis("window")
+        self.load_models()
         if self._window is None:
             raise ValueError(f"{type(self).__name__}: the {self.vocoder_kind.value} vocoder has no cross-fade")
         return self._window
@@ -803,7 +674,7 @@ class Token2WavCore:
             isinstance(prompt_wav, str | Path) and isinstance(ref, str | Path) and Path(prompt_wav) == Path(ref)
         ):
             return
-        digest, _ = _prompt_source(prompt_wav)
+        digest, _ = prompt_source(prompt_wav)
         if digest != state.features.digest:
             raise ValueError(
                 "stream(): prompt_wav is not the prompt this stream was set up with; "
@@ -811,51 +682,7 @@ class Token2WavCore:
             )
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}({str(self.model_path)!r}, device={self._device_spec!r}, spk={self.spk_backend})"
-
-
-def _host_int(value: int, device: torch.device) -> torch.Tensor:
-    """`[value]` int32 on `device`, copied without waiting for the device's queue."""
-    return torch.tensor([value], dtype=torch.int32).to(device, non_blocking=True)
-
-
-def _prompt_source(prompt_wav: PromptWav) -> tuple[str, Callable[[], PromptAudio]]:
-    """(content digest, loader of the decoded 16 kHz / 24 kHz prompt) for any accepted prompt form.
-
-    A mono `(waveform, rate)` pair is hashed directly (same digest format as the front end's), so
-    a cache hit costs one hash and no decoding or resampling. Files, bytes and multi-channel arrays
-    are decoded to get the digest. On a miss the loader runs the front end on the ORIGINAL input, so
-    its errors name the file or array as the caller passed it.
-    """
-    from vllm_omni_token2wav.model_executor.models import audio as frontend
-
-    def load() -> PromptAudio:
-        with _prompt_limit_advice():
-            return frontend.load_prompt_audio(prompt_wav)
-
-    if isinstance(prompt_wav, tuple) and len(prompt_wav) == 2:
-        waveform, rate = prompt_wav
-        if isinstance(waveform, np.ndarray | torch.Tensor) and waveform.ndim == 1 and isinstance(rate, int):
-            return waveform_digest(waveform, rate), load
-    with _prompt_limit_advice():
-        decoded = frontend.decode_audio(prompt_wav, max_seconds=frontend.DEFAULT_MAX_PROMPT_SECONDS)
-    return decoded.digest(), load
-
-
-@contextlib.contextmanager
-def _prompt_limit_advice() -> Iterator[None]:
-    """Re-phrase the front end's too-long error with advice that works here: the facades take no
-    `max_seconds` / `truncate` (a prompt is the voice to clone; silently cutting it is the caller's call)."""
-    from vllm_omni_token2wav.model_executor.models.audio import AudioTooLongError
-
-    try:
-        yield
-    except AudioTooLongError as exc:
-        limit = f"{exc.max_seconds:g}"
-        raise ValueError(
-            f"{exc.origin}: prompt is {exc.seconds:.2f} s long, over the {limit} s prompt limit of the Token2Wav "
-            f"facades; pass a shorter prompt, e.g. its first {limit} s as (waveform[: int({limit} * rate)], rate)"
-        ) from None
+        return f"{type(self).__name__}({str(self.model_path)!r}, device={self._device.spec!r}, spk={self.spk_backend})"
 
 
 __all__ = [

@@ -68,10 +68,17 @@ logger = init_logger(__name__)
 
 
 class StageCore(Protocol):
-    """What the stage asks of a family's Token2Wav core (the facade over the asset folder)."""
+    """What the stage asks of a family's Token2Wav core (the facade over the asset folder).
+
+    `token2wav_core.core.Token2WavCore` (Step-Audio2, MiniCPM-o) and `cosyvoice3_token2wav.CosyVoice3Token2Wav`
+    both provide it; neither subclasses the other (they own the same components, `token2wav_core/`).
+    """
 
     @property
     def models_loaded(self) -> bool: ...
+
+    @property
+    def spk_backend(self) -> str: ...
 
     def check_assets(self) -> list[Path]: ...
 
@@ -276,6 +283,11 @@ class Token2WavStageModel(nn.Module):
         if isinstance(model_outputs, tuple) and len(model_outputs) == len(cls._fields):
             return cls(*model_outputs)  # our NamedTuple (or a plain tuple) of the four fields
         raise TypeError(f"{type(self).__name__} expected an OmniOutput, got {type(model_outputs).__name__}")
+
+    @property
+    def spk_backend(self) -> str:
+        """The name of the speaker-embedding backend the family's core runs (e.g. `torch-npu:0`)."""
+        return self.token2wav.spk_backend
 
     @property
     def live_streams(self) -> int:

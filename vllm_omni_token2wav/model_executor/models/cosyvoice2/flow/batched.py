@@ -59,7 +59,7 @@ def project_speaker(flow: CausalMaskedDiffWithXvec, embedding: torch.Tensor) -> 
     `Linear` over several speakers rounds differently (GEMM vs GEMV), so rows would not be bit-equal
     to their solo runs.
     """
-    return flow._speaker(embedding, "stream setup")
+    return flow.project_speaker(embedding, "stream setup")
 
 
 @dataclass(frozen=True)

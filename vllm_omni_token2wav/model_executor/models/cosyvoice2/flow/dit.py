@@ -97,32 +97,34 @@ class DiTAttention(nn.Module):
         b, t, _ = x.shape
         return x.reshape(b, t, self.num_heads, self.head_dim).transpose(1, 2)
 
-    def _qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def project_qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """`(B, T, C)` -> per-head q, k (normed) and v `(B, H, T, head_dim)`: the attention's input half."""
         q = self.q_norm(self._heads(self.to_q(x)))
         k = self.k_norm(self._heads(self.to_k(x)))
         return q, k, self._heads(self.to_v(x))
 
-    def _out(self, x: torch.Tensor) -> torch.Tensor:
+    def project_out(self, x: torch.Tensor) -> torch.Tensor:
+        """Per-head attention output `(B, H, T, head_dim)` -> `(B, T, C)`: heads merged and projected."""
         b, _, t, _ = x.shape
         return self.proj(x.transpose(1, 2).reshape(b, t, -1))
 
     def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
         """x `(B, T, C)`, attn_mask `(B, 1, T)` bool (True = attend) or None."""
-        q, k, v = self._qkv(x)
+        q, k, v = self.project_qkv(x)
         mask = None if attn_mask is None else attn_mask.to(torch.bool).unsqueeze(1)
-        return self._out(F.scaled_dot_product_attention(q, k, v, attn_mask=mask))
+        return self.project_out(F.scaled_dot_product_attention(q, k, v, attn_mask=mask))
 
     def forward_chunk(
         self, x: torch.Tensor, att_cache: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """x `(B, t, C)`, att_cache `(B, H, tc, 2 * head_dim)` -> (out, new cache `(B, H, t + tc, 2 * head_dim)`)."""
-        q, k, v = self._qkv(x)
+        q, k, v = self.project_qkv(x)
         if att_cache is not None:
             k_cache, v_cache = att_cache.chunk(2, dim=3)
             k = torch.cat([k, k_cache], dim=2)
             v = torch.cat([v, v_cache], dim=2)
         new_cache = torch.cat([k, v], dim=3)
-        return self._out(F.scaled_dot_product_attention(q, k, v)), new_cache
+        return self.project_out(F.scaled_dot_product_attention(q, k, v)), new_cache
 
 
 class Transpose(nn.Module):

@@ -54,7 +54,7 @@ def pre_attention(block: DiTBlock, h: torch.Tensor, c: torch.Tensor) -> tuple[to
     """(m, q, kv) of one block: its nine modulations, the queries and `cat([k, v], 3)` of all frames."""
     m = block.adaLN_modulation(c)
     s_msa, sc_msa = m.chunk(9, -1)[:2]
-    q, k, v = block.attn._qkv(modulate(block.norm1(h), s_msa, sc_msa))
+    q, k, v = block.attn.project_qkv(modulate(block.norm1(h), s_msa, sc_msa))
     return m, q, torch.cat([k, v], dim=3)
 
 
@@ -86,7 +86,7 @@ def post_attention(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(h, next conv contexts) after one block, given its attention output `o` `[2, heads, N, head_dim]`."""
     _, _, g_msa, s_mlp, sc_mlp, g_mlp, s_conv, sc_conv, g_conv = m.chunk(9, -1)
-    h = h + g_msa * block.attn._out(o)
+    h = h + g_msa * block.attn.project_out(o)
     y, new_ctx = conv_branch(block, modulate(block.norm3(h), s_conv, sc_conv), ctx, indices)
     h = h + g_conv * y
     return h + g_mlp * block.mlp(modulate(block.norm2(h), s_mlp, sc_mlp)), new_ctx

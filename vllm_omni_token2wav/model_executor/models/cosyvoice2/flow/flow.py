@@ -87,7 +87,9 @@ class CausalMaskedDiffWithXvec(nn.Module):
     def device(self) -> torch.device:
         return self.spk_embed_affine_layer.weight.device
 
-    def _speaker(self, spk: torch.Tensor, where: str) -> torch.Tensor:
+    def project_speaker(self, spk: torch.Tensor, where: str) -> torch.Tensor:
+        """The estimator's speaker input `[B, 80]` for CAM++ embeddings `[B, 192]` (L2-normalised, affine);
+        `where` names the caller in shape errors."""
         spk = speaker_embedding(spk, where, dims=self.spk_embed_dim, device=self.device, dtype=self.dtype)
         return self.spk_embed_affine_layer(F.normalize(spk, dim=1))
 
@@ -134,7 +136,7 @@ class CausalMaskedDiffWithXvec(nn.Module):
                 f"flow.inference: prompt_mel has {prompt_feat.size(1)} frames but {prompt_token.size(1)} prompt tokens "
                 f"need {self.up_rate * prompt_token.size(1)} (x{self.up_rate}); replicate-pad or trim the prompt mel"
             )
-        spk = self._speaker(embedding, where)
+        spk = self.project_speaker(embedding, where)
 
         tokens = torch.cat([prompt_token, token], dim=1)
         lens = torch.tensor([tokens.size(1)]).to(self.device, non_blocking=True)
@@ -183,7 +185,7 @@ class CausalMaskedDiffWithXvec(nn.Module):
             )
         if mel.size(1) < 2:
             raise ValueError("flow.setup_cache: the prompt must hold at least one token (2 mel frames)")
-        spk_p = self._speaker(spk, where)
+        spk_p = self.project_speaker(spk, where)
         h, cnn, att = self.encoder.forward_chunk(self.input_embedding(token), False, None, None)
         h = self.encoder_proj(h)
         _, est_cnn, est_att = self.decoder.forward_chunk(
@@ -235,7 +237,7 @@ class CausalMaskedDiffWithXvec(nn.Module):
                 f"flow.inference_chunk: {token.size(1)} tokens; a non-final chunk needs at least 2 tokens plus "
                 f"{self.pre_lookahead_len} lookahead tokens, a final chunk at least 1 token"
             )
-        spk_p = self._speaker(spk, where)
+        spk_p = self.project_speaker(spk, where)
         h, cnn, att = self.encoder.forward_chunk(
             self.input_embedding(token), last_chunk, cache.conformer_cnn_cache, cache.conformer_att_cache
         )
