@@ -196,7 +196,8 @@ def footer_lines(report: BenchReport) -> list[str]:
         hit = fmt(b.torch_cache_hit_us, ".1f")
         lines.append(
             f"get_campplus_torch: cold build {b.torch_cold_build_ms:.1f} ms, cache hit {hit} us "
-            "(a hit stats and hashes the file: vllm_omni_token2wav/file_identity.py)"
+            "(a hit stats the file; it is hashed again only when its stat identity, ctime included, changed: "
+            "vllm_omni_token2wav/file_identity.py)"
         )
     if b.ort_session_build_ms is not None:
         lines.append(f"onnxruntime session build: {b.ort_session_build_ms:.1f} ms")
