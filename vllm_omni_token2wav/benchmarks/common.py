@@ -123,6 +123,14 @@ def run_environment(device: torch.device, threads: int) -> dict[str, Any]:
     }
 
 
+def campplus_label(model_dir: Path) -> str:
+    """What the folder's campplus.onnx is (`known_files`): official, stand-in, unknown file, or missing."""
+    from vllm_omni_token2wav.known_files import identify_file
+
+    onnx = model_dir / "campplus.onnx"
+    return identify_file(onnx).label if onnx.is_file() else "missing"
+
+
 def token2wav_model_dir(
     model_dir: Path | None, *, reduced: bool, seed: int, stage: Callable[[str], None], error: type[Exception]
 ) -> tuple[Path, dict[str, Any]]:
@@ -131,7 +139,7 @@ def token2wav_model_dir(
         path = Path(model_dir).expanduser()
         if not path.is_dir():
             raise error(f"--model-dir {path}: not a directory")
-        return path, {"kind": "model-dir", "path": str(path)}
+        return path, {"kind": "model-dir", "path": str(path), "campplus": campplus_label(path)}
     from vllm_omni_token2wav.model_executor.models.step_audio2.standin import ensure_standin_token2wav_dir
 
     size = "reduced" if reduced else "full"

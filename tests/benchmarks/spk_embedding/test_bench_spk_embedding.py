@@ -308,10 +308,15 @@ def test_real_file_is_recognised_by_sha256(monkeypatch: pytest.MonkeyPatch, tmp_
     path = tmp_path / "campplus.onnx"
     path.write_bytes(b"pretend asset")
     digest = hashlib.sha256(b"pretend asset").hexdigest()
-    assert spk_embedding.describe_weights(path, standin=False).kind == "other"
-    monkeypatch.setattr(spk_embedding, "KNOWN_SHIPPED_SHA256", digest)
+    other = spk_embedding.describe_weights(path, standin=False)
+    assert (other.kind, other.label) == ("unknown", "unknown file")
+    from vllm_omni_token2wav import known_files
+
+    row = known_files.KnownFile("official CosyVoice campplus.onnx", "campplus.onnx", len(b"pretend asset"), digest, "t")
+    monkeypatch.setattr(known_files, "KNOWN_FILES", (row,))
     info = spk_embedding.describe_weights(path, standin=False)
-    assert info.kind == "shipped" and info.matches_known_shipped and info.sha256 == digest
+    assert info.kind == "official" and info.matches_known_shipped and info.sha256 == digest
+    assert info.label == "official CosyVoice campplus.onnx"
 
 
 def test_bench_help_lists_spk_embedding() -> None:

@@ -142,7 +142,9 @@ def run_assets(ctx: SectionContext) -> None:
         path = ctx.config.onnx
         if not path.is_file():
             raise FileNotFoundError(f"--onnx {path}: no such file")
-        kind = "given"
+        from vllm_omni_token2wav.known_files import identify_file
+
+        kind = f"given: {identify_file(path).label}"
     else:
         from vllm_omni_token2wav.model_executor.models.speaker_embedding.campplus.standin import (
             ensure_standin_campplus_onnx,

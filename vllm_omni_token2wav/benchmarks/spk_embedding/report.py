@@ -50,13 +50,12 @@ def header_lines(report: BenchReport) -> list[str]:
     w = report.weights
     if w is not None:
         if w.kind == "stand-in":
-            lines.append(f"weights : STAND-IN campplus.onnx (sha256 {w.sha256[:16]}...): {w.path}")
+            lines.append(f"weights : STAND-IN campplus.onnx (stand-in, sha256 {w.sha256[:16]}...): {w.path}")
             lines.append("          random weights: embeddings are NOT a real speaker space; latency of the")
             lines.append("          full-size stand-in is representative of the shipped file (same graph)")
         else:
-            verdict = "the known shipped file" if w.matches_known_shipped else "NOT the known shipped file"
-            lines.append(f"weights : {w.path}")
-            lines.append(f"          sha256 {w.sha256} ({verdict})")
+            lines.append(f"weights : {w.label or w.kind}: {w.path}")
+            lines.append(f"          sha256 {w.sha256}")
     env = report.environment
     cfg = report.config
     if env is not None:

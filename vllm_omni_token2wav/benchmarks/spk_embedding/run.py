@@ -49,12 +49,14 @@ import torch
 
 from vllm_omni_token2wav.benchmarks.common import cpu_model, load_average, resolve_device, usable_cores
 from vllm_omni_token2wav.file_identity import file_sha256
+from vllm_omni_token2wav.known_files import official_file
 from vllm_omni_token2wav.logger import init_logger
 
 logger = init_logger(__name__)
 
 SCHEMA: Final = "vllm-omni/bench-spk-embedding/2"
-KNOWN_SHIPPED_SHA256: Final = "a6ac6a63997761ae2997373e2ee1c47040854b4b759ea41ec48e4e42df0f4d73"
+#: The official campplus.onnx digest, from the one table of known files.
+KNOWN_SHIPPED_SHA256: Final = official_file("campplus.onnx").sha256
 BACKENDS: Final = ("ort", "torch", "trt")
 DEFAULT_LENGTHS: Final = (97, 200, 501, 1000, 3000)
 FAST_LENGTHS: Final = (97, 200)
@@ -203,11 +205,12 @@ class WeightsInfo:
     path: str
     size_bytes: int
     sha256: str
-    kind: str  # "stand-in" | "shipped" | "other"
+    kind: str  # "official" | "stand-in" | "unknown" (`known_files.FileKind`)
     matches_known_shipped: bool
     known_shipped_sha256: str = KNOWN_SHIPPED_SHA256
     standin_generated_s: float | None = None  # set when this run generated the stand-in (first use)
     note: str = ""
+    label: str = ""  # what reports print: "official CosyVoice campplus.onnx" | "stand-in" | "unknown file"
 
 
 @dataclass
@@ -401,22 +404,28 @@ def speed_verdicts(report: BenchReport) -> list[SpeedVerdict]:
 
 
 def describe_weights(path: Path, *, standin: bool, generated_s: float | None = None) -> WeightsInfo:
-    """sha256 and kind of `path`; `standin` marks the project's generated stand-ins."""
-    sha = file_sha256(path)
-    shipped = sha == KNOWN_SHIPPED_SHA256
-    if standin and not shipped:
-        kind = "stand-in"
+    """sha256 and label of `path` (`known_files.identify_file`); `standin` marks a file in the stand-in cache."""
+    from vllm_omni_token2wav.known_files import STANDIN_LABEL, identify_file
+
+    origin = identify_file(path)
+    sha = origin.sha256 or file_sha256(path)
+    shipped = origin.kind == "official"
+    if origin.kind == "stand-in" or (standin and not shipped):
+        kind, label = "stand-in", STANDIN_LABEL
         note = (
             "STAND-IN weights: a deterministic CAM++ export with random weights. Latency is representative "
             "of the real file (for the full-size stand-in); the embeddings are not a real speaker space."
         )
     elif shipped:
-        kind, note = "shipped", "the campplus.onnx shipped with CosyVoice / Step-Audio2 / MiniCPM-o assets"
+        kind, label = "official", origin.label
+        note = f"{origin.label}: the file shipped with CosyVoice / Step-Audio2 / MiniCPM-o assets"
     else:
-        kind = "other"
-        note = f"not the known shipped campplus.onnx (sha256 differs from {KNOWN_SHIPPED_SHA256[:12]}...)"
+        kind, label = "unknown", origin.label
+        note = f"unknown file: not the official campplus.onnx (sha256 differs from {KNOWN_SHIPPED_SHA256[:12]}...)"
     size = path.stat().st_size
-    return WeightsInfo(str(path.resolve()), size, sha, kind, shipped, KNOWN_SHIPPED_SHA256, generated_s, note)
+    return WeightsInfo(
+        str(path.resolve()), size, sha, kind, shipped, KNOWN_SHIPPED_SHA256, generated_s, note, label=label
+    )
 
 
 def is_generated_standin(path: Path) -> bool:

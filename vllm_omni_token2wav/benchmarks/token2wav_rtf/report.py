@@ -28,7 +28,8 @@ def header_lines(report: BenchReport) -> list[str]:
         load_text = " -> ".join(f"{v[0]:.2f}" for v in load if v) or "n/a"
         lines.append(f"cpu_count {env['cpu_count']}, loadavg (1 min) {load_text}, {env['timestamp_utc']}")
     if weights:
-        lines.append(f"weights: {weights['kind']} {weights['path']}")
+        campplus = f" (campplus.onnx: {weights['campplus']})" if weights.get("campplus") else ""
+        lines.append(f"weights: {weights['kind']} {weights['path']}{campplus}")
         if "stand-in" in weights["kind"]:
             lines.append(
                 "  STAND-IN: seeded random weights of the shipped geometry; costs are real, the audio is noise"

@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from vllm_omni_token2wav.known_files import identify_file
 from vllm_omni_token2wav.logger import init_logger
 
 logger = init_logger(__name__)
@@ -107,8 +108,9 @@ class OrtSpeakerEmbedding:
         # Names come from the session: the shipped file says "input"/"output", re-exports may not.
         self._input_name, self._output_name = inputs[0].name, outputs[0].name
         logger.info(
-            "built onnxruntime CPU session for %s (%d intra-op threads) in %.1f ms",
+            "built onnxruntime CPU session for %s, %s (%d intra-op threads) in %.1f ms",
             self.onnx_path,
+            identify_file(self.onnx_path).describe(),
             self.intra_op_num_threads,
             (time.perf_counter() - start) * 1e3,
         )

@@ -32,6 +32,7 @@ import numpy as np
 import torch
 
 from vllm_omni_token2wav.file_identity import FileIdentity
+from vllm_omni_token2wav.known_files import identify_file
 from vllm_omni_token2wav.logger import init_logger
 from vllm_omni_token2wav.model_executor.buckets import batch_buckets, campplus_frame_buckets
 from vllm_omni_token2wav.model_executor.models.speaker_embedding.campplus.batching import Launch, plan_launches
@@ -312,9 +313,10 @@ def get_campplus_torch(
             _cache[key] = backend
             _build_locks.pop(key, None)
         logger.info(
-            "built CAM++ %s from %s (%s seg-pool) in %.0f ms",
+            "built CAM++ %s from %s, %s (%s seg-pool) in %.0f ms",
             backend.name,
             key.path,
+            identify_file(key.path).describe(),
             key.seg_pool_mode,
             (time.perf_counter() - start) * 1e3,
         )

@@ -53,6 +53,8 @@ logger = init_logger(__name__)
 #: Bump when the recipe (component versions or file set) changes so cached directories are rebuilt.
 STANDIN_DIR_VERSION = 2
 _MANIFEST = ".manifest.json"
+#: The manifest whose assets are in the stand-in registry (`known_files.record_standin`).
+_REGISTERED = ".registered.json"
 #: Default-voice file names the stage looks for (MiniCPM-o, Step-Audio2): both ship the ARCTIC clip.
 DEFAULT_VOICE_FILES = ("HT_ref_audio.wav", "default_female.wav")
 #: Directory layouts: Step-Audio2's five files (also MiniCPM-o as vLLM-Omni serves it), or MiniCPM-o's
@@ -228,6 +230,7 @@ def ensure_assembled(
     manifest = json.dumps({**sourced, **recipe, "generated": digests}, sort_keys=True)
     marker = directory / _MANIFEST
     if marker.is_file() and marker.read_text() == manifest:
+        _register_assets(directory, manifest)
         return directory
     directory.mkdir(parents=True, exist_ok=True)
     with FileLock(str(directory / ".write.lock")):
@@ -235,7 +238,21 @@ def ensure_assembled(
             fill_standin_dir(directory, sources, files)
             write_bytes_atomic(marker, manifest.encode())
             logger.info("assembled stand-in token2wav directory %s", directory)
+        _register_assets(directory, manifest)
     return directory
+
+
+def _register_assets(directory: Path, manifest: str) -> None:
+    """Record every asset of `directory` in the stand-in registry (`known_files`), once per manifest."""
+    marker = directory / _REGISTERED
+    if marker.is_file() and marker.read_text() == manifest:
+        return
+    from vllm_omni_token2wav.known_files import record_standin
+
+    for path in sorted(directory.iterdir()):
+        if path.is_file() and not path.name.startswith("."):
+            record_standin(path, recipe=f"stand-in {directory.name}/{path.name}")
+    write_bytes_atomic(marker, manifest.encode())
 
 
 def standin_main(

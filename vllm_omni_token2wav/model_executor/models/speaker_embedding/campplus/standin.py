@@ -204,6 +204,7 @@ def ensure_standin_campplus_onnx(
     """Return the cached stand-in for these options, exporting it first if needed (safe to call concurrently)."""
     path = standin_path(seed=seed, reduced=reduced, opset=opset, exporter=exporter, zero_biases=zero_biases)
     if path.is_file():
+        _register(path)
         return path
     with _path_lock(path):
         from filelock import FileLock  # a torch dependency: always installed alongside torch
@@ -220,7 +221,19 @@ def ensure_standin_campplus_onnx(
                     # the dynamo exporter may write external data next to the file for large models
                     tmp.with_name(tmp.name + ".data").unlink(missing_ok=True)
             logger.info("exported stand-in %s", path)
+    _register(path)
     return path
+
+
+def _register(path: Path) -> None:
+    """Record `path` in the stand-in registry (`known_files`) once; the sidecar marks it done."""
+    marker = path.with_name(path.name + ".registered")
+    if marker.is_file():
+        return
+    from vllm_omni_token2wav.known_files import record_standin
+
+    record_standin(path, recipe=f"campplus stand-in {path.name}")
+    marker.touch()
 
 
 def main(argv: list[str] | None = None) -> int:
