@@ -172,3 +172,16 @@ def test_minicpmo_code2wav_loads_the_standin_and_decodes_a_batch(cosyvoice2_alia
         assert audio.ndim == 1 and audio.numel() > 0
         assert torch.isfinite(audio).all()
     assert first[0].numel() == first[1].numel() and not torch.equal(first[0], torch.zeros_like(first[0]))
+
+
+def test_our_core_loads_the_upstream_compatible_variant(upstream_dir: Path) -> None:
+    """Our loaders read every variant: the real-size tokenizer and HiFT beside the reduced flow."""
+    from vllm_omni_token2wav.model_executor.models.step_audio2.step_audio2_token2wav import (
+        StepAudio2Token2WavCore as OurCore,
+    )
+
+    core = OurCore(upstream_dir, device="cpu", n_timesteps=2)
+    tokens = [(37 * i + 11) % 6561 for i in range(40)]
+    wav = core(tokens, str(upstream_dir / "default_female.wav"), seed=0)
+    assert wav.shape[-1] == len(tokens) * SAMPLES_PER_TOKEN
+    assert torch.isfinite(wav).all()

@@ -23,9 +23,8 @@ loaders hard-code at real size, so vLLM-Omni 0.30's `StepAudio2Token2WavCore` (a
 built on it) loads the folder unchanged: the speech tokenizer (`s3tokenizer.load_model` builds the
 shipped 1280-wide, 6-block encoder whatever the file holds) and `hift.pt` (its `_build_hift()` is the
 shipped 24 kHz HiFT). The flow keeps its reduced size (upstream builds it from `flow.yaml`), CAM++ is
-full size anyway. Measured (2-core CPU, `tools/`-free: see the test module
-`tests/model_executor/models/step_audio2/test_upstream_loaders.py`): the folder is ~610 MB instead of
-~35 MB, mostly the 496 MB tokenizer.
+full size anyway. The folder is then 612 MB instead of 36 MB, mostly the 496 MB tokenizer (measured;
+tests/model_executor/models/step_audio2/test_upstream_loaders.py loads it through upstream's loaders).
 
 `layout="minicpmo-utils-1.0.7"` lays out MiniCPM-o's causal-vocoder variant instead (see
 `minicpmo_4_5/variants.py`): `hift.pt` is then the causal HiFT (`cosyvoice3.hift` stand-in, same
