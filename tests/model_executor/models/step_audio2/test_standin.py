@@ -83,7 +83,7 @@ def test_a_regenerated_component_refreshes_the_cached_directory(
     for name in FILES:
         sources[name] = tmp_path / f"v1-{name}"
         sources[name].write_bytes(b"v1 " + name.encode())
-    monkeypatch.setattr(standin, "_component_files", lambda *, reduced, seed, layout: dict(sources))
+    monkeypatch.setattr(standin, "_component_files", lambda **_: dict(sources))
     directory = standin.ensure_standin_token2wav_dir(reduced=True, seed=3)
     assert (directory / "hift.pt").read_bytes() == b"v1 hift.pt"
     sources["hift.pt"] = tmp_path / "v2-hift.pt"
@@ -100,7 +100,7 @@ def test_voices_written_with_another_resampler_are_rebuilt(tmp_path: Path, monke
     for name in FILES - VOICES:
         sources[name] = tmp_path / name
         sources[name].write_bytes(name.encode())
-    monkeypatch.setattr(standin, "_component_files", lambda *, reduced, seed, layout: dict(sources))
+    monkeypatch.setattr(standin, "_component_files", lambda **_: dict(sources))
     monkeypatch.setattr(standin, "_voice_files", lambda: dict.fromkeys(VOICES, b"resampled by scipy"))
     directory = standin.ensure_standin_token2wav_dir(reduced=True, seed=5)
     assert {(directory / name).read_bytes() for name in VOICES} == {b"resampled by scipy"}

@@ -111,14 +111,16 @@ def _tokenizer_files() -> dict[str, bytes]:
     }
 
 
-def _asset_dir(family: str, reduced: bool, seed: int) -> Path:
+def _asset_dir(family: str, reduced: bool, seed: int, upstream_compatible: bool) -> Path:
     if family == "cosyvoice3":
+        if upstream_compatible:
+            raise ValueError("upstream_compatible applies to the token2wav families (minicpmo_4_5, step_audio2)")
         from vllm_omni_token2wav.model_executor.models.cosyvoice3.standin import ensure_standin_cosyvoice3_dir
 
         return ensure_standin_cosyvoice3_dir(reduced=reduced, seed=seed)
     from vllm_omni_token2wav.model_executor.models.step_audio2.standin import ensure_standin_token2wav_dir
 
-    return ensure_standin_token2wav_dir(reduced=reduced, seed=seed)
+    return ensure_standin_token2wav_dir(reduced=reduced, seed=seed, upstream_compatible=upstream_compatible)
 
 
 def _asset_files(directory: Path) -> dict[str, Path]:
@@ -127,15 +129,25 @@ def _asset_files(directory: Path) -> dict[str, Path]:
     return {p.name: p for p in sorted(directory.iterdir()) if p.is_file() and not p.name.startswith(".")}
 
 
-def ensure_engine_model_dir(family: str, *, reduced: bool = True, seed: int = 0) -> Path:
-    """The cached engine model folder of `family` (see the module table), assembled when missing or stale."""
+def ensure_engine_model_dir(
+    family: str, *, reduced: bool = True, seed: int = 0, upstream_compatible: bool = False
+) -> Path:
+    """The cached engine model folder of `family` (see the module table), assembled when missing or stale.
+
+    `upstream_compatible` (token2wav families, reduced): the token2wav folder of
+    `ensure_standin_token2wav_dir(..., upstream_compatible=True)`, which vLLM-Omni's own stage classes load.
+    """
     from vllm_omni_token2wav import envs
 
     _check(family)
     size = "reduced" if reduced else "full"
+    if reduced and upstream_compatible:
+        size = "reduced-upstream"
     root = envs.cache_dir("standins", f"engine-{family}-v{_VERSION}-{size}-seed{seed}")
     recipe = {"family": family, "version": _VERSION, "reduced": reduced, "seed": seed}
-    assets = _asset_files(_asset_dir(family, reduced, seed))
+    if upstream_compatible:
+        recipe["upstream_compatible"] = True
+    assets = _asset_files(_asset_dir(family, reduced, seed, upstream_compatible))
     subdir = _ASSET_SUBDIR[family]
     root_files: dict[str, bytes] = {}
     if family == "cosyvoice3":
@@ -177,8 +189,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("family", choices=ENGINE_FAMILIES)
     parser.add_argument("--full", action="store_true", help="full-size stand-in weights (default: reduced)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--upstream-compatible",
+        action="store_true",
+        help="token2wav families: the speech tokenizer and HiFT at the size vLLM-Omni's own classes hard-code",
+    )
     args = parser.parse_args(argv)
-    print(ensure_engine_model_dir(args.family, reduced=not args.full, seed=args.seed))
+    folder = ensure_engine_model_dir(
+        args.family, reduced=not args.full, seed=args.seed, upstream_compatible=args.upstream_compatible
+    )
+    print(folder)
     return 0
 
 

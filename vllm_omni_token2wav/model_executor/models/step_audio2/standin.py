@@ -18,6 +18,14 @@ Full size is the shipped geometry (~1.2 GB, what benchmarks use); reduced size k
 interface (80 mel bins, 192-d embedding, 6561 codes, 480 samples per frame) and runs the
 end-to-end tests in seconds. Weights are random: the audio is noise-like, never speech.
 
+`upstream_compatible=True` (reduced only; full size already is) keeps the parts whose size upstream's
+loaders hard-code at real size, so vLLM-Omni 0.30's `StepAudio2Token2WavCore` (and MiniCPM-o's code2wav
+built on it) loads the folder unchanged: the speech tokenizer (`s3tokenizer.load_model` builds the
+shipped 1280-wide, 6-block encoder whatever the file holds) and `hift.pt` (its `_build_hift()` is the
+shipped 24 kHz HiFT). The flow keeps its reduced size (upstream builds it from `flow.yaml`), CAM++ is
+full size anyway. The folder is then 612 MB instead of 36 MB, mostly the 496 MB tokenizer (measured;
+tests/model_executor/models/step_audio2/test_upstream_loaders.py loads it through upstream's loaders).
+
 `layout="minicpmo-utils-1.0.7"` lays out MiniCPM-o's causal-vocoder variant instead (see
 `minicpmo_4_5/variants.py`): `hift.pt` is then the causal HiFT (`cosyvoice3.hift` stand-in, same
 size option), `hift_original.pt` the HiFT above and `config.yaml` the hyperpyyaml that builds the
@@ -27,8 +35,8 @@ causal one after CosyVoice's seed lines, with the Step-Audio2 mel settings minic
 `ensure_standin_token2wav_dir(reduced=..., seed=..., layout=...)` keeps one cached directory per
 option set (files hard-linked from the component caches where the filesystem allows, else
 copied); `write_standin_token2wav_dir(directory, ...)` fills a directory of the caller's choice.
-CLI: `python -m vllm_omni_token2wav.model_executor.models.step_audio2.standin [--reduced] [--seed N]
-[--layout step-audio2|minicpmo-utils-1.0.7] [--out DIR]`.
+CLI: `python -m vllm_omni_token2wav.model_executor.models.step_audio2.standin [--reduced [--upstream-compatible]]
+[--seed N] [--layout step-audio2|minicpmo-utils-1.0.7] [--out DIR]`.
 """
 
 from __future__ import annotations
@@ -42,6 +50,7 @@ import shutil
 import wave
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -103,8 +112,13 @@ def _check_layout(layout: str) -> None:
         raise ValueError(f"unknown token2wav stand-in layout {layout!r}; choose one of {LAYOUTS}")
 
 
-def _component_files(*, reduced: bool, seed: int, layout: str = STEP_AUDIO2_LAYOUT) -> dict[str, Path]:
-    """Token2wav file name -> cached component stand-in (generated on first use)."""
+def _component_files(
+    *, reduced: bool, seed: int, layout: str = STEP_AUDIO2_LAYOUT, upstream_compatible: bool = False
+) -> dict[str, Path]:
+    """Token2wav file name -> cached component stand-in (generated on first use).
+
+    `upstream_compatible`: the speech tokenizer and HiFT at real size even when `reduced` (module docstring).
+    """
     from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow import ensure_standin_flow
     from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow.loader import FLOW_PT, FLOW_YAML
     from vllm_omni_token2wav.model_executor.models.cosyvoice2.hift import cached_standin_hift
@@ -114,14 +128,16 @@ def _component_files(*, reduced: bool, seed: int, layout: str = STEP_AUDIO2_LAYO
     )
 
     _check_layout(layout)
+    # Sizes upstream's loaders hard-code (s3tokenizer's encoder, vLLM-Omni's `_build_hift()`).
+    fixed_size_reduced = reduced and not upstream_compatible
     flow_dir = ensure_standin_flow(reduced=reduced, seed=seed)
     files = {
         # CAM++ stays full size: the reduced stand-in has a 64-d embedding, the flow model needs 192.
         "campplus.onnx": ensure_standin_campplus_onnx(seed=seed),
-        "speech_tokenizer_v2_25hz.onnx": cached_standin_speech_tokenizer(reduced=reduced, seed=seed),
+        "speech_tokenizer_v2_25hz.onnx": cached_standin_speech_tokenizer(reduced=fixed_size_reduced, seed=seed),
         "flow.yaml": flow_dir / FLOW_YAML,
         "flow.pt": flow_dir / FLOW_PT,
-        "hift.pt": cached_standin_hift(reduced=reduced, seed=seed),
+        "hift.pt": cached_standin_hift(reduced=fixed_size_reduced, seed=seed),
     }
     if layout == MINICPMO_1_0_7_LAYOUT:
         from vllm_omni_token2wav.model_executor.models.cosyvoice3.hift import cached_standin_causal_hift
@@ -165,13 +181,19 @@ def _place(source: Path, target: Path) -> None:
 
 
 def write_standin_token2wav_dir(
-    directory: str | os.PathLike[str], *, reduced: bool, seed: int = 0, layout: str = STEP_AUDIO2_LAYOUT
+    directory: str | os.PathLike[str],
+    *,
+    reduced: bool,
+    seed: int = 0,
+    layout: str = STEP_AUDIO2_LAYOUT,
+    upstream_compatible: bool = False,
 ) -> Path:
     """Fill `directory` with a complete stand-in token2wav set (existing files of those names are replaced)."""
     directory = Path(directory)
     files = {**_generated_files(reduced=reduced, layout=layout), **_voice_files()}
-    fill_standin_dir(directory, _component_files(reduced=reduced, seed=seed, layout=layout), files)
-    size = "reduced" if reduced else "full"
+    sources = _component_files(reduced=reduced, seed=seed, layout=layout, upstream_compatible=upstream_compatible)
+    fill_standin_dir(directory, sources, files)
+    size = _size_name(reduced, upstream_compatible)
     logger.info("wrote %s stand-in token2wav directory (%s, seed %d) to %s", size, layout, seed, directory)
     return directory
 
@@ -190,20 +212,32 @@ def fill_standin_dir(directory: Path, sources: dict[str, Path], files: dict[str,
         write_bytes_atomic(directory / name, data)
 
 
-def standin_token2wav_dir(*, reduced: bool, seed: int = 0, layout: str = STEP_AUDIO2_LAYOUT) -> Path:
+def _size_name(reduced: bool, upstream_compatible: bool) -> str:
+    """`full`, `reduced`, or `reduced-upstream` (reduced with the sizes upstream hard-codes at real size)."""
+    if not reduced:
+        return "full"
+    return "reduced-upstream" if upstream_compatible else "reduced"
+
+
+def standin_token2wav_dir(
+    *, reduced: bool, seed: int = 0, layout: str = STEP_AUDIO2_LAYOUT, upstream_compatible: bool = False
+) -> Path:
     """Cache folder of the stand-in directory for these options (under `vllm_omni_token2wav.envs.cache_dir`)."""
     from vllm_omni_token2wav import envs
 
     _check_layout(layout)
-    size = "reduced" if reduced else "full"
+    size = _size_name(reduced, upstream_compatible)
     suffix = "" if layout == STEP_AUDIO2_LAYOUT else f"-{layout}"
     return envs.cache_dir("standins", f"token2wav-v{STANDIN_DIR_VERSION}-{size}-seed{seed}{suffix}")
 
 
-def ensure_standin_token2wav_dir(*, reduced: bool, seed: int = 0, layout: str = STEP_AUDIO2_LAYOUT) -> Path:
+def ensure_standin_token2wav_dir(
+    *, reduced: bool, seed: int = 0, layout: str = STEP_AUDIO2_LAYOUT, upstream_compatible: bool = False
+) -> Path:
     """The cached stand-in token2wav directory, assembled first if missing or stale (safe across processes)."""
-    directory = standin_token2wav_dir(reduced=reduced, seed=seed, layout=layout)
-    sources = _component_files(reduced=reduced, seed=seed, layout=layout)
+    options: dict[str, Any] = dict(reduced=reduced, seed=seed, layout=layout, upstream_compatible=upstream_compatible)
+    directory = standin_token2wav_dir(**options)
+    sources = _component_files(**options)
     files = {**_generated_files(reduced=reduced, layout=layout), **_voice_files()}
     return ensure_assembled(directory, sources, {}, files)
 
@@ -263,10 +297,12 @@ def standin_main(
     write: Callable[..., Path],
     ensure: Callable[..., Path],
     layouts: tuple[str, ...] = (),
+    upstream_option: bool = False,
 ) -> int:
     """The stand-in modules' command line: write `--out DIR` (or find the cached directory) and print its path.
 
-    `layouts` (first = default) adds `--layout`, passed on to `write` / `ensure`.
+    `layouts` (first = default) adds `--layout`, passed on to `write` / `ensure`; `upstream_option` adds
+    `--upstream-compatible` (passed on as `upstream_compatible`).
     """
     parser = argparse.ArgumentParser(
         prog=prog, description=f"Write (or find in the cache) a deterministic stand-in {what} and print its path."
@@ -277,11 +313,19 @@ def standin_main(
         parser.add_argument(
             "--layout", choices=layouts, default=layouts[0], help="file set (MiniCPM-o 1.0.7: causal vocoder)"
         )
+    if upstream_option:
+        parser.add_argument(
+            "--upstream-compatible",
+            action="store_true",
+            help="with --reduced: the speech tokenizer and HiFT at the real size upstream's loaders hard-code",
+        )
     parser.add_argument("--out", type=Path, default=None, help="directory to fill (default: the cache)")
     args = parser.parse_args(argv)
     options: dict[str, object] = {"reduced": args.reduced, "seed": args.seed}
     if layouts:
         options["layout"] = args.layout
+    if upstream_option:
+        options["upstream_compatible"] = args.upstream_compatible
     if args.out is not None:
         path = write(args.out, **options)
     else:
@@ -298,6 +342,7 @@ def main(argv: list[str] | None = None) -> int:
         write=write_standin_token2wav_dir,
         ensure=ensure_standin_token2wav_dir,
         layouts=LAYOUTS,
+        upstream_option=True,
     )
 
 

@@ -105,6 +105,28 @@ def test_standin_export_mimics_the_shipped_layout(standin_path: Path) -> None:
     assert len([n for n in weighted if any(i in inits for i in nodes[n].input)]) == 2 + 2 * 9 + 1
 
 
+def test_standin_export_names_what_the_reference_converter_looks_up(standin_path: Path) -> None:
+    """s3tokenizer's converter (vLLM-Omni's loader) finds the subsampling convs and the FSQ projection by the
+    shipped file's anonymous names and reads every initializer a node consumes as a weight: so the only
+    initializers are the 102 (here: reduced count of) weights, graph constants are `Constant` nodes."""
+    graph = onnx.load(str(standin_path)).graph
+    inits = {i.name for i in graph.initializer}
+    nodes = {n.name: n for n in graph.node}
+    assert list(nodes["/conv1/Conv"].input[1:]) == ["onnx::Conv_2216", "onnx::Conv_2217"]
+    assert list(nodes["/conv2/Conv"].input[1:]) == ["onnx::Conv_2218", "onnx::Conv_2219"]
+    assert nodes["/quantizer/_codebook/project_down/MatMul"].input[1] == "onnx::MatMul_2536"
+    assert nodes["/quantizer/_codebook/project_down/Add"].input[1] == "quantizer.project_in.bias"
+    model = standin_speech_tokenizer(reduced=True, seed=SEED)
+    assert len(inits) == len(model.state_dict())
+    consumers = {name: n for n in graph.node for name in n.input if name in inits}
+    assert set(consumers) == inits
+    special = {"onnx::Conv_2216", "onnx::Conv_2217", "onnx::Conv_2218", "onnx::Conv_2219", "onnx::MatMul_2536"}
+    for name, node in consumers.items():
+        assert node.op_type in ("MatMul", "Add", "Conv", "LayerNormalization"), (name, node.name)
+        assert name in special or name == "quantizer.project_in.bias" or node.name.startswith("/blocks."), name
+    assert any(n.op_type == "Constant" for n in graph.node)
+
+
 def test_loader_maps_every_onnx_weight_onto_the_exported_model(standin_path: Path) -> None:
     loaded = load_speech_tokenizer_from_onnx(standin_path, device="cpu")
     original = standin_speech_tokenizer(reduced=True, seed=SEED)

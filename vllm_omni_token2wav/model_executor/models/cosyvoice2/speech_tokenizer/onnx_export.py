@@ -10,10 +10,20 @@ and lets it copy the shipped file's layout as far as it is known:
 |-------------------------------|-------------------------------------------------------------------------|
 | node names                    | torch-exporter scopes, `/blocks.0/attn/query/MatMul`, `/conv1/Conv`     |
 | Linear weight / bias          | initializers named after their MatMul / Add node; weight stored [in, out] |
-| Conv weight / bias            | anonymous `onnx::Conv_<n>`                                              |
+| conv1 / conv2 weight, bias    | `onnx::Conv_2216` / `_2217`, `onnx::Conv_2218` / `_2219`                |
+| FSMN conv weights             | anonymous `onnx::Conv_<n>`                                              |
+| FSQ `project_down`            | weight `onnx::MatMul_2536` [in, out], bias `quantizer.project_in.bias`  |
 | LayerNorm scale / bias        | anonymous, inputs 1 / 2 of `LayerNormalization`                          |
+| shape constants, RoPE tables  | `Constant` nodes (never initializers)                                   |
 | inputs                        | `feats` float [B, 128, T], `feats_length` int32 [B]                     |
 | output                        | `indices` int32 [B, T'] (FSQ codes)                                     |
+
+Those names are what the reference ONNX-to-torch converter (`s3tokenizer.load_model`, which vLLM-Omni
+0.30's Step-Audio2 / MiniCPM-o token2wav calls) relies on: it finds the two subsampling convolutions and
+the FSQ projection by their anonymous names in the shipped file, every other weight by the name of the
+node that consumes it (which must then lie under `/blocks.N/`), and it reads EVERY initializer a node
+consumes as a weight, so graph constants must not be initializers. The in-tree loader (`onnx_loader`)
+maps by graph structure instead and reads both layouts.
 
 The shipped file has 1358 nodes (an opset-17-era torch export with more shape plumbing); this one
 has fewer, but the same 102 weighted tensors at full size. Opset 17 (LayerNormalization), IR 8.
@@ -43,15 +53,22 @@ IR_VERSION = 8
 INPUT_FEATS = "feats"
 INPUT_LENGTH = "feats_length"
 OUTPUT_INDICES = "indices"
+#: Initializer names of the shipped export that the reference converter looks up literally.
+CONV1_WEIGHT, CONV1_BIAS = "onnx::Conv_2216", "onnx::Conv_2217"
+CONV2_WEIGHT, CONV2_BIAS = "onnx::Conv_2218", "onnx::Conv_2219"
+PROJECT_DOWN_WEIGHT = "onnx::MatMul_2536"
+PROJECT_DOWN_BIAS = "quantizer.project_in.bias"
+_RESERVED_NAMES = frozenset({CONV1_WEIGHT, CONV1_BIAS, CONV2_WEIGHT, CONV2_BIAS, PROJECT_DOWN_WEIGHT})
 
 
 class _Graph:
-    """Minimal graph writer: unique torch-style node names, constants and weights as initializers."""
+    """Minimal graph writer: unique torch-style node names, weights as initializers, constants as nodes."""
 
     def __init__(self) -> None:
         self.nodes: list[Any] = []
         self.initializers: list[Any] = []
         self._names: set[str] = set()
+        self._init_names: set[str] = set()
         self._anon = 0
 
     def _node_name(self, scope: str, op_type: str) -> str:
@@ -63,17 +80,26 @@ class _Graph:
         self._names.add(name)
         return name
 
-    def init(self, array: np.ndarray, name: str | None = None, *, anon_op: str = "Constant") -> str:
+    def init(self, array: np.ndarray, name: str | None = None, *, anon_op: str) -> str:
+        """A weight initializer: `name`, else the next anonymous `onnx::<anon_op>_<n>` not reserved."""
         from onnx import numpy_helper
 
-        if name is None:
+        while name is None:
             self._anon += 1
-            name = f"onnx::{anon_op}_{self._anon}"
+            candidate = f"onnx::{anon_op}_{self._anon}"
+            name = None if candidate in _RESERVED_NAMES else candidate
+        if name in self._init_names:
+            raise ValueError(f"speech tokenizer export: initializer name {name!r} used twice")
+        self._init_names.add(name)
         self.initializers.append(numpy_helper.from_array(np.ascontiguousarray(array), name))
         return name
 
-    def const(self, value: float | int | list[int] | list[float], dtype: Any = np.int64) -> str:
-        return self.init(np.array(value, dtype=dtype))
+    def const(self, value: float | int | list[int] | list[float] | np.ndarray, dtype: Any = np.int64) -> str:
+        """A graph constant, held by a `Constant` node as the torch exporter writes them."""
+        from onnx import numpy_helper
+
+        tensor = numpy_helper.from_array(np.ascontiguousarray(np.asarray(value, dtype=dtype)))
+        return self.op("Constant", [], "", value=tensor)
 
     def op(self, op_type: str, inputs: list[str], scope: str, **attrs: Any) -> str:
         from onnx import helper
@@ -84,19 +110,28 @@ class _Graph:
         return output
 
     # -- layers --------------------------------------------------------------------------------
-    def linear(self, x: str, layer: torch.nn.Linear, scope: str) -> str:
-        matmul_name = f"{scope}/MatMul"
-        weight = self.init(layer.weight.detach().cpu().numpy().T, name=matmul_name)  # [in, out]
+    def linear(self, x: str, layer: torch.nn.Linear, scope: str, names: tuple[str, str] | None = None) -> str:
+        """MatMul (+ Add): weight [in, out] and bias named after their nodes unless `names` are given."""
+        weight_name, bias_name = names or (f"{scope}/MatMul", f"{scope}/Add")
+        weight = self.init(layer.weight.detach().cpu().numpy().T, name=weight_name, anon_op="MatMul")
         y = self.op("MatMul", [x, weight], scope)
         if layer.bias is not None:
-            bias = self.init(layer.bias.detach().cpu().numpy(), name=f"{scope}/Add")
+            bias = self.init(layer.bias.detach().cpu().numpy(), name=bias_name, anon_op="Add")
             y = self.op("Add", [y, bias], scope)
         return y
 
-    def conv(self, x: str, conv: torch.nn.Conv1d, scope: str, pads: tuple[int, int] | None = None) -> str:
-        inputs = [x, self.init(conv.weight.detach().cpu().numpy(), anon_op="Conv")]
+    def conv(
+        self,
+        x: str,
+        conv: torch.nn.Conv1d,
+        scope: str,
+        pads: tuple[int, int] | None = None,
+        names: tuple[str, str] | None = None,
+    ) -> str:
+        weight_name, bias_name = names or (None, None)
+        inputs = [x, self.init(conv.weight.detach().cpu().numpy(), name=weight_name, anon_op="Conv")]
         if conv.bias is not None:
-            inputs.append(self.init(conv.bias.detach().cpu().numpy(), anon_op="Conv"))
+            inputs.append(self.init(conv.bias.detach().cpu().numpy(), name=bias_name, anon_op="Conv"))
         if pads is None:
             padding = int(conv.padding[0]) if isinstance(conv.padding, tuple) else 0
             pads = (padding, padding)
@@ -164,11 +199,11 @@ def build_speech_tokenizer_graph(model: SpeechTokenizerV2) -> Any:
     lengths = g.op("Cast", [INPUT_LENGTH], "", to=TensorProto.INT64)
     time0 = g.op("Shape", [INPUT_FEATS], "", start=2, end=3)
     mask0 = g.op("Unsqueeze", [g.mask(time0, lengths, ""), g.const([1])], "")
-    x = g.gelu(g.conv(g.op("Mul", [INPUT_FEATS, mask0], ""), enc.conv1, "/conv1"), "")
+    x = g.gelu(g.conv(g.op("Mul", [INPUT_FEATS, mask0], ""), enc.conv1, "/conv1", names=(CONV1_WEIGHT, CONV1_BIAS)), "")
     lengths = g.conv_length(lengths, "")
     time1 = g.op("Shape", [x], "", start=2, end=3)
     mask1 = g.op("Unsqueeze", [g.mask(time1, lengths, ""), g.const([1])], "")
-    x = g.gelu(g.conv(g.op("Mul", [x, mask1], ""), enc.conv2, "/conv2"), "")
+    x = g.gelu(g.conv(g.op("Mul", [x, mask1], ""), enc.conv2, "/conv2", names=(CONV2_WEIGHT, CONV2_BIAS)), "")
     lengths = g.conv_length(lengths, "")
     time2 = g.op("Shape", [x], "", start=2, end=3)
     mask2 = g.mask(time2, lengths, "")  # [B, T]
@@ -176,8 +211,8 @@ def build_speech_tokenizer_graph(model: SpeechTokenizerV2) -> Any:
     mask_pad = g.op("Unsqueeze", [mask2, g.const([2])], "")  # [B, T, 1]
     bias = g.op("Mul", [g.op("Sub", [g.const(1.0, np.float32), mask2], ""), g.const(MASK_BIAS, np.float32)], "")
     bias = g.op("Unsqueeze", [bias, g.const([1, 2])], "")  # [B, 1, 1, T]
-    cos_table = g.init(enc.rope_cos.detach().cpu().numpy())
-    sin_table = g.init(enc.rope_sin.detach().cpu().numpy())
+    cos_table = g.const(enc.rope_cos.detach().cpu().numpy(), np.float32)
+    sin_table = g.const(enc.rope_sin.detach().cpu().numpy(), np.float32)
     cos = g.op("Slice", [cos_table, g.const([0]), time2, g.const([0])], "")
     sin = g.op("Slice", [sin_table, g.const([0]), time2, g.const([0])], "")
     cos = g.op("Unsqueeze", [cos, g.const([0, 2])], "")  # [1, T, 1, 64]
@@ -220,7 +255,18 @@ def build_speech_tokenizer_graph(model: SpeechTokenizerV2) -> Any:
         x = g.op("Add", [x, h], scope)
 
     fsq = "/quantizer/_codebook"
-    h = g.op("Tanh", [g.linear(x, model.quantizer._codebook.project_down, f"{fsq}/project_down")], fsq)
+    h = g.op(
+        "Tanh",
+        [
+            g.linear(
+                x,
+                model.quantizer._codebook.project_down,
+                f"{fsq}/project_down",
+                names=(PROJECT_DOWN_WEIGHT, PROJECT_DOWN_BIAS),
+            )
+        ],
+        fsq,
+    )
     digits = g.op("Round", [g.op("Mul", [h, g.const(FSQ_SCALE, np.float32)], fsq)], fsq)
     digits = g.op("Add", [digits, g.const(1.0, np.float32)], fsq)
     powers = g.const([float(config.fsq_levels**i) for i in range(config.fsq_dims)], np.float32)

@@ -30,7 +30,7 @@ from vllm_omni_token2wav.model_executor.models.cosyvoice2.speech_tokenizer.onnx_
 logger = init_logger(__name__)
 
 # Bump when the stand-in recipe changes so cached files are regenerated.
-STANDIN_VERSION = 1
+STANDIN_VERSION = 2
 FSQ_PRE_TANH_GAIN = 2.0
 # Process-wide: several fixtures/threads of one process may ask for the same cached file; the
 # lock makes the generate-then-rename happen once.
