@@ -12,7 +12,11 @@ from tests.helpers.mark import HARDWARE_MARKS, LEVEL_MARKS, hardware_skip_reason
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Every test needs a level and a hardware mark (the pre-commit hook checks the same statically)."""
+    """Every test needs a level and a hardware mark (the pre-commit hook checks the same statically).
+
+    Without `-m`, only the `core_model` level runs (what CI runs: `pytest tests`); the higher levels
+    (full-size models, minutes each) are deselected and run when asked for, e.g. `-m advanced_model`.
+    """
     missing = []
     for item in items:
         names = {m.name for m in item.iter_markers()}
@@ -23,6 +27,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             "tests without a level mark (core_model/advanced_model/full_model) and a hardware mark "
             "(cpu or hardware_test): " + ", ".join(missing[:20])
         )
+    if config.getoption("markexpr", ""):
+        return
+    higher = [item for item in items if not item.get_closest_marker(LEVEL_MARKS[0])]
+    if higher:
+        config.hook.pytest_deselected(items=higher)
+        items[:] = [item for item in items if item.get_closest_marker(LEVEL_MARKS[0])]
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

@@ -17,7 +17,9 @@ hosts upstream's platform and workers run our stage classes unchanged.
 CPU facts that shape deployments (`vllm_omni_token2wav/deploy/*.yaml` set them): vLLM's CPU worker
 reserves `gpu_memory_utilization` x the node's memory unless `kv_cache_memory_bytes` is given, so
 every stage sets a small explicit KV cache; stages run eager (`enforce_eager`); one "device" (the
-CPU) means vLLM-Omni initialises stages one after another under its device-0 lock.
+CPU) means vLLM-Omni initialises stages one after another under its device-0 lock. vLLM-Omni's
+diffusion attention has no CPU forward (upstream's CosyVoice3 code2wav DiT uses it): the platform
+names `diffusion_attention.CPUSDPABackend`, upstream's torch SDPA with one.
 """
 
 from __future__ import annotations
@@ -89,9 +91,8 @@ class CPUOmniStagePlatform(OmniPlatform, CpuPlatform):
     def get_diffusion_attn_backend_cls(
         cls, selected_backend: str | None, head_size: int, allow_trtllm_default: bool = False
     ) -> str:
-        from vllm_omni.diffusion.attention.backends.registry import DiffusionAttentionBackendEnum
-
-        return DiffusionAttentionBackendEnum.TORCH_SDPA.get_path()
+        # upstream's torch SDPA, with a forward for the CPU (upstream's raises on any non-accelerator platform)
+        return "vllm_omni_token2wav.platforms.cpu.diffusion_attention.CPUSDPABackend"
 
 
 def accelerator_platform() -> str | None:
