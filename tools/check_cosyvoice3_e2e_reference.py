@@ -17,8 +17,8 @@ through `cosyvoice3.synthesis` (what the facade and the stage call), against the
 - `stream`: `CosyVoice3Model.tts(stream=True)`: per call the flow re-run over the prefix (`streaming=
   True, finalize=False`; the last call `streaming=False, finalize=True`), the mel past the offset
   appended to the request's mel, `hift.inference(all mel, finalize=last)` past the samples already
-  emitted; vs our stream (`open_stream` + `stream_rows`) with `FinalChunk.FULL_ATTENTION` (upstream's
-  last call exactly) and the default `FinalChunk.BLOCK_CAUSAL`.
+  emitted; vs our stream (`open_stream` + `stream_rows`) with the default `FinalChunk.FULL_ATTENTION`
+  (upstream's last call exactly) and the opt-in `FinalChunk.BLOCK_CAUSAL`.
 
 For each it prints the mel difference (flow), the audio difference of the whole chain, and the audio
 difference of our vocoder fed the reference's mel (the vocoder alone): the chain amplifies a 1e-6 mel
@@ -171,8 +171,8 @@ def stream(args: argparse.Namespace, models: tuple[Any, ...]) -> dict[str, Any]:
             ((audio, caches),) = stream_rows(
                 ours_flow, streamer, [StreamRow(caches, tok[:, call.start : call.end], call.final)]
             )
-            # CosyVoice3Model.tts: the last call runs with streaming=False (our FULL_ATTENTION); the default
-            # block-causal last chunk is compared with the reference's streaming=True, finalize=True
+            # CosyVoice3Model.tts: the last call runs with streaming=False (our default FULL_ATTENTION); the
+            # opt-in block-causal last chunk is compared with the reference's streaming=True, finalize=True
             streaming = not call.final or final_chunk is FinalChunk.BLOCK_CAUSAL
             mel = reference_flow_call(
                 ref_flow,

@@ -9,8 +9,8 @@ its table itself at construction; this checks it equals ours), and prints the la
 - whole utterance, full attention (`streaming=False, finalize=True`) and block-causal (`streaming=True`);
 - streaming over upstream's schedule (hops 25 + pad, 50, 100): every chunk of our cached stream against
   the reference's prefix re-run as `CosyVoice3Model.tts` calls it (non-final: `streaming=True,
-  finalize=False`; final: `finalize=True, streaming=False`), with our `FinalChunk.FULL_ATTENTION`
-  (expected equal everywhere) and our default `FinalChunk.BLOCK_CAUSAL` (equal except the last chunk,
+  finalize=False`; final: `finalize=True, streaming=False`), with our default `FinalChunk.FULL_ATTENTION`
+  (expected equal everywhere) and our opt-in `FinalChunk.BLOCK_CAUSAL` (equal except the last chunk,
   which is then compared with the reference's `streaming=True, finalize=True`).
 
 The reference runs outside the project environment and is never committed or imported by library code.

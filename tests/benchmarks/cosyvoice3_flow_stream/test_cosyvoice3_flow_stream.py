@@ -44,6 +44,38 @@ def test_the_cached_chunks_equal_the_prefix_rerun_they_are_timed_against(report)
     assert len(diffs) == 2 and max(diffs) <= 1e-5
 
 
+def test_the_last_call_is_timed_with_full_attention_and_block_causal_each_repeat(report) -> None:  # type: ignore[no-untyped-def]
+    final = report.final
+    assert len(final.full_attention_ms) == len(final.block_causal_ms) == len(final.stream_ms) == 2
+    assert min(final.full_attention_ms + final.block_causal_ms + final.full_attention_cpu_ms) > 0
+    # the stream's chunks (45 + 3 x 25 tokens + 3 lookahead) then the last call's 25 tokens, after a 30-token prompt
+    assert final.tokens == 25 and final.utterance_frames == 2 * (30 + 45 + 3 * 25 + 3 + 25)
+    assert final.generated_seconds == pytest.approx((45 + 3 * 25 + 3 + 25) / 25)
+    # the two last calls are different computations of the same frames
+    assert final.max_abs_diff is not None and final.max_abs_diff > 1e-6
+    s = report.summary()["final_chunk"]
+    assert s["adds_ms_per_utterance"] == pytest.approx(s["full_attention_ms"] - s["block_causal_ms"])
+    assert s["full_over_block"] == pytest.approx(s["full_attention_ms"] / s["block_causal_ms"])
+    assert s["stream_ms"] >= sum(c.ours_median_ms for c in report.chunks) * 0.5
+
+
+def test_the_last_call_comparison_needs_a_full_attention_stream(tmp_path: Path) -> None:
+    from tests.model_executor.models.cosyvoice2.flow.inputs import make_prompt, make_tokens
+    from vllm_omni_token2wav.benchmarks.cosyvoice3_flow_stream.run import FinalChunkCost, measure_final_chunk
+    from vllm_omni_token2wav.model_executor.models.cosyvoice3.flow import (
+        FinalChunk,
+        load_flow,
+        start_stream,
+        write_standin_flow,
+    )
+
+    write_standin_flow(tmp_path, reduced=True, seed=3)
+    flow = load_flow(tmp_path, device="cpu")
+    state = start_stream(flow, *make_prompt(5, seed=1), n_timesteps=1, final_chunk=FinalChunk.BLOCK_CAUSAL)
+    with pytest.raises(BenchSetupError, match="FULL_ATTENTION"):
+        measure_final_chunk(flow, state, make_tokens(4), sync=lambda: None, cost=FinalChunkCost(), full_first=True)
+
+
 def test_report_renders_as_table_json_and_png(report, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     text = render.render_text(report)
     assert "chunk  history frames" in text and "prefix re-run / ours at chunk 20: - x" in text
@@ -52,6 +84,8 @@ def test_report_renders_as_table_json_and_png(report, tmp_path: Path) -> None:  
     assert doc["benchmark"] == "cosyvoice3_flow_stream" and doc["config"]["first_hop"] == 45
     assert doc["chunks"][3]["ratio"] > 0 and doc["chunks"][1]["ratio"] is None
     assert doc["summary"]["ratio_at_20"] is None and doc["weights"]["kind"].startswith("stand-in")
+    assert "full attention (default, upstream's last call)" in text and "adds" in text
+    assert doc["summary"]["final_chunk"]["final_tokens"] == 25 and len(doc["final_chunk"]["block_causal_ms"]) == 2
     render.write_plot(report, tmp_path / "r.png")
     assert (tmp_path / "r.png").read_bytes().startswith(b"\x89PNG")
 

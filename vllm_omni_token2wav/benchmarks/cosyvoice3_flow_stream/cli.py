@@ -2,7 +2,8 @@
 """`vllm-omni-token2wav bench cosyvoice3-flow`: does a streamed CosyVoice3 flow chunk cost the same at chunk 50 as at 1?
 
 Runs `vllm_omni_token2wav.benchmarks.cosyvoice3_flow_stream.run`: the cached stream and upstream's prefix re-run,
-interleaved chunk by chunk in one process, on the reduced stand-in flow by default (`--full` for the
+interleaved chunk by chunk in one process, then the stream's last call with full attention (the default)
+and block-causal side by side, on the reduced stand-in flow by default (`--full` for the
 full-size stand-in, `--model-dir` for a Fun-CosyVoice3 directory with `flow.pt` + `cosyvoice3.yaml`).
 Prints a table and writes `out/cosyvoice3_flow_stream.json` and `.png` (git-ignored) unless
 `--json` / `--plot` say elsewhere.
@@ -56,6 +57,7 @@ def build_config(args: argparse.Namespace):  # type: ignore[no-untyped-def]
         repeats=args.repeats,
         baseline_at=tuple(k for k in parse_indices(args.baseline_at) if k <= args.chunks) or (1,),
         seed=args.seed,
+        final_tokens=args.final_tokens,
     )
     try:
         config.validate()
@@ -89,6 +91,13 @@ class CosyVoice3FlowSubcommand:
             default="1,2,5,10,20,30,40,50",
             metavar="I,J,..",
             help="chunk indices where the prefix re-run is timed (default 1,2,5,10,20,30,40,50)",
+        )
+        parser.add_argument(
+            "--final-tokens",
+            type=int,
+            default=25,
+            metavar="N",
+            help="tokens of the stream's last call, timed with full attention (default) and block-causal (default 25)",
         )
         bench_cli.add_threads_option(parser)
         parser.add_argument("--seed", type=int, default=0, help="stand-in weights and token seed")

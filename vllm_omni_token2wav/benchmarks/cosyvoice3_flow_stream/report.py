@@ -69,7 +69,28 @@ def render_text(report: BenchReport) -> str:
         "(the work done; robust to other processes on a busy CPU host; meaningless on an accelerator)"
     )
     lines.append(f"max |ours - prefix re-run| {fmt(s.get('max_abs_diff'), '.1e')}")
+    lines.extend(render_final(s.get("final_chunk")))
     return "\n".join(lines) + "\n"
+
+
+def render_final(f: dict | None) -> list[str]:  # type: ignore[type-arg]
+    """The last call's cost, full attention (default, upstream's) beside block-causal, and what it adds."""
+    if not f:
+        return []
+    share, cpu_share = f.get("adds_share_of_stream"), f.get("adds_cpu_share_of_stream")
+    return [
+        "",
+        f"last call (once per utterance: {f['final_tokens']} tokens, ends {f['utterance_frames']} mel frames, "
+        f"{f['generated_seconds']:.1f} s generated):",
+        f"  full attention (default, upstream's last call) {fmt(f['full_attention_ms'], '.1f')} ms vs block-causal "
+        f"{fmt(f['block_causal_ms'], '.1f')} ms wall ({fmt(f['full_over_block'], '.1f')} x); CPU "
+        f"{fmt(f['full_attention_cpu_ms'], '.1f')} vs {fmt(f['block_causal_cpu_ms'], '.1f')} ms",
+        f"  adds {fmt(f['adds_ms_per_utterance'], '.1f')} ms wall per utterance "
+        f"({fmt(None if share is None else 100 * share, '.1f')} % of its streamed flow time "
+        f"{fmt(f['stream_ms'] + f['block_causal_ms'], '.0f')} ms), {fmt(f['adds_cpu_ms_per_utterance'], '.1f')} ms "
+        f"CPU ({fmt(None if cpu_share is None else 100 * cpu_share, '.1f')} %); "
+        f"last chunk's mel max |full - block-causal| {fmt(f['max_abs_diff'], '.1e')}",
+    ]
 
 
 def write_json(report: BenchReport, path: Path) -> None:
@@ -96,6 +117,19 @@ def write_plot(report: BenchReport, path: Path) -> None:
             ax.plot(*zip(*base, strict=True), marker="o", label="prefix re-run (upstream)")
         ax.set_xlabel("chunk index")
         ax.set_ylabel("process CPU ms per chunk (median)" if cpu else "wall ms per chunk (median)")
+        final = report.final
+        if ours and final.full_attention_ms and final.block_causal_ms:
+            last = ours[-1][0] + 1
+            pick = (
+                (final.full_attention_cpu_ms, final.block_causal_cpu_ms)
+                if cpu
+                else (
+                    final.full_attention_ms,
+                    final.block_causal_ms,
+                )
+            )
+            ax.plot([last], [statistics.median(pick[0])], marker="*", linestyle="", label="last call, full attention")
+            ax.plot([last], [statistics.median(pick[1])], marker="x", linestyle="", label="last call, block-causal")
         if ours and base and max(v for _, v in base) > 20 * min(v for _, v in ours):
             ax.set_yscale("log")
         ax.grid(True, alpha=0.3)

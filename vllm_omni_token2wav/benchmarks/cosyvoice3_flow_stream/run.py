@@ -13,7 +13,14 @@ at the same chunk index, so host load drifts hit both), on one token sequence:
 
 Chunks are a fixed hop (default 25 tokens, the model's 50-frame attention chunk) after a prompt
 aligned like upstream's first hop, so every chunk does the same amount of new work and the curve
-shows what the history adds. The stage benchmark (`vllm-omni-token2wav bench token2wav --family cosyvoice3`,
+shows what the history adds.
+
+The stream's last call (`final_tokens` more tokens, `final=True`) is timed both ways from the same
+state, in alternating order per repeat: with full attention over the whole utterance (the default,
+`FinalChunk.FULL_ATTENTION`: what upstream serves, one whole-utterance re-run) and block-causal from the
+caches (`FinalChunk.BLOCK_CAUSAL`, opt-in). `FinalChunkCost` keeps both, what the full-attention call
+adds per utterance, that as a share of the utterance's streamed flow time, and how far the two last
+chunks' mel lie apart. The stage benchmark (`vllm-omni-token2wav bench token2wav --family cosyvoice3`,
 later) reuses `measure_chunk_costs`. Rendering lives in `report.py` beside it.
 """
 
@@ -58,10 +65,19 @@ class BenchConfig:
     repeats: int = 3
     baseline_at: tuple[int, ...] = DEFAULT_BASELINE_AT
     seed: int = 0
+    #: tokens of the stream's last call (`final=True`), timed with full attention and block-causal
+    final_tokens: int = 25
 
     def validate(self) -> None:
         problems = []
-        for name, low in (("prompt_tokens", 0), ("hop_tokens", 1), ("chunks", 1), ("n_timesteps", 1), ("repeats", 1)):
+        for name, low in (
+            ("prompt_tokens", 0),
+            ("hop_tokens", 1),
+            ("chunks", 1),
+            ("n_timesteps", 1),
+            ("repeats", 1),
+            ("final_tokens", 0),
+        ):
             if getattr(self, name) < low:
                 problems.append(f"{name.replace('_', '-')} must be >= {low}, got {getattr(self, name)}")
         bad = [k for k in self.baseline_at if not 1 <= k <= self.chunks]
@@ -117,6 +133,58 @@ class ChunkCost:
 
 
 @dataclass
+class FinalChunkCost:
+    """The stream's last call (once per utterance), both `FinalChunk` modes from the same state, per repeat."""
+
+    #: new tokens the last call feeds, and the utterance's mel frames (prompt + generated) it ends
+    tokens: int = 0
+    utterance_frames: int = 0
+    generated_seconds: float = 0.0
+    full_attention_ms: list[float] = field(default_factory=list)
+    full_attention_cpu_ms: list[float] = field(default_factory=list)
+    block_causal_ms: list[float] = field(default_factory=list)
+    block_causal_cpu_ms: list[float] = field(default_factory=list)
+    #: the utterance's other calls (stream set-up + every chunk, ours), per repeat: what the last call adds to
+    stream_ms: list[float] = field(default_factory=list)
+    stream_cpu_ms: list[float] = field(default_factory=list)
+    #: max |full attention - block-causal| over the last call's mel (the size of the difference)
+    max_abs_diff: float | None = None
+
+    def summary(self) -> dict[str, Any]:
+        if not (self.full_attention_ms and self.block_causal_ms):
+            return {}
+
+        def med(values: list[float]) -> float:
+            return statistics.median(values) if values else float("nan")
+
+        full, block, stream = med(self.full_attention_ms), med(self.block_causal_ms), med(self.stream_ms)
+        full_cpu, block_cpu, stream_cpu = (
+            med(self.full_attention_cpu_ms),
+            med(self.block_causal_cpu_ms),
+            med(self.stream_cpu_ms),
+        )
+        return {
+            "final_tokens": self.tokens,
+            "utterance_frames": self.utterance_frames,
+            "generated_seconds": self.generated_seconds,
+            "full_attention_ms": full,
+            "block_causal_ms": block,
+            "full_over_block": full / block,
+            "adds_ms_per_utterance": full - block,
+            "adds_share_of_stream": (full - block) / (stream + block) if stream == stream else None,
+            "full_attention_cpu_ms": full_cpu,
+            "block_causal_cpu_ms": block_cpu,
+            "adds_cpu_ms_per_utterance": full_cpu - block_cpu,
+            "adds_cpu_share_of_stream": (full_cpu - block_cpu) / (stream_cpu + block_cpu)
+            if stream_cpu == stream_cpu
+            else None,
+            "stream_ms": stream,
+            "stream_cpu_ms": stream_cpu,
+            "max_abs_diff": self.max_abs_diff,
+        }
+
+
+@dataclass
 class BenchReport:
     config: dict[str, Any] = field(default_factory=dict)
     environment: dict[str, Any] = field(default_factory=dict)
@@ -124,6 +192,7 @@ class BenchReport:
     command: str = ""
     setup_ms: list[float] = field(default_factory=list)
     chunks: list[ChunkCost] = field(default_factory=list)
+    final: FinalChunkCost = field(default_factory=FinalChunkCost)
 
     def chunk(self, index: int) -> ChunkCost | None:
         return next((c for c in self.chunks if c.index == index), None)
@@ -147,6 +216,7 @@ class BenchReport:
             out[f"cpu_ratio_at_{k}"] = c.cpu_ratio if c is not None else None
         diffs = [c.max_abs_diff for c in self.chunks if c.max_abs_diff is not None]
         out["max_abs_diff"] = max(diffs) if diffs else None
+        out["final_chunk"] = self.final.summary() or None
         return out
 
     def to_dict(self) -> dict[str, Any]:
@@ -158,6 +228,7 @@ class BenchReport:
             "weights": self.weights,
             "setup_ms": self.setup_ms,
             "summary": self.summary(),
+            "final_chunk": asdict(self.final),
             "chunks": [
                 {
                     **asdict(c),
@@ -191,22 +262,29 @@ def measure_chunk_costs(
     setup_ms: list[float],
     on_chunk: Callable[[], None] = lambda: None,
     on_mel: Callable[[int, torch.Tensor, torch.Tensor | None], None] | None = None,
+    final: FinalChunkCost | None = None,
 ) -> None:
     """One stream over `tokens` with the given hops, each chunk timed; the baseline at `baseline_at` (1-based).
 
     Appends to `report` (one `ChunkCost` per chunk index, created on the first repeat) and `setup_ms`,
     so an interrupted run keeps what it measured. `on_mel(index, ours, baseline or None)` gets every
-    chunk's new mel after the timed calls (the end-to-end benchmark vocodes it).
+    chunk's new mel after the timed calls (the end-to-end benchmark vocodes it). With `final`, the
+    tokens after the last hop's lookahead are then fed as the last call, timed in both `FinalChunk`
+    modes (`measure_final_chunk`).
     """
     from vllm_omni_token2wav.model_executor.models.cosyvoice3.flow import start_stream, stream_chunk
 
     pt, pm, spk = prompt
-    (state, seconds), _ = cpu_timed(synced_seconds, sync, start_stream, flow, pt, pm, spk, n_timesteps=n_timesteps)
+    (state, seconds), setup_cpu = cpu_timed(
+        synced_seconds, sync, start_stream, flow, pt, pm, spk, n_timesteps=n_timesteps
+    )
     setup_ms.append(1000.0 * seconds)
+    stream_ms, stream_cpu_ms = 1000.0 * seconds, 1000.0 * setup_cpu
     offset = fed = 0
     for index, hop in enumerate(hops, start=1):
         end = offset + hop + 3
         ((mel, state), seconds), cpu = cpu_timed(synced_seconds, sync, stream_chunk, flow, state, tokens[:, fed:end])
+        stream_ms, stream_cpu_ms = stream_ms + 1000.0 * seconds, stream_cpu_ms + 1000.0 * cpu
         if len(report) < index:
             report.append(ChunkCost(index, 2 * hop, 2 * (pt.size(1) + offset)))
         cost = report[index - 1]
@@ -236,6 +314,49 @@ def measure_chunk_costs(
             on_mel(index, mel, None)
         fed, offset = end, offset + hop
         on_chunk()
+    if final is not None:
+        final.stream_ms.append(stream_ms)
+        final.stream_cpu_ms.append(stream_cpu_ms)
+        measure_final_chunk(
+            flow, state, tokens[:, fed:], sync=sync, cost=final, full_first=len(final.stream_ms) % 2 == 1
+        )
+
+
+def measure_final_chunk(
+    flow: Any, state: Any, tokens: torch.Tensor, *, sync: Callable[[], None], cost: FinalChunkCost, full_first: bool
+) -> None:
+    """The last call of the stream at `state` (started in the default `FinalChunk.FULL_ATTENTION` mode), timed
+    with full attention (a whole-utterance re-run, `finalize=True, streaming=False`, upstream's last call) and
+    block-causal from the caches (the same state with `FinalChunk.BLOCK_CAUSAL`), one after the other in the
+    order `full_first` says. States are immutable, so both calls start from the same stream."""
+    import dataclasses
+
+    from vllm_omni_token2wav.model_executor.models.cosyvoice3.flow import FinalChunk, stream_chunk
+
+    if state.final_chunk is not FinalChunk.FULL_ATTENTION or state.replay is None:
+        raise BenchSetupError("the last-call comparison needs a stream started in FinalChunk.FULL_ATTENTION mode")
+    block_state = dataclasses.replace(state, final_chunk=FinalChunk.BLOCK_CAUSAL, replay=None)
+    mels: dict[FinalChunk, torch.Tensor] = {}
+    order = (FinalChunk.FULL_ATTENTION, FinalChunk.BLOCK_CAUSAL)
+    for mode in order if full_first else order[::-1]:
+        start = state if mode is FinalChunk.FULL_ATTENTION else block_state
+        ((mel, done), seconds), cpu = cpu_timed(synced_seconds, sync, stream_chunk, flow, start, tokens, final=True)
+        mels[mode] = mel
+        wall_list, cpu_list = (
+            (cost.full_attention_ms, cost.full_attention_cpu_ms)
+            if mode is FinalChunk.FULL_ATTENTION
+            else (cost.block_causal_ms, cost.block_causal_cpu_ms)
+        )
+        wall_list.append(1000.0 * seconds)
+        cpu_list.append(1000.0 * cpu)
+    cost.tokens = int(tokens.size(1))
+    cost.utterance_frames = int(done.emitted_frames)
+    cost.generated_seconds = done.generated_tokens / 25.0
+    full, block = mels[FinalChunk.FULL_ATTENTION], mels[FinalChunk.BLOCK_CAUSAL]
+    if full.shape != block.shape:
+        raise RuntimeError(f"last call: full attention emitted {full.shape[-1]} frames, block-causal {block.shape[-1]}")
+    diff = (full - block).abs().max().item() if full.numel() else 0.0
+    cost.max_abs_diff = max(diff, cost.max_abs_diff or 0.0)
 
 
 class FlowStreamBenchmark:
@@ -278,7 +399,7 @@ class FlowStreamBenchmark:
             raise BenchSetupError(str(exc)) from exc
         self.report.environment = run_environment(device, cfg.threads)
         flow = self._load(device)
-        frames = 2 * (cfg.prompt_tokens + cfg.gen_tokens)
+        frames = 2 * (cfg.prompt_tokens + cfg.gen_tokens + cfg.final_tokens)
         if frames > 15000:
             raise BenchSetupError(
                 f"prompt + generated = {frames} mel frames; the flow's noise table holds 15000 (300 s): "
@@ -291,6 +412,8 @@ class FlowStreamBenchmark:
             torch.randn(1, 192, generator=g).to(device),
         )
         tokens = torch.randint(0, 6561, (1, cfg.gen_tokens), generator=g).to(device)
+        # the last call's tokens, drawn after the chunks' (which stay those of earlier runs)
+        tail = torch.randint(0, 6561, (1, cfg.final_tokens), generator=g).to(device)
         hops = [cfg.first_hop] + [cfg.hop_tokens] * (cfg.chunks - 1)
         from vllm_omni_token2wav import platforms
 
@@ -318,7 +441,7 @@ class FlowStreamBenchmark:
                 measure_chunk_costs(
                     flow,
                     prompt,
-                    tokens,
+                    torch.cat([tokens, tail], dim=1),
                     hops,
                     n_timesteps=cfg.n_timesteps,
                     baseline_at=cfg.baseline_at,
@@ -326,4 +449,5 @@ class FlowStreamBenchmark:
                     report=self.report.chunks,
                     setup_ms=self.report.setup_ms,
                     on_chunk=bar.update,
+                    final=self.report.final,
                 )

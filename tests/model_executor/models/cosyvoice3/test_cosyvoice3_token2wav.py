@@ -31,6 +31,7 @@ from vllm_omni_token2wav.model_executor.models.cosyvoice3.cosyvoice3_token2wav i
     CosyVoice3Token2Wav,
     upstream_chunks,
 )
+from vllm_omni_token2wav.model_executor.models.cosyvoice3.flow import FinalChunk
 from vllm_omni_token2wav.model_executor.models.cosyvoice3.prompt import (
     CosyVoice3Prompt,
     read_prompt_tokens,
@@ -144,7 +145,8 @@ def test_streaming_on_upstreams_schedule_matches_the_prefix_reruns_and_the_vocod
         row = StreamRow(caches, ids[:, part], last)
         flows = flow_rows(core.flow, [row])
         ((piece, caches),) = vocoder_rows(core.streamer, [row], flows)
-        ref = _ref_mel(core, prompt, ids[:, : part.stop], seed, streaming=True, finalize=last)
+        # upstream's `tts`: block-causal prefix re-runs, the last call with full attention (the default last chunk)
+        ref = _ref_mel(core, prompt, ids[:, : part.stop], seed, streaming=not last, finalize=last)
         emitted = sum(m.shape[-1] for m in mels)
         assert (flows[0][0] - ref[:, :, emitted:]).abs().max().item() <= MEL_ATOL
         mels.append(flows[0][0])
@@ -161,6 +163,44 @@ def test_streaming_on_upstreams_schedule_matches_the_prefix_reruns_and_the_vocod
     assert torch.equal(torch.cat(facade, dim=1)[0], streamed) and state.finished
     with pytest.raises(RuntimeError, match="already had its last chunk"):
         core.stream([1], state=state)
+
+
+def test_the_last_chunk_is_upstreams_full_attention_by_default_and_block_causal_on_request(
+    core: CosyVoice3Token2Wav, prompt: CosyVoice3Prompt, cv3_dir: Path
+) -> None:
+    """Default: upstream's last call (full attention); `FinalChunk.BLOCK_CAUSAL` still gives the block-causal final
+    run. Every earlier chunk is the same computation in both modes, so only the last chunk's audio differs."""
+    block_core = CosyVoice3Token2Wav(cv3_dir, device="cpu", n_timesteps=N_STEPS, final_chunk=FinalChunk.BLOCK_CAUSAL)
+    assert core.final_chunk is FinalChunk.FULL_ATTENTION and block_core.final_chunk is FinalChunk.BLOCK_CAUSAL
+    ids, seed = _tokens(90, seed=5), 3
+    parts = list(upstream_chunks(90, prompt.num_tokens))
+    assert len(parts) >= 2
+    streamed: dict[FinalChunk, list[torch.Tensor]] = {}
+    for facade, upstream_final_streaming in ((core, False), (block_core, True)):
+        state = facade.set_stream_cache(prompt=prompt, seed=seed)
+        assert state.caches.flow.final_chunk is facade.final_chunk
+        pieces = [
+            facade.stream(ids[0, part], last_chunk=last, return_waveform=True, state=state)[0] for part, last in parts
+        ]
+        streamed[facade.final_chunk] = pieces
+        # the same stream through the synthesis rows, its last chunk's mel against the reference of its mode
+        caches = open_stream(
+            facade.flow, facade.streamer, prompt, n_timesteps=N_STEPS, noise_seed=seed, final_chunk=facade.final_chunk
+        )
+        mels, audio = [], []
+        for part, last in parts:
+            row = StreamRow(caches, ids[:, part], last)
+            flows = flow_rows(facade.flow, [row])
+            ((piece, caches),) = vocoder_rows(facade.streamer, [row], flows)
+            mels.append(flows[0][0])
+            audio.append(piece)
+        ref = _ref_mel(facade, prompt, ids, seed, streaming=upstream_final_streaming, finalize=True)
+        emitted = sum(m.shape[-1] for m in mels[:-1])
+        assert (mels[-1] - ref[:, :, emitted:]).abs().max().item() <= MEL_ATOL, facade.final_chunk
+        assert torch.equal(torch.cat(audio), torch.cat(pieces))
+    full, block = streamed[FinalChunk.FULL_ATTENTION], streamed[FinalChunk.BLOCK_CAUSAL]
+    assert all(torch.equal(a, b) for a, b in zip(full[:-1], block[:-1], strict=True))
+    assert full[-1].shape == block[-1].shape and not torch.allclose(full[-1], block[-1], atol=1e-5, rtol=0)
 
 
 def test_noise_is_seeded_per_request(core: CosyVoice3Token2Wav, prompt: CosyVoice3Prompt) -> None:

@@ -39,6 +39,7 @@ import math
 import random
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -49,10 +50,12 @@ from vllm_omni_token2wav.benchmarks.token2wav_producer import ChunkPayload, Prod
 from vllm_omni_token2wav.model_executor.models.cosyvoice2.hift.source import harmonic_increments
 from vllm_omni_token2wav.model_executor.models.cosyvoice3.cosyvoice3_code2wav import CosyVoice3Code2Wav
 from vllm_omni_token2wav.model_executor.models.cosyvoice3.cosyvoice3_token2wav import upstream_chunks
+from vllm_omni_token2wav.model_executor.models.cosyvoice3.flow import FinalChunk
 from vllm_omni_token2wav.model_executor.models.cosyvoice3.hift.source import CausalSource
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.contract import SegmentKind, parse_step
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.errors import segment_errors
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.families import COSYVOICE3
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.options import stage_options
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu, pytest.mark.usefixtures("cpu_platform")]
 
@@ -328,6 +331,46 @@ def test_the_vocoder_may_batch_rows_at_equal_positions(cv3_dir: Path, sine_phase
         alone, radians = _alone(solo, r, sine_phase)
         diff, bound = float((torch.cat(r.audio) - alone).abs().max()), _audio_bound(alone, radians)
         assert diff <= bound, f"{r.rid}: {diff:.2e} from the request alone, bound {bound:.2e} (phase {radians:.0f} rad)"
+
+
+def test_the_last_chunk_is_upstreams_full_attention_by_default_and_block_causal_on_request(
+    stages: tuple[CosyVoice3Code2Wav, CosyVoice3Code2Wav], cv3_dir: Path
+) -> None:
+    """`token2wav_final_chunk` defaults to "full_attention" (what upstream serves); "block_causal" from the deploy
+    YAML's extra or as an option reaches the facade, and changes only the last chunk's audio."""
+    assert stage_options(None, {}).final_chunk == FinalChunk.FULL_ATTENTION.value
+    yaml_extra = SimpleNamespace(additional_config={"token2wav_final_chunk": "block_causal"})
+    assert stage_options(yaml_extra, {}).final_chunk == FinalChunk.BLOCK_CAUSAL.value
+    default = stages[1]
+    block = CosyVoice3Code2Wav(model=str(cv3_dir), final_chunk="block_causal", **OPTIONS)
+    block.load_weights([])
+    assert default.token2wav.final_chunk is FinalChunk.FULL_ATTENTION
+    assert block.token2wav.final_chunk is FinalChunk.BLOCK_CAUSAL
+    tokens = [(53 * k + 11) % 6561 for k in range(120)]
+    served = {}
+    for stage in (default, block):
+        request = _talker_request(stage, "final", tokens, 1)  # same id, same noise seed on both stages
+        assert len(request.chunks) >= 3
+        pieces = []
+        for chunk in request.chunks:
+            audio, errors = _forward(stage, [chunk])
+            assert errors == [None], errors
+            pieces.append(audio[0])
+        # the stage's stream is the facade's stream in the stage's mode (validated against the references in
+        # tests/model_executor/models/cosyvoice3/test_cosyvoice3_token2wav.py)
+        core = stage.token2wav
+        state = core.set_stream_cache(prompt=request.prompt, seed=stage.engine.noise_seed(request.rid, 0))
+        ids = torch.tensor(tokens)
+        facade = [
+            core.stream(ids[part], last_chunk=last, return_waveform=True, state=state)[0]
+            for part, last in upstream_chunks(len(tokens), request.prompt.num_tokens)
+        ]
+        assert torch.equal(torch.cat(facade), torch.cat(pieces))
+        served[core.final_chunk] = torch.cat(pieces), pieces[-1].numel()
+    (full, last_full), (blocked, last_block) = served[FinalChunk.FULL_ATTENTION], served[FinalChunk.BLOCK_CAUSAL]
+    assert full.shape == blocked.shape and last_full == last_block
+    assert torch.equal(full[:-last_full], blocked[:-last_block]), "chunks before the last are the same computation"
+    assert not torch.allclose(full[-last_full:], blocked[-last_block:], atol=1e-5, rtol=0)
 
 
 def test_the_contract_reads_cosyvoice3s_talker() -> None:

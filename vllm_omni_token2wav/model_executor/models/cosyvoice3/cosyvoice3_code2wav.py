@@ -25,10 +25,11 @@ over all mel so far). Chunks with the `chunk_seq` / `cache_epoch` meta of the ot
 well, as windows that re-send the 3 lookahead ids.
 
 Options beyond the shared ones (`options.py`): `token2wav_batch_vocoder` (rows at equal positions
-share a vocoder launch), `token2wav_final_chunk` ("block_causal" default, or "full_attention",
-upstream's last call exactly). `token2wav_device_graphs` does not apply (CosyVoice3's launches run
-eagerly: `CosyVoice3Backend.graphs_active` is False). `ref_audio_max_seconds` does not apply:
-CosyVoice3 prompts are used as sent (aligned to their tokens, at most 30 s). The default voice is
+share a vocoder launch), `token2wav_final_chunk` ("full_attention" default: upstream's last call
+exactly, one full re-run per utterance; or "block_causal": constant cost, differs in the last chunk).
+`token2wav_device_graphs` does not apply (CosyVoice3's launches run eagerly:
+`CosyVoice3Backend.graphs_active` is False). `ref_audio_max_seconds` does not apply: CosyVoice3
+prompts are used as sent (aligned to their tokens, at most 30 s). The default voice is
 `default_voice.wav` with its prompt tokens in `default_voice.tokens` (or `$COSYVOICE3_DEFAULT_PROMPT_WAV`
 and the `.tokens` file beside it, or the `prompt_wav` option).
 """

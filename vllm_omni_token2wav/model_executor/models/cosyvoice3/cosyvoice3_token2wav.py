@@ -27,7 +27,8 @@ Requests:
 The stage (`cosyvoice3/backend.py`) runs the same kernels for many requests per launch.
 
 `seed` picks the flow's noise table per request (default: the facade's `seed`, 0 = upstream's table);
-`final_chunk` how a stream's last chunk attends (`flow.FinalChunk`).
+`final_chunk` how a stream's last chunk attends (`flow.FinalChunk`): by default with full attention over
+the whole utterance, as upstream's last call (its audio); `FinalChunk.BLOCK_CAUSAL` for constant cost.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ import torch
 
 from vllm_omni_token2wav.logger import init_logger
 from vllm_omni_token2wav.model_executor.models.audio.mel import MelConfig
-from vllm_omni_token2wav.model_executor.models.cosyvoice3.flow import FinalChunk, stream_calls
+from vllm_omni_token2wav.model_executor.models.cosyvoice3.flow import DEFAULT_FINAL_CHUNK, FinalChunk, stream_calls
 from vllm_omni_token2wav.model_executor.models.cosyvoice3.prompt import (
     COSYVOICE3_MEL_CONFIG,
     CosyVoice3Prompt,
@@ -129,7 +130,7 @@ class CosyVoice3Token2Wav:
         ort_intra_op_threads: intra-op threads of the ORT fallback session of the speaker embedding.
         spk_seg_pool_mode: CAM++ segment-pooling numerics of the torch device path (`campplus.segpool`).
         seed: the flow's default noise table (0 = upstream's).
-        final_chunk: how a stream's last chunk attends (`flow.FinalChunk`).
+        final_chunk: how a stream's last chunk attends (`flow.FinalChunk`; default FULL_ATTENTION, upstream's).
     """
 
     assets: ClassVar[Token2WavAssets] = COSYVOICE3_ASSETS
@@ -148,7 +149,7 @@ class CosyVoice3Token2Wav:
         ort_intra_op_threads: int = 1,
         spk_seg_pool_mode: str = "legacy",
         seed: int = 0,
-        final_chunk: FinalChunk = FinalChunk.BLOCK_CAUSAL,
+        final_chunk: FinalChunk = DEFAULT_FINAL_CHUNK,
     ) -> None:
         from vllm_omni_token2wav.model_executor.models.speaker_embedding.campplus.segpool import check_seg_pool_mode
 

@@ -17,7 +17,8 @@ previous chunk:
 
 So a stream's audio is the concatenation of its chunks' audio, and equals the whole-utterance vocoder
 on the streamed mel. The flow's streamed mel equals upstream's prefix re-runs (block-causal mask);
-the last chunk is block-causal too unless `FinalChunk.FULL_ATTENTION` (see docs/design/cosyvoice3.md).
+the last chunk by default equals upstream's last call (full attention, `FinalChunk.FULL_ATTENTION`), or
+is block-causal like the others with `FinalChunk.BLOCK_CAUSAL` (see docs/design/cosyvoice3.md).
 
 Noise. The flow's starting noise is a table drawn from `noise_seed` (`flow/noise.py`; seed 0 is
 upstream's fixed table): per request when the caller passes a per-request seed. The HiFT's source
@@ -38,6 +39,7 @@ from dataclasses import dataclass
 import torch
 
 from vllm_omni_token2wav.model_executor.models.cosyvoice3.flow import (
+    DEFAULT_FINAL_CHUNK,
     CausalMaskedDiffWithDiT,
     FinalChunk,
     FlowStreamState,
@@ -108,7 +110,7 @@ def open_stream(
     *,
     n_timesteps: int,
     noise_seed: int,
-    final_chunk: FinalChunk = FinalChunk.BLOCK_CAUSAL,
+    final_chunk: FinalChunk = DEFAULT_FINAL_CHUNK,
     run_prompt: bool = False,
 ) -> StreamCaches:
     """A new stream in the voice of `prompt`. With `run_prompt=False` nothing is computed: the prompt's

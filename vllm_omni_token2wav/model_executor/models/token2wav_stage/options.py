@@ -27,8 +27,8 @@ places of a deploy YAML's stage, the later winning: the connector's `extra` (vLL
 | `setup_cache_size`  | `extra["token2wav_setup_cache_size"]` (post-prompt flow states kept)    | 4                |
 | `batch_vocoder`     | `extra["token2wav_batch_vocoder"]` (CosyVoice3: rows at equal stream    | False            |
 |                     | positions share a causal-HiFT launch, ~1e-6 from solo)                  |                  |
-| `final_chunk`       | `extra["token2wav_final_chunk"]` (CosyVoice3: "block_causal" or         | "block_causal"   |
-|                     | "full_attention", how a stream's last chunk attends)                    |                  |
+| `final_chunk`       | `extra["token2wav_final_chunk"]` (CosyVoice3: how a stream's last chunk | "full_attention" |
+|                     | attends: "full_attention" as upstream serves it, or "block_causal")     |                  |
 | `device_graphs`     | `extra["token2wav_device_graphs"]` (true / false / auto, `graphs.py`)   | auto (None)      |
 | `device_graph_api`  | keyword only: the graph runtime (tests pass a fake)                     | the platform's   |
 | `variant`           | `extra["token2wav_variant"]` (MiniCPM-o: "vllm-omni-0.30" or            | the family's     |
@@ -80,7 +80,7 @@ class StageOptions:
     setup_cache_size: int = 4
     load_format: str | None = None
     batch_vocoder: bool = False
-    final_chunk: str = "block_causal"
+    final_chunk: str = "full_attention"
     device_graphs: bool | None = None
     device_graph_api: Any = FROM_PLATFORM
     variant: str | None = None
@@ -181,7 +181,7 @@ def stage_options(vllm_config: Any, overrides: Mapping[str, Any]) -> StageOption
         "setup_cache_size": int(extra.get("token2wav_setup_cache_size", 4)),
         "load_format": _attr(vllm_config, "load_config", "load_format"),
         "batch_vocoder": bool(extra.get("token2wav_batch_vocoder", False)),
-        "final_chunk": str(extra.get("token2wav_final_chunk", "block_causal")),
+        "final_chunk": str(extra.get("token2wav_final_chunk", "full_attention")),
         "device_graphs": graphs_switch(extra.get("token2wav_device_graphs")),
         "variant": extra.get("token2wav_variant"),
         "async_chunk": bool(_attr(vllm_config, "model_config", "async_chunk") or False),

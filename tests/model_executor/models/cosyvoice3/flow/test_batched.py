@@ -3,7 +3,9 @@
 
 Rows differ in prompt length, position, chunk size, deferred or run prompt, final or not. Each row's
 mel must equal (a) the same chunk run alone and (b) the independent prefix re-run reference
-(`reference.reference_mel`, <= 1e-5), for every chunk.
+(`reference.reference_mel`, <= 1e-5), for every chunk. Last chunks are checked in both modes: block-causal
+ones run in the launch (reference: the block-causal final run), full-attention ones (the default) re-run
+their utterance alone (reference: upstream's last call, `streaming=False`).
 
 (a) is float32 rounding, not bit-identity. A launch performs the same operations as the row alone
 except the grouped Conv1d layers (the conv position embedding, one `RaggedConv` over the interleaved
@@ -31,6 +33,7 @@ from tests.model_executor.models.cosyvoice3.flow.reference import reference_mel
 from vllm_omni_token2wav.model_executor.models.cosyvoice3.flow import (
     REDUCED_FLOW_CONFIG,
     CausalMaskedDiffWithDiT,
+    FinalChunk,
     FlowStreamState,
     noise_table,
     start_stream,
@@ -55,19 +58,22 @@ def _solo_bound(mel: torch.Tensor) -> float:
     return SOLO_ULPS * torch.finfo(torch.float32).eps * float(mel.abs().max())
 
 
-def _streams(flow: CausalMaskedDiffWithDiT) -> list[dict]:  # type: ignore[type-arg]
+def _streams(flow: CausalMaskedDiffWithDiT, final_chunk: FinalChunk) -> list[dict]:  # type: ignore[type-arg]
     out = []
     for i, prompt_tokens in enumerate((7, 33, 25, 0)):
         prompt = make_prompt(prompt_tokens, seed=20 + i)
-        state = start_stream(flow, *prompt, n_timesteps=N_STEPS, noise_seed=i + 1, run_prompt=i % 2 == 0)
+        state = start_stream(
+            flow, *prompt, n_timesteps=N_STEPS, noise_seed=i + 1, run_prompt=i % 2 == 0, final_chunk=final_chunk
+        )
         out.append({"prompt": prompt, "state": state, "tokens": make_tokens(160, seed=30 + i), "fed": 0, "seed": i + 1})
     return out
 
 
+@pytest.mark.parametrize("final_chunk", list(FinalChunk))
 def test_rows_of_one_launch_equal_each_row_alone_and_the_prefix_rerun(
-    cv3_flow: CausalMaskedDiffWithDiT, cv3_weights: dict[str, torch.Tensor]
+    cv3_flow: CausalMaskedDiffWithDiT, cv3_weights: dict[str, torch.Tensor], final_chunk: FinalChunk
 ) -> None:
-    streams = _streams(cv3_flow)
+    streams = _streams(cv3_flow, final_chunk)
     rng = random.Random(0)
     for round_ in range(4):
         final = round_ == 3
@@ -97,7 +103,7 @@ def test_rows_of_one_launch_equal_each_row_alone_and_the_prefix_rerun(
                     ids=s["tokens"][:, :fed],
                     noise=noise_table(s["seed"]),
                     n_timesteps=N_STEPS,
-                    streaming=True,
+                    streaming=not (final and final_chunk is FinalChunk.FULL_ATTENTION),
                     finalize=final,
                 )
                 new = ref[:, :, state.emitted_frames - 2 * pt.size(1) if state.emitted_frames else 0 :]
@@ -161,7 +167,12 @@ def test_the_conv_position_embedding_runs_in_calls_of_one_shape_whatever_the_row
 
     monkeypatch.setattr(torch.nn.functional, "conv1d", spy)
     prompts = [make_prompt(n, seed=40 + n) for n in (0, 9, 30)]
-    states = [start_stream(cv3_flow, *p, n_timesteps=N_STEPS, run_prompt=i != 1) for i, p in enumerate(prompts)]
+    # block-causal streams: their last chunk runs in a launch too (a full-attention last chunk is a whole-utterance
+    # re-run, not a launch)
+    states = [
+        start_stream(cv3_flow, *p, n_timesteps=N_STEPS, run_prompt=i != 1, final_chunk=FinalChunk.BLOCK_CAUSAL)
+        for i, p in enumerate(prompts)
+    ]
     rows = [(s, make_tokens(n, seed=n), False) for s, n in zip(states, (4, 31, 53), strict=True)]
     launched = stream_chunks(cv3_flow, rows)
     stream_chunk(cv3_flow, launched[2][1], make_tokens(11, seed=1), final=True)  # a short last piece alone

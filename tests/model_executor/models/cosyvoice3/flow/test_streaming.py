@@ -3,7 +3,9 @@
 
 The reference is `reference.reference_mel`, a plain re-implementation run on every prefix exactly as
 upstream's `CosyVoice3Model.tts` calls the flow (`streaming=True, finalize=False`, keep the new
-frames); the cached stream must match it within 1e-5 (fp32 CPU) for every chunk.
+frames; the last call `streaming=False, finalize=True`, full attention); the cached stream, with its
+default last chunk (`FinalChunk.FULL_ATTENTION`), must match it within 1e-5 (fp32 CPU) for every chunk.
+`FinalChunk.BLOCK_CAUSAL` (opt-in) matches the block-causal final run instead.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import torch
 from tests.model_executor.models.cosyvoice2.flow.inputs import make_prompt, make_tokens
 from tests.model_executor.models.cosyvoice3.flow.reference import reference_mel
 from vllm_omni_token2wav.model_executor.models.cosyvoice3.flow import (
+    DEFAULT_FINAL_CHUNK,
     REAL_FLOW_CONFIG,
     REDUCED_FLOW_CONFIG,
     CausalMaskedDiffWithDiT,
@@ -35,7 +38,10 @@ ATOL = 1e-5
 N_STEPS = 2
 
 
-def _prefix_rerun(weights, prompt, ids, *, final: bool, streaming: bool = True) -> torch.Tensor:  # type: ignore[no-untyped-def]
+def _prefix_rerun(weights, prompt, ids, *, final: bool, streaming: bool | None = None) -> torch.Tensor:  # type: ignore[no-untyped-def]
+    """The flow over `ids` as upstream's `tts` calls it: block-causal, the last call (`final`) full attention."""
+    if streaming is None:
+        streaming = not final
     pt, pm, spk = prompt
     return reference_mel(
         weights,
@@ -89,6 +95,12 @@ def test_any_hop_sizes_equal_the_prefix_rerun(
     assert emitted == 2 * 110
 
 
+def test_the_default_final_chunk_is_upstreams_full_attention(cv3_flow: CausalMaskedDiffWithDiT) -> None:
+    assert DEFAULT_FINAL_CHUNK is FinalChunk.FULL_ATTENTION
+    state = start_stream(cv3_flow, *make_prompt(5, seed=1), n_timesteps=1)
+    assert state.final_chunk is FinalChunk.FULL_ATTENTION and state.replay is not None
+
+
 def test_full_attention_final_chunk_reproduces_upstreams_last_call(
     cv3_flow: CausalMaskedDiffWithDiT, cv3_weights: dict[str, torch.Tensor]
 ) -> None:
@@ -135,19 +147,20 @@ def test_interleaved_requests_are_independent(cv3_flow: CausalMaskedDiffWithDiT)
         assert all(torch.equal(a, b) for a, b in zip(alone[i], mixed[i], strict=True))
 
 
+@pytest.mark.parametrize("final_chunk", list(FinalChunk))
 def test_a_failed_chunk_leaves_the_state_usable_and_an_old_state_can_be_continued(
-    cv3_flow: CausalMaskedDiffWithDiT,
+    cv3_flow: CausalMaskedDiffWithDiT, final_chunk: FinalChunk
 ) -> None:
     prompt = make_prompt(20, seed=11)
     tok = make_tokens(60, seed=12)
-    state = start_stream(cv3_flow, *prompt, n_timesteps=N_STEPS)
+    state = start_stream(cv3_flow, *prompt, n_timesteps=N_STEPS, final_chunk=final_chunk)
     first, after_first = stream_chunk(cv3_flow, state, tok[:, :33])
     bad = tok[:, 33:40].clone()
     bad[0, 3] = 6561
     with pytest.raises(ValueError, match=r"allowed \[0, 6561\)"):
         stream_chunk(cv3_flow, after_first, bad)
     second, done = stream_chunk(cv3_flow, after_first, tok[:, 33:], final=True)
-    # a retry from the same (older) state takes the copy-on-write path and gives the same frames
+    # a retry from the same (older) state gives the same frames (block-causal: via the arena's copy-on-write path)
     again, _ = stream_chunk(cv3_flow, after_first, tok[:, 33:], final=True)
     assert torch.equal(second, again)
     assert done.finished and not after_first.finished
@@ -227,7 +240,8 @@ def test_on_upstreams_schedule_each_chunk_computes_only_its_own_frames() -> None
 def test_cache_memory_is_sized_to_the_frames_and_grows_geometrically(cv3_flow: CausalMaskedDiffWithDiT) -> None:
     pt, pm, spk = make_prompt(10)
     tok = make_tokens(400)
-    state = start_stream(cv3_flow, pt, pm, spk, n_timesteps=1)
+    # block-causal: the last chunk writes the arena too (a full-attention last chunk re-runs without it)
+    state = start_stream(cv3_flow, pt, pm, spk, n_timesteps=1, final_chunk=FinalChunk.BLOCK_CAUSAL)
     arenas, capacities = set(), []
     for call in stream_calls(tok.size(1), 10):
         _, state = stream_chunk(cv3_flow, state, tok[:, call.start : call.end], final=call.final)

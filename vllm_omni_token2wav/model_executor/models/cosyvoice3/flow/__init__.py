@@ -30,6 +30,7 @@ from vllm_omni_token2wav.model_executor.models.cosyvoice3.flow.schedule import (
     upstream_hops,
 )
 from vllm_omni_token2wav.model_executor.models.cosyvoice3.flow.streaming import (
+    DEFAULT_FINAL_CHUNK,
     ChunkPlan,
     FinalChunk,
     FlowStreamState,
@@ -40,6 +41,7 @@ from vllm_omni_token2wav.model_executor.models.cosyvoice3.flow.streaming import 
 )
 
 __all__ = [
+    "DEFAULT_FINAL_CHUNK",
     "NOISE_FRAMES",
     "REAL_FLOW_CONFIG",
     "REDUCED_FLOW_CONFIG",

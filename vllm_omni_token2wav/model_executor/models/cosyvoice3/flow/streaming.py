@@ -29,10 +29,11 @@ op (projections, MLP, convs) on the new frames only; attention reads the cached 
 frames, the one term that grows with the history (exact all-left-chunks attention needs it).
 
 The last chunk (`final=True`): upstream's last call runs with `streaming=False`, i.e. full attention
-over the whole utterance, which no cache can give. `FinalChunk.BLOCK_CAUSAL` (default) computes the
-last chunk like the others from the caches (constant cost, continuous with the emitted chunks, the
-same as upstream's own streaming self-test `finalize=True, streaming=True`); `FinalChunk.FULL_ATTENTION`
-reproduces upstream exactly with one full re-run of everything (O(N) once, keeps all token ids).
+over the whole utterance, which no cache can give. `FinalChunk.FULL_ATTENTION` (default,
+`DEFAULT_FINAL_CHUNK`) reproduces upstream's served audio exactly with one full re-run of everything
+(O(N) once per utterance, keeps all token ids); `FinalChunk.BLOCK_CAUSAL` computes the last chunk like
+the others from the caches (constant cost, continuous with the emitted chunks, the same as upstream's
+own streaming self-test `finalize=True, streaming=True`), and differs from upstream in the last chunk.
 
 State is a frozen dataclass: a chunk returns a new state and a failed chunk leaves the old one usable.
 A call is planned per stream (`ChunkPlan`) and computed by the kernel of `batched.py`, which runs the
@@ -68,6 +69,10 @@ class FinalChunk(enum.Enum):
 
     BLOCK_CAUSAL = "block_causal"
     FULL_ATTENTION = "full_attention"
+
+
+#: What upstream serves (its last call is `streaming=False`): a user switching from it gets its audio.
+DEFAULT_FINAL_CHUNK = FinalChunk.FULL_ATTENTION
 
 
 @dataclass(frozen=True)
@@ -212,7 +217,7 @@ def start_stream(
     n_timesteps: int = 10,
     noise_seed: int = UPSTREAM_NOISE_SEED,
     noise: torch.Tensor | None = None,
-    final_chunk: FinalChunk = FinalChunk.BLOCK_CAUSAL,
+    final_chunk: FinalChunk = DEFAULT_FINAL_CHUNK,
     run_prompt: bool = True,
 ) -> FlowStreamState:
     """Set up a stream for a prompt (tokens `(1, P)`, mel `(1, 2P, 80)` aligned, CAM++ embedding `(1, 192)`).
