@@ -84,6 +84,10 @@ def test_the_verdict_gives_ours_over_upstream_per_level_ttfp_rss_and_failures() 
     assert line.startswith("step_audio2: audio s/s ours/upstream x2.00 (c=1), x4.00 (c=4)")
     assert "TTFP p50 at c=4 x0.25" in line and "peak RSS x0.75" in line
     assert line.endswith("ours ahead on throughput at every level")
+    up.max_num_seqs = 1  # Step-Audio2's deploy YAML: the rest of a level queues in the engine
+    text = ab_report.render_text(EngineABReport(EngineABConfig(), families={"step_audio2": fam}))
+    assert "- upstream at c = 4: the stage holds 1 request(s) at a time" in text
+    assert "- ours at c" not in text
 
 
 @pytest.mark.parametrize(

@@ -158,6 +158,14 @@ def family_lines(fam: FamilyAB) -> list[str]:
             + (f"; first error: {arm.first_error}" if arm.first_error else "")
             + (f"; log {arm.log}" if arm.log else "")
         )
+    for name in ARMS:
+        arm = fam.arms.get(name)
+        queued = sorted(c for c in arm.levels if c > arm.max_num_seqs) if arm else []
+        if arm and queued:
+            lines.append(
+                f"- {name} at c = {', '.join(map(str, queued))}: the stage holds {arm.max_num_seqs} request(s) at a "
+                "time (max_num_seqs); the engine queues the rest, and their TTFP includes the wait"
+            )
     lines += ["", _HEAD, "|" + "---|" * (_HEAD.count("|") - 1)]
     for name in ARMS:
         if name in fam.arms:

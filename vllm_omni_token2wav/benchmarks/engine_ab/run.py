@@ -39,6 +39,7 @@ import os
 import re
 import shutil
 import statistics
+import sys
 import tempfile
 import threading
 import time
@@ -142,10 +143,13 @@ def upstream_max_num_seqs(family: str, deploy_dir: Path | None = None) -> tuple[
     import yaml
 
     name, stage_id = UPSTREAM_DEPLOYS[family]
-    if deploy_dir is None:
-        import vllm_omni
+    if deploy_dir is None:  # found without importing vLLM-Omni (its import prints vLLM's log lines)
+        import importlib.util
 
-        deploy_dir = Path(vllm_omni.__file__).resolve().parent / "deploy"
+        spec = importlib.util.find_spec("vllm_omni")
+        if spec is None or spec.origin is None:
+            raise EngineABSetupError("vLLM-Omni is not installed: its deploy YAMLs give upstream's max_num_seqs")
+        deploy_dir = Path(spec.origin).resolve().parent / "deploy"
     path = deploy_dir / name
     try:
         document = yaml.safe_load(path.read_text())
@@ -505,8 +509,11 @@ class EngineABBenchmark:
             "loadavg_start": load_average(),
             "timestamp_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
-        for family in self.config.families:
-            self._family(family)
+        # vLLM configures its log handler on sys.stdout when first imported (the stand-in folders import it):
+        # its lines go to stderr, so stdout keeps the table alone.
+        with contextlib.redirect_stdout(sys.stderr):
+            for family in self.config.families:
+                self._family(family)
         self.report.environment["loadavg_end"] = load_average()
         self.report.complete = True
         self._update()
