@@ -193,6 +193,13 @@ def test_first_error_line_finds_the_exception_and_the_frame_that_raised_it() -> 
         "RuntimeError: shape [1, 80] vs [1, 512]"
     )
     assert first_error_line("INFO all good\n") is None
+    state_dict = (
+        "(Worker pid=3) ERROR 12-03 22:56:18 [m.py:944] RuntimeError: Error(s) in loading state_dict for X:\n"
+        "(Worker pid=3) ERROR 12-03 22:56:18 [m.py:944] \tsize mismatch for conv1.weight: [64, 80] vs [1024, 80]."
+    )
+    assert first_error_line(state_dict) == (
+        "RuntimeError: Error(s) in loading state_dict for X: size mismatch for conv1.weight: [64, 80] vs [1024, 80]."
+    )
 
 
 def test_upstream_max_num_seqs_is_read_from_its_deploy_yaml_and_named(tmp_path: Path) -> None:

@@ -309,10 +309,12 @@ def first_error_line(text: str) -> str | None:
     """The first exception a server log names (`...Error: ...`), colours and log prefixes removed.
 
     An exception without a message (a bare `AssertionError`) gets the frame that raised it, e.g.
-    `AssertionError (s3tokenizer/utils.py:57 in _rename_weights: assert "blocks" in k)`.
+    `AssertionError (s3tokenizer/utils.py:57 in _rename_weights: assert "blocks" in k)`; one whose message
+    ends in ":" (`Error(s) in loading state_dict for X:`) gets the line after it.
     """
     frame: tuple[str, str, str] | None = None
     statement = ""
+    found: str | None = None
     for raw in text.splitlines():
         clean = _ANSI.sub("", raw)
         if _QUIET.search(clean):  # warnings and info lines quote errors that were handled
@@ -322,14 +324,18 @@ def first_error_line(text: str) -> str | None:
             frame, statement = match.groups(), ""
             continue
         stripped = line.strip()
+        if found is not None:  # an exception line ending in ":" continues on the next line
+            return f"{found} {stripped}"[:400] if stripped else found[:400]
         if frame is not None and not statement and stripped and not set(stripped) <= set("^~ "):
             statement = stripped
         if _ERROR_LINE.match(stripped):
             if ":" not in stripped and frame is not None:
                 path = "/".join(Path(frame[0]).parts[-2:])
                 stripped += f" ({path}:{frame[1]} in {frame[2]}: {statement})" if statement else ""
-            return stripped[:400]
-    return None
+            if not stripped.endswith(":"):
+                return stripped[:400]
+            found = stripped
+    return None if found is None else found[:400]
 
 
 def _log_text(path: Path) -> str:
@@ -553,6 +559,11 @@ class EngineABBenchmark:
                     if arm.result.measured:
                         self._level(arm, str(model), c)
                         self._update()
+            for a in arms:
+                if a.result.levels and not any(
+                    r.samples for level in a.result.levels.values() for r in level.run.requests
+                ):
+                    a.result.status = "requests_failed"  # measured nothing: the verdict must not compare it
             if cfg.faults:
                 for a in arms:
                     if a.result.measured:
