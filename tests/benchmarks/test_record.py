@@ -22,6 +22,8 @@ FORMER_SCRIPTS = (
     "token2wav_rtf",
     "token2wav_serve",
 )
+#: Recorders added since (`bench engine-ab`).
+NEW_RECORDERS = ("engine_ab",)
 
 
 @pytest.fixture
@@ -43,7 +45,7 @@ def fake_cli(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
 def test_list_shows_every_former_recorder_script_by_name(capsys: pytest.CaptureFixture[str]) -> None:
     assert record_script().main(["--list"]) == 0
     listed = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
-    assert sorted(listed) == sorted(FORMER_SCRIPTS)
+    assert sorted(listed) == sorted(FORMER_SCRIPTS + NEW_RECORDERS)
 
 
 def test_an_unknown_name_or_no_name_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:

@@ -24,7 +24,7 @@ import json
 import struct
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from vllm_omni_token2wav.benchmarks.token2wav_serve.run import RequestResult
@@ -113,13 +113,23 @@ class ServedRequest:
     arrival_s: float | None = None
 
 
+#: How a request is sent: `(request, its result to fill, the level's origin)`; the default streams its text as speech.
+Sender = Callable[[ServedRequest, RequestResult, float], object]
+
+
 def run_closed_or_poisson(
-    port: int, requests: Sequence[ServedRequest], concurrency: int, *, timeout_s: float = 300.0
+    port: int,
+    requests: Sequence[ServedRequest],
+    concurrency: int,
+    *,
+    timeout_s: float = 300.0,
+    send: Sender | None = None,
 ) -> list[RequestResult]:
     """Stream every request with at most `concurrency` in flight; their results, times since the level began.
 
     Closed loop (no arrival times): a request is sent as soon as a slot frees, and that is its arrival.
-    Poisson (arrival times given): a request arrives at its time and waits for a slot.
+    Poisson (arrival times given): a request arrives at its time and waits for a slot. `send` replaces the
+    speech stream for other endpoints (`bench engine-ab` posts codec ids); it fills the result the same way.
     """
     slots = threading.Semaphore(concurrency)
     results = [RequestResult(r.request_id, 0, 0, 0.0, 0.0) for r in requests]
@@ -128,7 +138,10 @@ def run_closed_or_poisson(
 
     def one(req: ServedRequest, result: RequestResult) -> None:
         try:
-            stream_speech(port, req.text, result, origin, timeout_s=timeout_s)
+            if send is None:
+                stream_speech(port, req.text, result, origin, timeout_s=timeout_s)
+            else:
+                send(req, result, origin)
         finally:
             slots.release()
 
@@ -150,6 +163,7 @@ def run_closed_or_poisson(
 __all__ = [
     "PCM_BYTES_PER_SAMPLE",
     "SPEECH_PATH",
+    "Sender",
     "ServedRequest",
     "SpeechStreamError",
     "run_closed_or_poisson",
