@@ -64,6 +64,12 @@ ARMS: Final = ("upstream", "ours")
 CODEBOOK: Final = 6561  # every family's speech tokens are in [0, 6561)
 SAMPLES_PER_TOKEN: Final = SAMPLE_RATE // TOKEN_RATE
 OVERRIDES_ENV: Final = "VLLM_OMNI_TOKEN2WAV_OVERRIDES"  # plugins/overrides.py (not imported: it needs vLLM)
+#: On the upstream arm's PYTHONPATH: a `cosyvoice2` shim, the package upstream's Step-Audio2 / MiniCPM-o
+#: `flow.yaml` tags name (`upstream_path/cosyvoice2/__init__.py` says how it is provided).
+UPSTREAM_PATH: Final = Path(__file__).resolve().with_name("upstream_path")
+#: Families served from the `upstream_compatible` stand-in folder (speech tokenizer and HiFT at the sizes
+#: upstream's loaders hard-code); CosyVoice3's upstream class hard-codes a full-size flow as well.
+UPSTREAM_COMPATIBLE: Final = frozenset({"minicpmo_4_5", "step_audio2"})
 COMPLETIONS_PATH: Final = "/v1/completions"
 RSS_PERIOD_S: Final = 0.5
 FAULT_REQUESTS: Final = 8
@@ -172,6 +178,14 @@ def our_max_num_seqs(family: str) -> int:
 
     stages = yaml.safe_load(our_deploy(family).read_text())["stages"]
     return int(next(s["max_num_seqs"] for s in stages if s["stage_id"] == 0))
+
+
+def arm_environment(overrides: str) -> dict[str, str]:
+    """The server environment of an arm: the overrides switch; upstream's arm also gets `UPSTREAM_PATH`."""
+    env = {OVERRIDES_ENV: overrides}
+    if overrides == "0":
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(UPSTREAM_PATH), os.environ.get("PYTHONPATH", "")) if p)
+    return env
 
 
 def write_overlay(folder: Path, name: str, family: str, max_num_seqs: int) -> Path:
@@ -540,7 +554,7 @@ class EngineABBenchmark:
         fam = FamilyAB(family)
         self.report.families[family] = fam
         self._msg(f"{family}: the stand-in engine folder")
-        model = ensure_engine_model_dir(family)
+        model = ensure_engine_model_dir(family, upstream_compatible=family in UPSTREAM_COMPATIBLE)
         fam.model_dir = str(model)
         logs = (cfg.server_logs / family) if cfg.server_logs else Path(tempfile.mkdtemp(prefix=f"engine-ab-{family}-"))
         logs.mkdir(parents=True, exist_ok=True)
@@ -598,7 +612,7 @@ class EngineABBenchmark:
                 model,
                 deploy,
                 logs / f"server_{arm}.log",
-                env={OVERRIDES_ENV: overrides},
+                env=arm_environment(overrides),
                 startup_timeout_s=self.config.startup_timeout_s,
             )
             out.append(_Arm(ArmResult(arm, n, where, overrides), server))
@@ -719,5 +733,6 @@ __all__ = [
     "request_codes",
     "run_wave",
     "upstream_max_num_seqs",
+    "arm_environment",
     "write_overlay",
 ]

@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""`cosyvoice2` for vLLM-Omni's own token2wav classes in engine processes (put this folder's parent on PYTHONPATH).
+"""`cosyvoice2` for vLLM-Omni's own token2wav classes in engine processes (`bench engine-ab` puts this folder's
+parent on the upstream arm's PYTHONPATH; it is not a module of our package).
 
 Step-Audio2's `flow.yaml` names `cosyvoice2.flow.flow.CausalMaskedDiffWithXvec` etc. Upstream users run with
 Step-Audio2's code on the path; `stepaudio2-minicpmo` (tools/install_engine_cpu.sh) ships those modules as
