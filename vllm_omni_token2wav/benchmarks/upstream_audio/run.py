@@ -180,6 +180,7 @@ class UpstreamAudioComparison:
         self.config = config
         self.stage = stage
         self.report = UpstreamAudioReport(config=config, versions=_versions())
+        self.upstream_own_noise: torch.Tensor | None = None  # the flow noise upstream drew itself
 
     # ---- set-up --------------------------------------------------------------------------------
 
@@ -208,6 +209,7 @@ class UpstreamAudioComparison:
         upstream = UpstreamCore(str(model_dir), device="cpu", n_timesteps=n)
         upstream._ensure_models_loaded()
         # The same flow noise: upstream's buffer (drawn unseeded at construction) replaced by ours.
+        self.upstream_own_noise = upstream.flow.decoder.rand_noise.detach().clone()
         upstream.flow.decoder.rand_noise = ours.flow.decoder.rand_noise.detach().clone()
         fit_stream_buffers(upstream.flow)
         return ours, upstream
@@ -227,6 +229,7 @@ class UpstreamAudioComparison:
             self._whole(ours, upstream, wav, tokens, "step_audio2 whole (own prompt features)")
             upstream.cache[wav] = _as_upstream_prompt(ours_features)
             self._whole(ours, upstream, wav, tokens, "step_audio2 whole (shared prompt features)")
+            self._own_noise(ours, upstream, wav, tokens)
             if self.config.streaming:
                 self._stream(ours, upstream, wav, tokens, "step_audio2 stream (shared prompt features)")
             upstream.cache[wav] = own_upstream
@@ -357,6 +360,32 @@ class UpstreamAudioComparison:
         torch.manual_seed(seed)
         vocoded, _ = upstream.hift.inference(speech_feat=our_mel[0])
         self.report.rows.append(compare(case, "audio (upstream HiFT on our mel)", our_audio, vocoded, "HiFT alone"))
+
+    def _own_noise(self, ours: Any, upstream: Any, wav: str, tokens: list[int]) -> None:
+        """The size of the noise difference itself: upstream with the noise it draws on its own."""
+        case = "step_audio2 whole (shared prompt, upstream's own noise)"
+        self.stage(case)
+        injected = upstream.flow.decoder.rand_noise
+        assert self.upstream_own_noise is not None
+        upstream.flow.decoder.rand_noise = self.upstream_own_noise
+        up_mel: list[torch.Tensor] = []
+        try:
+            with captured(
+                upstream.hift, "inference", up_mel, lambda _r, a, k: k.get("speech_feat", a[0] if a else None)
+            ):
+                torch.manual_seed(self.config.seed + 1)  # a global RNG state other than ours
+                up_audio = upstream.forward(tokens, wav, return_bytes=False)
+        finally:
+            upstream.flow.decoder.rand_noise = injected
+        our_mel: list[torch.Tensor] = []
+        hook = ours.hift.register_forward_pre_hook(lambda _m, args: our_mel.append(args[0].detach().clone()))
+        try:
+            our_audio = ours(tokens, wav, seed=self.config.seed)
+        finally:
+            hook.remove()
+        note = "intended: noise not injected"
+        self.report.rows.append(compare(case, "mel", our_mel[0], up_mel[0], note))
+        self.report.rows.append(compare(case, "audio", our_audio, up_audio, note))
 
     def _stream(self, ours: Any, upstream: Any, wav: str, tokens: list[int], case: str) -> None:
         from vllm_omni.model_executor.models.step_audio2.step_audio2_token2wav import _StreamState
