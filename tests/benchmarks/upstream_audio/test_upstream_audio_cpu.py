@@ -6,7 +6,7 @@ last one; 2 Euler steps) and asserts the agreement measured there (docs/benchmar
 
 - flow + HiFT arithmetic (both sides given the same prompt features; Step-Audio2's core, whole and
   streamed, and MiniCPM-o's BatchedToken2Wav at batch 1 under the 0.30 rules): mel within float32 rounding
-  (measured <= 1.6e-6 max abs, whole and every chunk, 2 and 10 steps; bound 1e-5), audio <= 1.8e-5
+  (measured <= 1.9e-6 max abs, whole and every chunk, 2 and 10 steps; bound 1e-5), audio <= 4.1e-5
   max abs (bound 1e-4: HiFT carries the mel's rounding through its F0 and phase), and upstream's
   HiFT on our mel gives our audio bit for bit (noise identical, not only alike);
 - prompt features on the same resampled audio: identical speech tokens, CAM++ embedding rel L2
@@ -71,7 +71,7 @@ def test_every_stream_chunk_agrees_to_float32_rounding(rows: dict) -> None:
     "case", ["minicpmo_4_5 stream (shared prompt features)", "minicpmo_4_5 one call (shared prompt features)"]
 )
 def test_minicpmo_batched_token2wav_agrees_to_float32_rounding(rows: dict, case: str) -> None:
-    """Upstream's BatchedToken2Wav (batch 1) vs ours under the 0.30 rules: measured <= 1.8e-6 mel, 3.2e-5 audio."""
+    """Upstream's BatchedToken2Wav (batch 1) vs ours under the 0.30 rules: measured <= 1.9e-6 mel, 4.1e-5 audio."""
     chunks = [key for key in rows if key[0] == case and key[1].startswith("chunk")]
     assert len(chunks) == (6 if "stream" in case else 2)
     for key in chunks:
