@@ -97,6 +97,7 @@ class UpstreamAudioConfig:
     threads: int = 2
     streaming: bool = True
     minicpmo: bool = True
+    own_noise: bool = True  # also measure the noise difference itself (one more utterance)
 
 
 @dataclass
@@ -229,7 +230,8 @@ class UpstreamAudioComparison:
             self._whole(ours, upstream, wav, tokens, "step_audio2 whole (own prompt features)")
             upstream.cache[wav] = _as_upstream_prompt(ours_features)
             self._whole(ours, upstream, wav, tokens, "step_audio2 whole (shared prompt features)")
-            self._own_noise(ours, upstream, wav, tokens)
+            if self.config.own_noise:
+                self._own_noise(ours, upstream, wav, tokens)
             if self.config.streaming:
                 self._stream(ours, upstream, wav, tokens, "step_audio2 stream (shared prompt features)")
             upstream.cache[wav] = own_upstream
