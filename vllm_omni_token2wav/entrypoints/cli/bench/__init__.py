@@ -27,6 +27,7 @@ BENCH_CLIS: tuple[str, ...] = (
     "vllm_omni_token2wav.benchmarks.causal_hift_stream.cli",
     "vllm_omni_token2wav.benchmarks.token2wav_serve.cli",
     "vllm_omni_token2wav.benchmarks.engine_ab.cli",
+    "vllm_omni_token2wav.benchmarks.upstream_audio.cli",
     "vllm_omni_token2wav.benchmarks.token2wav_row_cost.cli",
     "vllm_omni_token2wav.benchmarks.token2wav_stream_memory.cli",
     "vllm_omni_token2wav.benchmarks.flow_rtf.cli",

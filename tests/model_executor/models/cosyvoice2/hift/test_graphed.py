@@ -54,7 +54,8 @@ def test_noise_drawn_ahead_is_each_rows_batch1_draws_and_padding_draws_nothing()
     for row, seed in ((0, 7), (2, 8)):
         ref = torch.Generator().manual_seed(seed)
         assert torch.equal(noise.initial_phase[row], torch.rand(1, 9, generator=ref)[0])
-        assert torch.equal(noise.harmonics[row], torch.randn(1, 960, 9, generator=ref)[0])
+        # The reference's harmonics noise: randn_like of its [1, 960, 9] sines, a transposed [1, 9, 960] tensor.
+        assert torch.equal(noise.harmonics[row], torch.empty(1, 9, 960).transpose(1, 2).normal_(generator=ref)[0])
         torch.randn(1, 960, 1, generator=ref)  # the source module's own draw, consumed too
         assert torch.equal(gens[row].get_state(), ref.get_state())  # type: ignore[union-attr]
     assert not noise.initial_phase[1].any() and not noise.harmonics[1].any()

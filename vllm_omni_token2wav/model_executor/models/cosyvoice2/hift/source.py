@@ -17,9 +17,12 @@ CPU `F.interpolate`; the tests require 1e-6). For odd s the coordinate is the in
 
 Consequence worth knowing: sample 0 never enters the down-interpolation, so the reference's
 random initial phase (added to sample 0 only) does not reach the output. It is still drawn, to keep
-the RNG stream identical to the reference: per call `rand(B, H)` (initial phases), then
-`randn(B, L, H)` (additive noise of the harmonics), then `randn(B, L, 1)` (the source module's
-noise output, unused by HiFT).
+the RNG stream identical to the reference: per call `rand(B, H)` (initial phases), then a Gaussian
+[B, L, H] (additive noise of the harmonics), then `randn(B, L, 1)` (the source module's noise
+output, unused by HiFT). The harmonics' noise is the reference's `randn_like(sines)`, and its sines
+are a transposed [B, H, L] tensor: `randn_like` keeps those strides and torch fills a
+non-contiguous tensor by another path than a contiguous `randn`, so the values (not only their
+order) differ from `randn(B, L, H)`. `transposed_randn` draws exactly what the reference draws.
 
 Per-row noise (`NoiseSource`): a serving stage vocodes the chunks of several requests in one batch,
 and each request's audio must not depend on what else shares the batch. Passing one generator per
@@ -72,6 +75,15 @@ class DrawnNoise:
 NoiseSource = torch.Generator | Sequence[torch.Generator | None] | DrawnNoise | None
 
 
+def transposed_randn(
+    shape: tuple[int, ...], *, generator: torch.Generator | None, device: torch.device, dtype: torch.dtype
+) -> torch.Tensor:
+    """Gaussian [B, L, H] filled as the reference's `randn_like` of its [B, H, L]-strided sines (module docstring)."""
+    batch, length, harmonics = shape
+    buffer = torch.empty((batch, harmonics, length), device=device, dtype=dtype)
+    return buffer.transpose(1, 2).normal_(generator=generator)
+
+
 def draw(
     fn: Callable[..., torch.Tensor],
     shape: tuple[int, ...],
@@ -97,6 +109,8 @@ def draw(
                 "draw it with draw_ahead() for this batch and mel length"
             )
         return drawn.to(device=device, dtype=dtype, copy=True)
+    if role == "harmonics":
+        fn = transposed_randn
     if generator is None or isinstance(generator, torch.Generator):
         return fn(shape, generator=generator, device=device, dtype=dtype)
     if len(generator) != shape[0]:
@@ -131,7 +145,7 @@ def draw_ahead(
             noises.append(torch.zeros((1, length, harmonics), device=device, dtype=dtype))
             continue
         phases.append(torch.rand((1, harmonics), generator=gen, device=device, dtype=dtype))
-        noises.append(torch.randn((1, length, harmonics), generator=gen, device=device, dtype=dtype))
+        noises.append(transposed_randn((1, length, harmonics), generator=gen, device=device, dtype=dtype))
         torch.randn((1, length, 1), generator=gen, device=device, dtype=dtype)  # the source module's own draw
     return DrawnNoise(torch.cat(phases, dim=0), torch.cat(noises, dim=0))
 
