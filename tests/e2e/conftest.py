@@ -21,6 +21,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -53,6 +54,11 @@ class Served:
         return "\n".join(text.splitlines()[-lines:])
 
 
+#: Reply length (codes) of a served deployment with a producer. 12 chunks of 25: a client that drops its
+#: connection after the first bytes must be seen by the engine while most of its stream is still to come
+#: (with the YAML's 100 codes, 4 chunks, a loaded host let the whole reply finish first).
+PRODUCER_REPLY_TOKENS: dict[str, int] = {"standin_step_audio2_stream": 300}
+
 #: fixture name -> (family, shipped deploy YAML, the code2wav stage's id in it)
 SERVED = {
     "stream_server": ("step_audio2", "standin_step_audio2_stream", 1),
@@ -66,7 +72,13 @@ def _launch(tmp: Path, family: str, name: str, stage_id: int) -> Served:
 
     model = ensure_engine_model_dir(family)
     stats = tmp / "stage_stats.json"
-    deploy = deployment(tmp, name, {stage_id: {"additional_config": FAST_STAGE_OPTIONS}})
+    stages: dict[int, dict[str, Any]] = {stage_id: {"additional_config": FAST_STAGE_OPTIONS}}
+    if name in PRODUCER_REPLY_TOKENS:
+        # The producer (stage 0) makes every reply this long; the speech endpoint does not pass a request's
+        # `max_new_tokens` on, so this is the only length a served stream can have.
+        sampling = {"max_tokens": PRODUCER_REPLY_TOKENS[name], "temperature": 0.0, "detokenize": False}
+        stages[0] = {"default_sampling_params": sampling}
+    deploy = deployment(tmp, name, stages)
     server = EngineServer(
         model=model,
         deploy=deploy,

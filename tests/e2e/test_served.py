@@ -4,8 +4,9 @@
 Two served deployments, each started once per session (`conftest.py`) and shared by these tests:
 
 - `standin_step_audio2_stream.yaml` (stand-in producer -> our code2wav): vLLM-Omni's
-  `/v1/audio/speech` with its Step-Audio2 adapter. The YAML's `max_tokens: 100` makes every reply 100
-  codes, 4 s of 24 kHz audio. Concurrent requests must each get a whole, valid WAV; a client that
+  `/v1/audio/speech` with its Step-Audio2 adapter. The producer's `max_tokens` (300 here, conftest.py
+  `PRODUCER_REPLY_TOKENS`) makes every reply 300 codes, 12 s of 24 kHz audio in 12 chunks. Concurrent
+  requests must each get a whole, valid WAV; a client that
   drops its connection mid-stream must not leave its stream in the stage (live streams back to 0,
   freed by the engine's finish, not by a last chunk) nor stop the server; `bench seed-tts serve` must
   drive the endpoint end to end (stand-in audio is noise: the plumbing is checked, not the WER).
@@ -30,7 +31,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from tests.e2e.conftest import REPO_ROOT, Served
+from tests.e2e.conftest import PRODUCER_REPLY_TOKENS, REPO_ROOT, Served
 from tests.e2e.engines import SAMPLES_PER_TOKEN, wait_for
 from tests.helpers.engine import require_engine
 
@@ -38,7 +39,7 @@ pytestmark = [pytest.mark.core_model, pytest.mark.cpu, pytest.mark.engine]
 
 require_engine("the served engine tests")
 
-REPLY_TOKENS = 100  # default_sampling_params.max_tokens of the producer in standin_step_audio2_stream.yaml
+REPLY_TOKENS = PRODUCER_REPLY_TOKENS["standin_step_audio2_stream"]  # the producer's max_tokens as served here
 TIMEOUT_S = 180.0
 
 
@@ -89,14 +90,13 @@ def test_a_client_that_disconnects_mid_stream_frees_its_stream_and_the_server_ke
 ) -> None:
     _assert_whole_reply(*_speech(stream_server, "Warm up.")[:2], stream_server)  # the stage's counters exist
     known = set(stream_server.counters()["chunks"])
-    tokens = 2000  # ~80 chunks: far longer than the test waits for the stream to be freed
+    tokens = REPLY_TOKENS  # 12 chunks; the endpoint ignores a request's max_new_tokens (conftest.py)
     body = {
         "model": str(stream_server.model),
         "input": "Please read this very long text.",
         "stream": True,
         "stream_format": "audio",  # raw PCM bytes as they are decoded (stream=true alone means SSE events)
         "response_format": "pcm",
-        "max_new_tokens": tokens,
     }
     parts = urlsplit(stream_server.url)
     conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=TIMEOUT_S)
