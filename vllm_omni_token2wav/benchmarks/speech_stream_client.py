@@ -43,12 +43,16 @@ def speech_body(text: str, response_format: str = "pcm") -> dict[str, object]:
     return {"input": text, "response_format": response_format, "stream": True, "stream_format": "audio"}
 
 
-def _error_text(status: int, body: bytes) -> str:
+def error_message(body: bytes) -> str:
+    """The server's `error.message` of an error reply, else the start of its body."""
     try:
-        message = json.loads(body)["error"]["message"]
+        return str(json.loads(body)["error"]["message"])
     except (ValueError, KeyError, TypeError):
-        message = body[:300].decode(errors="replace")
-    return f"HTTP {status}: {message}"
+        return body[:300].decode(errors="replace")
+
+
+def _error_text(status: int, body: bytes) -> str:
+    return f"HTTP {status}: {error_message(body)}"
 
 
 def stream_speech(

@@ -52,7 +52,7 @@ import numpy as np
 
 from vllm_omni_token2wav.benchmarks.common import cpu_model, load_average, usable_cores
 from vllm_omni_token2wav.benchmarks.engine_server import EngineServer, EngineServerError
-from vllm_omni_token2wav.benchmarks.speech_stream_client import ServedRequest, run_closed_or_poisson
+from vllm_omni_token2wav.benchmarks.speech_stream_client import ServedRequest, error_message, run_closed_or_poisson
 from vllm_omni_token2wav.benchmarks.token2wav_serve.run import SAMPLE_RATE, TOKEN_RATE, ModeRun, RequestResult
 from vllm_omni_token2wav.logger import init_logger
 
@@ -215,11 +215,8 @@ def fault_codes(seed: int, tokens: int) -> list[list[int]]:
 
 
 def _error_text(status: int, body: bytes) -> str:
-    try:
-        message = json.loads(body)["error"]["message"]
-    except (ValueError, KeyError, TypeError):
-        message = body[:300].decode(errors="replace")
-    return f"HTTP {status}: {' '.join(str(message).split())[:400]}"
+    """The reply's error on one line (whitespace collapsed), at most 400 characters of message."""
+    return f"HTTP {status}: {' '.join(error_message(body).split())[:400]}"
 
 
 def post_codes(
