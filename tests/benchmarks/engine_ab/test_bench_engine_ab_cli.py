@@ -35,7 +35,16 @@ def test_help_lists_the_subcommand_and_its_options(capsys: pytest.CaptureFixture
         main(["bench", "engine-ab", "--help"])
     out = capsys.readouterr().out
     assert exit_info.value.code == 0
-    for option in ("--families", "--concurrency", "--requests", "--seconds", "--faults", "--no-faults", "--smoke"):
+    for option in (
+        "--families",
+        "--route",
+        "--concurrency",
+        "--requests",
+        "--seconds",
+        "--faults",
+        "--no-faults",
+        "--smoke",
+    ):
         assert option in out, option
 
 
@@ -48,6 +57,8 @@ def test_help_lists_the_subcommand_and_its_options(capsys: pytest.CaptureFixture
         (("--concurrency", "0"), "expected distinct levels >= 1"),
         (("--requests", "0"), "--requests must be >= 1"),
         (("--seconds", "0.1"), r"--seconds must be in \[0.2, 60\]"),
+        (("--route", "stream", "--families", "minicpmo_4_5"), "route stream: minicpmo_4_5 has no stand-in stream"),
+        (("--route", "stream", "--families", "step_audio2", "--faults"), "the fault wave needs route alone"),
     ],
 )
 def test_option_mistakes_are_usage_errors(argv: tuple[str, ...], message: str) -> None:
@@ -86,8 +97,16 @@ def test_plans_and_explicit_options() -> None:
     assert (mine.concurrency, mine.faults, mine.tokens) == ((2, 3), True, 38)
     accel = build_config(_parse("--plan", "accelerator", "--no-faults"))
     assert (accel.concurrency, accel.faults) == ((1, 4, 8, 16, 32), False)
+    assert default.route == "alone"
+    stream = build_config(_parse("--route", "stream", "--families", "step_audio2"))
+    assert (stream.route, stream.faults, stream.concurrency, stream.full_size) == ("stream", False, (1, 4, 8), False)
+    assert build_config(_parse("--full-size")).full_size is True
 
 
 def test_the_recorder_names_the_families_it_ran() -> None:
     assert stem_for([]) == "engine_ab"
     assert stem_for(["--families", "step_audio2,cosyvoice3", "--smoke"]) == "engine_ab_step_audio2_cosyvoice3"
+    assert stem_for(["--route", "stream", "--families", "step_audio2"]) == "engine_ab_stream_step_audio2"
+    assert stem_for(["--route", "alone"]) == "engine_ab"
+    full = ["--route", "stream", "--families", "cosyvoice3", "--full-size"]
+    assert stem_for(full) == "engine_ab_stream_cosyvoice3_full"

@@ -2,13 +2,14 @@
 """`vllm-omni-token2wav bench engine-ab`: vLLM-Omni's own code2wav classes vs ours, same engine, same run.
 
 Runs `vllm_omni_token2wav.benchmarks.engine_ab.run`: per family, two `vllm-omni-token2wav serve` processes of
-the family's code2wav stage alone on the same stand-in folder, one with `VLLM_OMNI_TOKEN2WAV_OVERRIDES=0`
-(vLLM-Omni's class, at the `max_num_seqs` of vLLM-Omni's own deploy YAML for the model) and one with ours
-(our deploy YAML, batched); the same codec-id requests alternate between them level by level. Prints a
-markdown table per family (audio seconds per wall second, TTFP p50/p99, RTF, underruns, failed requests,
-peak RSS of each engine's process tree), the fault wave (8 requests, one with an out-of-range code) and a
-verdict line, and writes `./out/engine_ab.json` and `./out/engine_ab.png` unless `--json` / `--plot` say
-elsewhere; the JSON is rewritten after every arm's level.
+the family's code2wav stage alone (`--route alone`, codec ids) or behind the stand-in producer (`--route
+stream`, text streamed from the speech endpoint) on the same stand-in folder, one with
+`VLLM_OMNI_TOKEN2WAV_OVERRIDES=0` (vLLM-Omni's class, at the `max_num_seqs` of vLLM-Omni's own deploy YAML for
+the model) and one with ours (our deploy YAML, batched); the same requests alternate between them level by
+level. Prints a markdown table per family (audio seconds per wall second, TTFP p50/p99, RTF, underruns,
+failed requests, peak RSS of each engine's process tree), the fault wave (route alone: 8 requests, one with an
+out-of-range code) and a verdict line, and writes `./out/engine_ab.json` and `./out/engine_ab.png` unless
+`--json` / `--plot` say elsewhere; the JSON is rewritten after every arm's level.
 
 An arm that does not start or fails every request is reported (status, reason, first error line of its
 log), not fatal. Exit codes: 0 both arms of every family measured with no failed request; 1 otherwise; 2
@@ -46,6 +47,8 @@ def build_config(args: argparse.Namespace) -> Any:
     """The validated `EngineABConfig` for `args` (raises `CLIUsageError` before any work)."""
     bench_cli.check_output_files(args)
     bench_cli.check_at_least("--requests", args.requests, 1)
+    if args.request_timeout <= 0:
+        raise CLIUsageError(f"--request-timeout must be > 0, got {args.request_timeout}")
     if args.seconds is not None and not 0.2 <= args.seconds <= 60:
         raise CLIUsageError(f"--seconds must be in [0.2, 60], got {args.seconds}")
     if args.server_logs is not None and Path(args.server_logs).exists() and not Path(args.server_logs).is_dir():
@@ -61,17 +64,17 @@ def build_config(args: argparse.Namespace) -> Any:
         sizes["audio_seconds"] = args.seconds
     if args.faults is not None:
         sizes["faults"] = args.faults
+    elif args.route == "stream":
+        sizes["faults"] = False  # the fault wave needs codec ids in the request (route alone)
 
-    from vllm_omni_token2wav.benchmarks.token2wav_serve.engine import ENGINE_INSTALL_HINT, missing_engine
-
-    missing = missing_engine()
-    if missing:
-        raise CLIUsageError(f"bench engine-ab needs {missing}, which this environment lacks; {ENGINE_INSTALL_HINT}")
     from vllm_omni_token2wav.benchmarks.engine_ab.run import PLANS, EngineABConfig
 
     plan = "smoke" if args.smoke else args.plan
     config = EngineABConfig(
         **{**PLANS[plan], **sizes},
+        route=args.route,
+        full_size=args.full_size,
+        request_timeout_s=args.request_timeout,
         seed=args.seed,
         plan=plan,
         server_logs=None if args.server_logs is None else Path(args.server_logs).expanduser(),
@@ -80,6 +83,11 @@ def build_config(args: argparse.Namespace) -> Any:
         config.validate()
     except ValueError as exc:
         raise CLIUsageError(str(exc)) from None
+    from vllm_omni_token2wav.benchmarks.token2wav_serve.engine import ENGINE_INSTALL_HINT, missing_engine
+
+    missing = missing_engine()
+    if missing:
+        raise CLIUsageError(f"bench engine-ab needs {missing}, which this environment lacks; {ENGINE_INSTALL_HINT}")
     return config
 
 
@@ -89,6 +97,19 @@ class EngineABSubcommand:
 
     def add_cli_args(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--families", metavar="F,F", help=f"families to compare (default {','.join(FAMILY_NAMES)})")
+        parser.add_argument(
+            "--route",
+            choices=("alone", "stream"),
+            default="alone",
+            help="alone: the code2wav stage alone, codec ids to /v1/completions (default); stream: the stand-in "
+            "producer in front, text streamed from /v1/audio/speech (step_audio2, cosyvoice3; no fault wave)",
+        )
+        parser.add_argument(
+            "--full-size",
+            action="store_true",
+            help="serve the full-size stand-in folders (default: reduced; Step-Audio2 and MiniCPM-o with the parts "
+            "upstream hard-codes at full size); CosyVoice3's upstream class loads only the full size",
+        )
         parser.add_argument("--concurrency", metavar="C,C", help="concurrency levels (default 1,4,8)")
         parser.add_argument("--requests", type=int, metavar="N", help="requests per level and arm (default c, >= 2)")
         parser.add_argument("--seconds", type=float, metavar="S", help="audio seconds per request (default 2)")
@@ -105,6 +126,13 @@ class EngineABSubcommand:
             help="sizes: cpu (c = 1,4,8, 2 s) or accelerator (c = 1,4,8,16,32, 4 s); explicit options win",
         )
         parser.add_argument("--smoke", action="store_true", help="c = 1, 2 short requests per arm, no faults (tests)")
+        parser.add_argument(
+            "--request-timeout",
+            type=float,
+            default=300.0,
+            metavar="S",
+            help="seconds a request may take before it counts as failed (default 300; full size on a CPU needs more)",
+        )
         parser.add_argument("--seed", type=int, default=0, help="the requests' codes")
         parser.add_argument("--server-logs", metavar="DIR", help="keep the servers' logs in DIR/<family>/")
         bench_cli.add_report_file_options(parser, DEFAULT_JSON, DEFAULT_PLOT)
@@ -138,9 +166,15 @@ SUBCOMMAND = EngineABSubcommand()
 
 
 def stem_for(argv: Sequence[str]) -> str:
-    """`engine_ab[_<families>]`: the default (every family) keeps the plain name."""
+    """`engine_ab[_stream][_<families>][_full]`: the default (route alone, every family) keeps the plain name."""
     families = bench_cli.option_value(argv, "--families")
-    return "engine_ab" + ("" if families is None else "_" + families.replace(",", "_"))
+    route = bench_cli.option_value(argv, "--route")
+    return (
+        "engine_ab"
+        + ("_stream" if route == "stream" else "")
+        + ("" if families is None else "_" + families.replace(",", "_"))
+        + ("_full" if "--full-size" in argv else "")
+    )
 
 
 RECORDERS = (
@@ -148,7 +182,7 @@ RECORDERS = (
         name="engine_ab",
         command=("bench", "engine-ab"),
         stem=stem_for,
-        summary="engine_ab[_<families>]_<device>: vLLM-Omni's code2wav classes vs ours in the real engine",
+        summary="engine_ab[_stream][_<families>][_full]_<device>: vLLM-Omni's code2wav classes vs ours, real engine",
         recorded_codes=(0, 1),
     ),
 )

@@ -15,7 +15,7 @@ from typing import Any
 from vllm_omni_token2wav.atomic_io import write_bytes_atomic
 from vllm_omni_token2wav.benchmarks.common import agg_figure, fmt, png_bytes
 from vllm_omni_token2wav.benchmarks.common import write_json as write_report_json
-from vllm_omni_token2wav.benchmarks.engine_ab.run import ARMS, ArmResult, EngineABReport, FamilyAB
+from vllm_omni_token2wav.benchmarks.engine_ab.run import ARMS, PRODUCER_SEQS, ArmResult, EngineABReport, FamilyAB
 
 MIB = 1 << 20
 
@@ -194,11 +194,25 @@ def render_text(report: EngineABReport) -> str:
         f"host: {env.get('cpu')}, {env.get('usable_cores')} usable cores; {engine.get('vllm')}, "
         f"{engine.get('vllm_omni')}; load {env.get('loadavg_start')} -> {env.get('loadavg_end')}"
     )
+    per_level = ", ".join(f"c={c}: {cfg.requests_at(c)}" for c in cfg.concurrency)
+    if cfg.route == "alone":
+        lines.append(
+            f"route alone: /v1/completions with codec ids, {cfg.tokens} tokens ({cfg.tokens / 25:g} s of audio) "
+            f"each, default voice; per level and arm {per_level}; the arm that goes first alternates per level; "
+            "the stage alone serves whole utterances, so TTFP is the reply latency and underruns are 0 by construction"
+        )
+    else:
+        lines.append(
+            f"route stream: the stand-in producer ({PRODUCER_SEQS} sequences, both arms) -> upstream's async-chunk "
+            f"function -> the code2wav stage; /v1/audio/speech streamed as raw PCM, {cfg.tokens} codes "
+            f"({cfg.tokens / 25:g} s of audio) per reply, default voice; per level and arm {per_level}; the arm "
+            "that goes first alternates per level; TTFP is the first chunk's, underruns count late chunks"
+        )
+    if cfg.full_size:
+        lines.append("folders: the full-size stand-ins (--full-size)")
     lines.append(
-        f"requests: /v1/completions with codec ids, {cfg.tokens} tokens ({cfg.tokens / 25:g} s of audio) each, "
-        f"default voice; per level and arm {', '.join(f'c={c}: {cfg.requests_at(c)}' for c in cfg.concurrency)}; "
-        "the arm that goes first alternates per level; the stage alone serves whole utterances, so TTFP is the "
-        "reply latency and underruns are 0 by construction"
+        "upstream arm: its `cosyvoice2` shim sizes the streaming flow's scratch buffers from the model "
+        "(benchmarks/engine_ab/dit_scratch.py; upstream hard-codes the full-size shapes)"
     )
     lines.append("")
     for fam in report.families.values():
@@ -245,7 +259,8 @@ def write_plot(report: EngineABReport, path: Path) -> None:
             axis.grid(alpha=0.3)
             axis.legend(fontsize=7)
         top.set_title(fam.family, fontsize=9)
-    write_bytes_atomic(path, png_bytes(fig, "code2wav alone in the real engine: vLLM-Omni's classes vs ours"))
+    what = "code2wav alone" if report.config.route == "alone" else "stand-in producer -> code2wav, streamed"
+    write_bytes_atomic(path, png_bytes(fig, f"{what} in the real engine: vLLM-Omni's classes vs ours"))
 
 
 __all__ = ["comparison", "family_lines", "plottable", "render_text", "verdict", "write_json", "write_plot"]

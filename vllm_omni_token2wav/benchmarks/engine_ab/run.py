@@ -1,29 +1,43 @@
 # SPDX-License-Identifier: Apache-2.0
 """vLLM-Omni 0.30's own code2wav stage classes against ours, in the same real engine, same run (`bench engine-ab`).
 
-What a user would run instead of this fork is vLLM-Omni as shipped. This module serves, per family, the
-family's code2wav stage alone (`deploy/<family>_code2wav.yaml`: a request is codec ids, docs/design/
-token2wav_stage.md "Requests without a producer") twice on loopback, on the same stand-in folder
-(`standin/model_dirs.py`):
+What a user would run instead of this fork is vLLM-Omni as shipped. This module serves, per family, one of two
+routes twice on loopback, on the same stand-in folder (`standin/model_dirs.py`):
+
+- **alone** (`deploy/<family>_code2wav.yaml`): the family's code2wav stage alone; a request is codec ids
+  (docs/design/token2wav_stage.md "Requests without a producer") posted to `/v1/completions`.
+- **stream** (`deploy/standin_<family>_stream.yaml`): our stand-in producer in front of the code2wav stage,
+  joined by upstream's own async-chunk function for the family (`plugins/pipelines.py`); a request is text
+  streamed as raw PCM from `/v1/audio/speech`, so TTFP is the first chunk's and underruns are real. The
+  producer is the same in both arms (8 sequences); its codes are a function of the text, so both arms decode
+  the same codes; the deploy's `max_tokens` is the reply length. Only families whose upstream async-chunk
+  function reads the producer's token ids (`STREAM_FAMILIES`).
+
+On either route the two arms are:
 
 - **upstream**: `VLLM_OMNI_TOKEN2WAV_OVERRIDES=0` in that server's environment (`plugins/overrides.py`: the
   plugin still registers the pipeline, but the architecture names keep vLLM-Omni's classes), with the
   code2wav `max_num_seqs` that vLLM-Omni's own deploy YAML for the model uses (`UPSTREAM_DEPLOYS`; the value
   is read from the installed vLLM-Omni and the report names the file and stage it came from).
-- **ours**: our deploy YAML unchanged (our classes, batched).
+- **ours**: our deploy YAML (our classes, batched; on the stream route only the reply length is set).
 
 Both servers start side by side and stay up; every concurrency level sends the same requests (the same codes,
-the stage's default voice: the completions endpoint carries no voice) to one arm, then the other, the order
-alternating per level, so host noise falls on both. Requests go to `/v1/completions` (`prompt` = codec ids,
-closed loop of `c`, `speech_stream_client.run_closed_or_poisson`); the reply carries no audio (vLLM's
-completions endpoint drops the stage's multimodal output), so a request's audio is the `tokens x 960` samples
-its codes stand for when it answers HTTP 200, delivered at the reply: TTFP is the whole-utterance latency, RTF
-latency / audio seconds, and underruns are 0 by construction (the stage alone serves whole utterances).
+the stage's default voice: neither endpoint's request carries one here) to one arm, then the other, the order
+alternating per level, so host noise falls on both (closed loop of `c`, `speech_stream_client.
+run_closed_or_poisson`). Alone: the completions reply carries no audio (vLLM's completions endpoint drops the
+stage's multimodal output), so a request's audio is the `tokens x 960` samples its codes stand for when it
+answers HTTP 200, delivered at the reply: TTFP is the whole-utterance latency, RTF latency / audio seconds, and
+underruns are 0 by construction (the stage alone serves whole utterances). Stream: every PCM read is a
+delivery; a reply that ends with other than `tokens x 960` samples is a failed request.
+
+The upstream arm's `cosyvoice2` shim sizes the streaming flow's scratch buffers from the model
+(`dit_scratch.py`: upstream hard-codes them for the full-size flow; the arithmetic is unchanged).
 
 Peak RSS is the sum over the server's process group (API server, engine core, worker), sampled every
-`RSS_PERIOD_S`. With `faults`, each arm then gets 8 concurrent requests of which one has an out-of-range code:
-how many of the 8 got audio, the bad one's error, whether the engine survived (a good request afterwards
-succeeds) and how long after the wave that first success came.
+`RSS_PERIOD_S`. With `faults` (alone route: the stand-in producer only emits codes in range), each arm then
+gets 8 concurrent requests of which one has an out-of-range code: how many of the 8 got audio, the bad one's
+error, whether the engine survived (a good request afterwards succeeds) and how long after the wave that first
+success came.
 
 An arm that does not start, or fails its warm-up request, is data, not a crash: its status, a reason and the
 first error line of its log go into the report and the other arm still runs. The report is written after every
@@ -52,7 +66,13 @@ import numpy as np
 
 from vllm_omni_token2wav.benchmarks.common import cpu_model, load_average, usable_cores
 from vllm_omni_token2wav.benchmarks.engine_server import EngineServer, EngineServerError
-from vllm_omni_token2wav.benchmarks.speech_stream_client import ServedRequest, error_message, run_closed_or_poisson
+from vllm_omni_token2wav.benchmarks.speech_stream_client import (
+    SPEECH_PATH,
+    ServedRequest,
+    error_message,
+    run_closed_or_poisson,
+    stream_speech,
+)
 from vllm_omni_token2wav.benchmarks.token2wav_serve.run import SAMPLE_RATE, TOKEN_RATE, ModeRun, RequestResult
 from vllm_omni_token2wav.logger import init_logger
 
@@ -61,6 +81,12 @@ logger = init_logger(__name__)
 SCHEMA: Final = "vllm-omni/bench-engine-ab/1"
 FAMILIES: Final = ("minicpmo_4_5", "step_audio2", "cosyvoice3")
 ARMS: Final = ("upstream", "ours")
+ROUTES: Final = ("alone", "stream")
+#: Families with a stand-in stream deployment (kept equal to `plugins.pipelines.STANDIN_STREAM_FAMILIES`, which
+#: imports nothing of this module's; a test pins it): MiniCPM-o's upstream async-chunk function reads its talker's
+#: per-step multimodal output, which the stand-in producer does not emit.
+STREAM_FAMILIES: Final = ("step_audio2", "cosyvoice3")
+PRODUCER_SEQS: Final = 8  # the stand-in producer's max_num_seqs in both arms of the stream route
 CODEBOOK: Final = 6561  # every family's speech tokens are in [0, 6561)
 SAMPLES_PER_TOKEN: Final = SAMPLE_RATE // TOKEN_RATE
 OVERRIDES_ENV: Final = "VLLM_OMNI_TOKEN2WAV_OVERRIDES"  # plugins/overrides.py (not imported: it needs vLLM)
@@ -99,6 +125,8 @@ class EngineABConfig:
     """What to serve and measure. Defaults: every family, c = 1, 4, 8, c requests per level (>= 2), 2 s each."""
 
     families: tuple[str, ...] = FAMILIES
+    route: str = "alone"
+    full_size: bool = False  # the full-size stand-in folder (what upstream's classes hard-code) for every family
     concurrency: tuple[int, ...] = (1, 4, 8)
     requests: int | None = None  # per level and arm; None: c, at least 2
     audio_seconds: float = 2.0
@@ -114,6 +142,17 @@ class EngineABConfig:
         unknown = [f for f in self.families if f not in FAMILIES]
         if not self.families or unknown or len(set(self.families)) != len(self.families):
             raise ValueError(f"families must be distinct names of {', '.join(FAMILIES)}, got {self.families}")
+        if self.route not in ROUTES:
+            raise ValueError(f"route must be one of {', '.join(ROUTES)}, got {self.route!r}")
+        if self.route == "stream":
+            no_stream = [f for f in self.families if f not in STREAM_FAMILIES]
+            if no_stream:
+                raise ValueError(
+                    f"route stream: {', '.join(no_stream)} has no stand-in stream deployment (its upstream async-chunk "
+                    f"function reads its talker's multimodal output); stream families: {', '.join(STREAM_FAMILIES)}"
+                )
+            if self.faults:
+                raise ValueError("the fault wave needs route alone (the stand-in producer only emits codes in range)")
         if not self.concurrency or any(c < 1 for c in self.concurrency):
             raise ValueError(f"concurrency levels must be >= 1, got {self.concurrency}")
         if self.requests is not None and self.requests < 1:
@@ -167,17 +206,22 @@ def upstream_max_num_seqs(family: str, deploy_dir: Path | None = None) -> tuple[
     raise EngineABSetupError(f"{path}: no stage {stage_id} with max_num_seqs (the code2wav stage of {family})")
 
 
-def our_deploy(family: str) -> Path:
+def our_deploy(family: str, route: str = "alone") -> Path:
+    """Our shipped deploy YAML of `route`: the code2wav stage alone, or behind the stand-in producer."""
     from vllm_omni_token2wav.deploy import deploy_config
 
-    return deploy_config(f"{family}_code2wav")
+    return deploy_config(f"{family}_code2wav" if route == "alone" else f"standin_{family}_stream")
 
 
-def our_max_num_seqs(family: str) -> int:
+def code2wav_stage_id(route: str) -> int:
+    return 0 if route == "alone" else 1
+
+
+def our_max_num_seqs(family: str, route: str = "alone") -> int:
     import yaml
 
-    stages = yaml.safe_load(our_deploy(family).read_text())["stages"]
-    return int(next(s["max_num_seqs"] for s in stages if s["stage_id"] == 0))
+    stages = yaml.safe_load(our_deploy(family, route).read_text())["stages"]
+    return int(next(s["max_num_seqs"] for s in stages if s["stage_id"] == code2wav_stage_id(route)))
 
 
 def arm_environment(overrides: str) -> dict[str, str]:
@@ -188,9 +232,18 @@ def arm_environment(overrides: str) -> dict[str, str]:
     return env
 
 
-def write_overlay(folder: Path, name: str, family: str, max_num_seqs: int) -> Path:
-    """Our code2wav-alone deploy YAML with another `max_num_seqs` (JSON, which YAML reads; merged by stage_id)."""
-    overlay = {"base_config": str(our_deploy(family)), "stages": [{"stage_id": 0, "max_num_seqs": max_num_seqs}]}
+def write_overlay(
+    folder: Path, name: str, family: str, max_num_seqs: int, route: str = "alone", tokens: int | None = None
+) -> Path:
+    """Our deploy YAML of `route` with the code2wav `max_num_seqs` given (JSON, which YAML reads; merged by
+    stage_id); the stream route also fixes the producer's `max_num_seqs` and its reply length (`tokens`)."""
+    stages: list[dict[str, Any]] = [{"stage_id": code2wav_stage_id(route), "max_num_seqs": max_num_seqs}]
+    if route == "stream":
+        if tokens is None:
+            raise ValueError("write_overlay: the stream route needs the reply length (tokens)")
+        producer = {"stage_id": 0, "max_num_seqs": PRODUCER_SEQS, "default_sampling_params": {"max_tokens": tokens}}
+        stages.insert(0, producer)
+    overlay = {"base_config": str(our_deploy(family, route)), "stages": stages}
     path = folder / f"{name}.yaml"
     path.write_text(json.dumps(overlay, indent=1) + "\n")
     return path
@@ -251,6 +304,28 @@ def run_wave(
         post_codes(port, model, by_id[request.request_id], result, origin, timeout_s=timeout_s)
 
     requests = [ServedRequest(rid, "") for rid in by_id]
+    return run_closed_or_poisson(port, requests, concurrency, timeout_s=timeout_s, send=send)
+
+
+def request_text(seed: int, concurrency: int, index: int) -> str:
+    """The text of request `index` of level `concurrency` on the stream route (the producer's codes follow from it)."""
+    return f"Engine A/B, level {concurrency}, request {index}, seed {seed}."
+
+
+def stream_wave(
+    port: int, texts: Sequence[str], concurrency: int, *, prefix: str, tokens: int, timeout_s: float
+) -> list[RequestResult]:
+    """Every text streamed from `/v1/audio/speech` as a closed loop of `concurrency`; a reply of other than
+    `tokens x 960` samples (the producer's reply length) is a failed request."""
+    expected = tokens * SAMPLES_PER_TOKEN
+
+    def send(request: ServedRequest, result: RequestResult, origin: float) -> None:
+        result.tokens = tokens
+        stream_speech(port, request.text, result, origin, timeout_s=timeout_s)
+        if not result.errors and result.samples != expected:
+            result.errors.append(f"reply of {result.samples} samples, expected {expected} ({tokens} codes)")
+
+    requests = [ServedRequest(f"{prefix}-{i}", text) for i, text in enumerate(texts)]
     return run_closed_or_poisson(port, requests, concurrency, timeout_s=timeout_s, send=send)
 
 
@@ -475,8 +550,10 @@ class EngineABReport:
                 "faults": cfg.faults,
                 "seed": cfg.seed,
                 "plan": cfg.plan,
-                "endpoint": COMPLETIONS_PATH,
-                "voice": "the stage's default voice (the completions endpoint carries none)",
+                "route": cfg.route,
+                "full_size": cfg.full_size,
+                "endpoint": COMPLETIONS_PATH if cfg.route == "alone" else SPEECH_PATH,
+                "voice": "the stage's default voice (the request carries none)",
             },
             "environment": self.environment,
             "families": {name: fam.to_dict() for name, fam in self.families.items()},
@@ -551,7 +628,10 @@ class EngineABBenchmark:
         fam = FamilyAB(family)
         self.report.families[family] = fam
         self._msg(f"{family}: the stand-in engine folder")
-        model = ensure_engine_model_dir(family, upstream_compatible=family in UPSTREAM_COMPATIBLE)
+        if cfg.full_size:
+            model = ensure_engine_model_dir(family, reduced=False)
+        else:
+            model = ensure_engine_model_dir(family, upstream_compatible=family in UPSTREAM_COMPATIBLE)
         fam.model_dir = str(model)
         logs = (cfg.server_logs / family) if cfg.server_logs else Path(tempfile.mkdtemp(prefix=f"engine-ab-{family}-"))
         logs.mkdir(parents=True, exist_ok=True)
@@ -575,7 +655,7 @@ class EngineABBenchmark:
                     r.samples for level in a.result.levels.values() for r in level.run.requests
                 ):
                     a.result.status = "requests_failed"  # measured nothing: the verdict must not compare it
-            if cfg.faults:
+            if cfg.faults and cfg.route == "alone":
                 for a in arms:
                     if a.result.measured:
                         self._fault(a, str(model))
@@ -598,12 +678,20 @@ class EngineABBenchmark:
         self._update()
 
     def _arms(self, family: str, model: Path, logs: Path) -> list[_Arm]:
+        route, tokens = self.config.route, self.config.tokens
         seqs, source = upstream_max_num_seqs(family)
-        upstream_deploy = write_overlay(logs, "deploy_upstream", family, seqs)
+        ours_seqs = our_max_num_seqs(family, route)
+        ours_source = f"deploy/{our_deploy(family, route).name} stage {code2wav_stage_id(route)}"
+        upstream_deploy = write_overlay(logs, "deploy_upstream", family, seqs, route, tokens)
+        ours_deploy = (
+            our_deploy(family)
+            if route == "alone"
+            else write_overlay(logs, "deploy_ours", family, ours_seqs, route, tokens)
+        )
         out = []
         for arm, deploy, overrides, n, where in (
             ("upstream", upstream_deploy, "0", seqs, source),
-            ("ours", our_deploy(family), "1", our_max_num_seqs(family), f"deploy/{our_deploy(family).name} stage 0"),
+            ("ours", ours_deploy, "1", ours_seqs, ours_source),
         ):
             server = EngineServer(
                 model,
@@ -636,8 +724,7 @@ class EngineABBenchmark:
         """One request (first-call costs land here); an arm that fails it is `requests_failed`."""
         self._msg(f"warming up {a.result.arm}")
         start = time.perf_counter()
-        codes = [request_codes(self.config.seed, 0, 100, self.config.tokens)]
-        (result,) = run_wave(a.server.port, model, codes, 1, prefix="warmup", timeout_s=self.config.request_timeout_s)
+        (result,) = self._wave(a, model, 0, [100], 1, "warmup")
         a.result.warm_up_s = time.perf_counter() - start
         if result.errors:
             a.result.fail("requests_failed", "its warm-up request failed", _log_text(a.server.log_path))
@@ -646,14 +733,12 @@ class EngineABBenchmark:
 
     def _level(self, a: _Arm, model: str, concurrency: int) -> None:
         cfg = self.config
-        codes = [request_codes(cfg.seed, concurrency, i, cfg.tokens) for i in range(cfg.requests_at(concurrency))]
-        self._msg(f"c={concurrency} {a.result.arm}: {len(codes)} requests")
+        count = cfg.requests_at(concurrency)
+        self._msg(f"c={concurrency} {a.result.arm}: {count} requests")
         assert a.rss is not None
         a.rss.mark()
         run = ModeRun(a.result.arm)
-        run.requests = run_wave(
-            a.server.port, model, codes, concurrency, prefix=f"c{concurrency}", timeout_s=cfg.request_timeout_s
-        )
+        run.requests = self._wave(a, model, concurrency, range(count), concurrency, f"c{concurrency}")
         ends = [r.deliveries[-1][0] for r in run.requests if r.deliveries]
         run.makespan_s = max(ends, default=0.0) - min((r.arrival_s for r in run.requests), default=0.0)
         a.result.levels[concurrency] = ArmLevel(run, a.rss.window_peak() or None)
@@ -662,6 +747,19 @@ class EngineABBenchmark:
             a.result.status = "partial"
             a.result.first_error = a.result.first_error or failed[0].errors[0]
             a.result.reason = f"c={concurrency}: {len(failed)} of {len(run.requests)} requests failed"
+
+    def _wave(
+        self, a: _Arm, model: str, level: int, indices: Sequence[int], concurrency: int, prefix: str
+    ) -> list[RequestResult]:
+        """Requests `indices` of `level` (the same for both arms) through the route's endpoint."""
+        cfg = self.config
+        if cfg.route == "stream":
+            texts = [request_text(cfg.seed, level, i) for i in indices]
+            return stream_wave(
+                a.server.port, texts, concurrency, prefix=prefix, tokens=cfg.tokens, timeout_s=cfg.request_timeout_s
+            )
+        codes = [request_codes(cfg.seed, level, i, cfg.tokens) for i in indices]
+        return run_wave(a.server.port, model, codes, concurrency, prefix=prefix, timeout_s=cfg.request_timeout_s)
 
     def _fault(self, a: _Arm, model: str) -> None:
         """8 requests at once, one with an out-of-range code; then good requests until one succeeds."""
@@ -712,7 +810,10 @@ __all__ = [
     "ARMS",
     "FAMILIES",
     "PLANS",
+    "PRODUCER_SEQS",
+    "ROUTES",
     "SCHEMA",
+    "STREAM_FAMILIES",
     "STATUSES",
     "UPSTREAM_DEPLOYS",
     "ArmLevel",
@@ -728,8 +829,11 @@ __all__ = [
     "level_order",
     "post_codes",
     "request_codes",
+    "request_text",
     "run_wave",
+    "stream_wave",
     "upstream_max_num_seqs",
     "arm_environment",
+    "code2wav_stage_id",
     "write_overlay",
 ]

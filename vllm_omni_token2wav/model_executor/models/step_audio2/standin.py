@@ -30,7 +30,9 @@ tests/model_executor/models/step_audio2/test_upstream_loaders.py loads it throug
 `minicpmo_4_5/variants.py`): `hift.pt` is then the causal HiFT (`cosyvoice3.hift` stand-in, same
 size option), `hift_original.pt` the HiFT above and `config.yaml` the hyperpyyaml that builds the
 causal one after CosyVoice's seed lines, with the Step-Audio2 mel settings minicpmo-utils requires
-(`hift.yaml_config.render_vocoder_yaml`); minicpmo-utils 1.0.7's own loader accepts the directory.
+(`hift.yaml_config.render_vocoder_yaml`); minicpmo-utils 1.0.7's own `Token2wav` loads the directory
+(reduced: with `upstream_compatible=True`, since its s3tokenizer and `HiFTGenerator()` for `hift_original.pt`
+hard-code the real sizes; tests/model_executor/models/minicpmo_4_5/test_minicpmo_utils_1_0_7_loader.py).
 
 `ensure_standin_token2wav_dir(reduced=..., seed=..., layout=...)` keeps one cached directory per
 option set (files hard-linked from the component caches where the filesystem allows, else
