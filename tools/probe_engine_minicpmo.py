@@ -25,15 +25,27 @@ import os
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
+from vllm_omni_token2wav.benchmarks.common import fmt
+from vllm_omni_token2wav.benchmarks.engine_ab.run import (
+    FAULT_INDEX,
+    FAULT_REQUESTS,
+    SAMPLES_PER_TOKEN,
+    RssSampler,
+    arm_environment,
+    fault_codes,
+    our_max_num_seqs,
+    request_codes,
+    upstream_max_num_seqs,
+    write_overlay,
+)
+from vllm_omni_token2wav.benchmarks.token2wav_serve.run import SAMPLE_RATE
+
 REPO = Path(__file__).resolve().parents[1]
 FAMILY = "minicpmo_4_5"
-SAMPLES_PER_TOKEN = 960
-SAMPLE_RATE = 24000
 
 
 def _metadata(request_id: str) -> dict[str, Any]:
@@ -90,7 +102,6 @@ def run_arm(args: argparse.Namespace) -> int:
     """Inside the arm's own process: start the engine, run the waves, print one JSON object."""
     from vllm_omni import AsyncOmni
 
-    from vllm_omni_token2wav.benchmarks.engine_ab.run import fault_codes, request_codes
     from vllm_omni_token2wav.deploy import deploy_config
     from vllm_omni_token2wav.model_executor.models.standin.model_dirs import ensure_engine_model_dir
     from vllm_omni_token2wav.plugins import load_plugins
@@ -112,12 +123,12 @@ def run_arm(args: argparse.Namespace) -> int:
             for c in args.concurrency:
                 codes = [request_codes(0, c, i, tokens) for i in range(max(2, c))]
                 report["levels"][str(c)] = _level(await _wave(omni, f"c{c}", codes, c), tokens)
-            fault = await _wave(omni, "fault", fault_codes(0, tokens), 8)
+            fault = await _wave(omni, "fault", fault_codes(0, tokens), FAULT_REQUESTS)
             after = await _wave(omni, "after", [request_codes(0, 0, 201, tokens)], 1)
             report["fault"] = {
                 "got_audio": sum(1 for r in fault if "error" not in r and r["samples"]),
-                "bad_error": fault[3].get("error"),
-                "good_errors": [r["error"] for i, r in enumerate(fault) if i != 3 and "error" in r][:3],
+                "bad_error": fault[FAULT_INDEX].get("error"),
+                "good_errors": [r["error"] for i, r in enumerate(fault) if i != FAULT_INDEX and "error" in r][:3],
                 "next_request_ok": "error" not in after[0] and after[0]["samples"] == tokens * SAMPLES_PER_TOKEN,
                 "next_request_error": after[0].get("error"),
             }
@@ -130,27 +141,8 @@ def run_arm(args: argparse.Namespace) -> int:
     return 0
 
 
-def _group_rss(pgid: int) -> int:
-    total = 0
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            if int(fields[2]) == pgid:
-                total += int(fields[21]) * os.sysconf("SC_PAGE_SIZE")
-        except (OSError, IndexError, ValueError):
-            continue
-    return total
-
-
 def drive(args: argparse.Namespace) -> int:
     """Run each arm in its own process group, one after the other; print the table; write the JSON."""
-    from vllm_omni_token2wav.benchmarks.engine_ab.run import (
-        arm_environment,
-        our_max_num_seqs,
-        upstream_max_num_seqs,
-        write_overlay,
-    )
-
     results: dict[str, Any] = {"command": " ".join(["python", *sys.argv]), "seconds": args.seconds, "arms": {}}
     logs = Path(args.logs)
     logs.mkdir(parents=True, exist_ok=True)
@@ -169,33 +161,18 @@ def drive(args: argparse.Namespace) -> int:
         log = logs / f"probe_{arm}.log"
         with log.open("wb") as out:
             proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-        peak = 0
-        done = threading.Event()
-
-        def sample(pgid: int = proc.pid, done: threading.Event = done) -> None:
-            nonlocal peak
-            while not done.is_set():
-                peak = max(peak, _group_rss(pgid))
-                time.sleep(0.5)
-
-        sampler = threading.Thread(target=sample, daemon=True)
-        sampler.start()
+        rss = RssSampler(proc.pid)  # its process group (start_new_session): engine core and workers
         code = proc.wait()
-        done.set()
-        sampler.join()
+        rss.stop()
         line = next((ln for ln in log.read_text(errors="replace").splitlines() if ln.startswith("PROBE-RESULT ")), None)
         arm_result = json.loads(line.split(" ", 1)[1]) if line else {"error": f"exit code {code}, no result; {log}"}
-        arm_result.update(peak_rss_bytes=peak, max_num_seqs=n, max_num_seqs_source=where)
+        arm_result.update(peak_rss_bytes=rss.peak, max_num_seqs=n, max_num_seqs_source=where)
         results["arms"][arm] = arm_result
     print(render(results))
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1) + "\n")
         Path(args.json).with_suffix(".txt").write_text(render(results) + "\n")
     return 0
-
-
-def _f(value: Any, spec: str) -> str:
-    return "-" if value is None else format(value, spec)
 
 
 def _loads(values: Any) -> str:
@@ -216,17 +193,17 @@ def render(results: dict[str, Any]) -> str:
         for c, level in (r.get("levels") or {}).items():
             lines.append(
                 f"| {arm} | {r.get('max_num_seqs')} | {c} | {level['requests']} | {level['failed']} | "
-                f"{_f(level['throughput_audio_s_per_s'], '.2f')} | {_f(level['latency_p50_s'], '.2f')} | "
-                f"{_f(level['latency_max_s'], '.2f')} |"
+                f"{fmt(level['throughput_audio_s_per_s'], '.2f')} | {fmt(level['latency_p50_s'], '.2f')} | "
+                f"{fmt(level['latency_max_s'], '.2f')} |"
             )
     lines.append("")
     for arm, r in results["arms"].items():
         fault = r.get("fault") or {}
         lines.append(
-            f"- {arm}: max_num_seqs from {r.get('max_num_seqs_source')}; ready after {_f(r.get('ready_s'), '.0f')} s; "
+            f"- {arm}: max_num_seqs from {r.get('max_num_seqs_source')}; ready after {fmt(r.get('ready_s'), '.0f')} s; "
             f"load {_loads(r.get('load_start'))} -> {_loads(r.get('load_end'))}; peak RSS "
-            f"{r.get('peak_rss_bytes', 0) / (1 << 20):.0f} MiB; fault wave {fault.get('got_audio')}/8 got audio, "
-            f"bad request: {fault.get('bad_error')}; next request ok: {fault.get('next_request_ok')}"
+            f"{r.get('peak_rss_bytes', 0) / (1 << 20):.0f} MiB; fault wave {fault.get('got_audio')}/{FAULT_REQUESTS} "
+            f"got audio, bad request: {fault.get('bad_error')}; next request ok: {fault.get('next_request_ok')}"
             + (f"; error: {r['error']}" if "error" in r else "")
         )
     return "\n".join(lines)

@@ -13,13 +13,18 @@ REPO = Path(__file__).resolve().parents[2]
 RECORD_SCRIPT = REPO / "benchmarks" / "record.py"
 
 
-def record_script() -> ModuleType:
-    """The `benchmarks/record.py` module (not a package module: loaded from its file, like `python` runs it)."""
-    spec = importlib.util.spec_from_file_location("benchmarks_record", RECORD_SCRIPT)
+def load_script(path: Path, name: str) -> ModuleType:
+    """A script of the checkout as module `name` (not a package module: loaded from its file, like `python` runs it)."""
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def record_script() -> ModuleType:
+    """The `benchmarks/record.py` module."""
+    return load_script(RECORD_SCRIPT, "benchmarks_record")
 
 
 @dataclass(frozen=True)

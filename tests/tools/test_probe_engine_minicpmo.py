@@ -8,24 +8,18 @@ table names both arms and their fault waves. (The engine run itself is recorded 
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
+from tests.helpers.recorder import REPO, load_script
 
-SCRIPT = Path(__file__).resolve().parents[2] / "tools" / "probe_engine_minicpmo.py"
+pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 
 
 @pytest.fixture(scope="module")
 def probe() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("probe_engine_minicpmo", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(REPO / "tools" / "probe_engine_minicpmo.py", "probe_engine_minicpmo")
 
 
 def test_every_request_carries_the_producer_metadata_upstream_requires(probe: ModuleType) -> None:

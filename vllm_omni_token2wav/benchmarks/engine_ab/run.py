@@ -655,7 +655,7 @@ class EngineABBenchmark:
                     r.samples for level in a.result.levels.values() for r in level.run.requests
                 ):
                     a.result.status = "requests_failed"  # measured nothing: the verdict must not compare it
-            if cfg.faults and cfg.route == "alone":
+            if cfg.faults:  # validate(): only on route alone
                 for a in arms:
                     if a.result.measured:
                         self._fault(a, str(model))
