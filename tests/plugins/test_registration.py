@@ -136,15 +136,56 @@ print(json.dumps(snapshot()))
     assert "OVERRIDES=0, vLLM-Omni's own stage classes are used" in out["stderr"]
 
 
-def test_a_bad_disable_switch_value_is_a_clear_error() -> None:
+def test_a_family_list_serves_those_families_with_ours_and_the_others_with_upstreams() -> None:
+    out = _run(
+        _RESOLVE
+        + """
+from vllm_omni.plugins import load_omni_general_plugins
+import vllm_omni.engine.arg_utils as arg_utils
+load_omni_general_plugins()
+arg_utils.register_omni_models_to_vllm()  # the engine's re-registration keeps the per-family choice
+print(json.dumps(snapshot()))
+""",
+        VLLM_OMNI_TOKEN2WAV_OVERRIDES=" step_audio2, minicpmo_4_5 ",
+    )
+    got = out["result"]
+    for registry in ("omni", "vllm"):
+        assert got[registry]["MiniCPMO45Code2Wav"].startswith(f"{OURS}.minicpmo_4_5.")
+        for arch in ("StepAudio2Token2WavModel", "StepAudio2Token2WavForConditionalGeneration"):
+            assert got[registry][arch].startswith(f"{OURS}.step_audio2."), arch
+        assert got[registry]["CosyVoice3Model"].startswith(f"{UPSTREAM}.cosyvoice3.")
+    assert "vLLM-Omni's own for CosyVoice3Model" in out["stderr"]
+
+
+@pytest.mark.parametrize(
+    ("value", "families"),
+    [
+        ("", ("minicpmo_4_5", "step_audio2", "cosyvoice3")),
+        ("all", ("minicpmo_4_5", "step_audio2", "cosyvoice3")),
+        ("None", ()),
+        ("cosyvoice3", ("cosyvoice3",)),
+        ("cosyvoice3,step_audio2", ("step_audio2", "cosyvoice3")),
+    ],
+)
+def test_the_switch_values_name_the_families_served_by_ours(
+    value: str, families: tuple[str, ...], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from vllm_omni_token2wav.plugins.overrides import STAGE_OVERRIDES, active_table, overridden_families
+
+    monkeypatch.setenv("VLLM_OMNI_TOKEN2WAV_OVERRIDES", value)
+    assert overridden_families() == families
+    ours = {arch for arch in active_table() if arch in STAGE_OVERRIDES}
+    assert ("CosyVoice3Model" in ours) == ("cosyvoice3" in families)
+    assert ("StepAudio2Token2WavModel" in ours) == ("step_audio2" in families)
+
+
+@pytest.mark.parametrize("value", ["maybe", "step_audio2,cosyvoice", ","])
+def test_a_bad_switch_value_is_a_clear_error(value: str, monkeypatch: pytest.MonkeyPatch) -> None:
     from vllm_omni_token2wav.plugins.overrides import overrides_enabled
 
-    os.environ["VLLM_OMNI_TOKEN2WAV_OVERRIDES"] = "maybe"
-    try:
-        with pytest.raises(ValueError, match=r"VLLM_OMNI_TOKEN2WAV_OVERRIDES='maybe': expected one of"):
-            overrides_enabled()
-    finally:
-        del os.environ["VLLM_OMNI_TOKEN2WAV_OVERRIDES"]
+    monkeypatch.setenv("VLLM_OMNI_TOKEN2WAV_OVERRIDES", value)
+    with pytest.raises(ValueError, match=r"VLLM_OMNI_TOKEN2WAV_OVERRIDES=.*unknown family.*step_audio2"):
+        overrides_enabled()
 
 
 def test_the_cpu_platform_applies_only_where_no_accelerator_platform_does() -> None:

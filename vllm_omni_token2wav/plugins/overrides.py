@@ -21,8 +21,19 @@ without `hyperpyyaml`). We therefore wrap that function: each re-registration is
 Added, not replacing anything: `Token2WavStandinProducer` (a deterministic codec-token producer
 for the engine tests and `bench token2wav-serve --engine`, `standin/producer.py`).
 
-`VLLM_OMNI_TOKEN2WAV_OVERRIDES=0` (read when the plugin loads, in every process) keeps upstream's
-classes. Which classes were replaced is logged once per process.
+`VLLM_OMNI_TOKEN2WAV_OVERRIDES` (read when the plugin loads, in every process) chooses per family:
+
+| value                                  | upstream architectures served by ours                      |
+|----------------------------------------|------------------------------------------------------------|
+| unset, `1`, `true`, `on`, `yes`, `all` | every row of the table above                               |
+| `0`, `false`, `off`, `no`, `none`      | none: vLLM-Omni's own classes everywhere                   |
+| a comma list of families, e.g.         | those families' rows only (`FAMILY_ARCHITECTURES`); the    |
+| `step_audio2,minicpmo_4_5`             | others keep upstream's classes (e.g. CosyVoice3 on CUDA,   |
+|                                        | where upstream's TensorRT fp16 flow estimator is on by     |
+|                                        | default)                                                   |
+
+An unknown family name is an error naming the known ones (a typo must not silently serve upstream's
+class). Which classes were replaced is logged once per process.
 """
 
 from __future__ import annotations
@@ -50,25 +61,47 @@ ADDED_ARCHITECTURES: Mapping[str, str] = {
     "Token2WavStandinProducer": f"{_PKG}.standin.producer:Token2WavStandinProducer",
 }
 
-_TRUE = ("1", "true", "on", "yes")
-_FALSE = ("0", "false", "off", "no")
+#: Family name (the stage's `FamilySpec.name`) -> the upstream architectures its rows override.
+FAMILY_ARCHITECTURES: Mapping[str, tuple[str, ...]] = {
+    "minicpmo_4_5": ("MiniCPMO45Code2Wav",),
+    "step_audio2": ("StepAudio2Token2WavForConditionalGeneration", "StepAudio2Token2WavModel"),
+    "cosyvoice3": ("CosyVoice3Model",),
+}
+
+_TRUE = ("1", "true", "on", "yes", "all")
+_FALSE = ("0", "false", "off", "no", "none")
+
+
+def overridden_families() -> tuple[str, ...]:
+    """The families whose stage classes are ours, from `VLLM_OMNI_TOKEN2WAV_OVERRIDES` (module docstring).
+
+    ValueError naming the variable, the bad entry and the accepted values for anything else.
+    """
+    text = os.environ.get(OVERRIDES_ENV, "1").strip().lower() or "1"
+    if text in _TRUE:
+        return tuple(FAMILY_ARCHITECTURES)
+    if text in _FALSE:
+        return ()
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in FAMILY_ARCHITECTURES]
+    if unknown or not names:
+        raise ValueError(
+            f"{OVERRIDES_ENV}={text!r}: unknown family {', '.join(unknown) or '(empty list)'}; expected one of "
+            f"{', '.join(_TRUE + _FALSE)} or a comma list of {', '.join(FAMILY_ARCHITECTURES)}"
+        )
+    return tuple(family for family in FAMILY_ARCHITECTURES if family in names)
 
 
 def overrides_enabled() -> bool:
-    """`VLLM_OMNI_TOKEN2WAV_OVERRIDES` (default on); a ValueError names the variable for other values."""
-    text = os.environ.get(OVERRIDES_ENV, "1").strip().lower() or "1"
-    if text in _TRUE:
-        return True
-    if text in _FALSE:
-        return False
-    raise ValueError(f"{OVERRIDES_ENV}={text!r}: expected one of {', '.join(_TRUE + _FALSE)}")
+    """True when at least one family is served by our classes (`overridden_families()`)."""
+    return bool(overridden_families())
 
 
 def active_table() -> dict[str, str]:
-    """What `apply_overrides` registers in this process: the added architectures, and ours unless disabled."""
+    """What `apply_overrides` registers in this process: the added architectures, and ours where chosen."""
     table = dict(ADDED_ARCHITECTURES)
-    if overrides_enabled():
-        table.update(STAGE_OVERRIDES)
+    for family in overridden_families():
+        table.update({arch: STAGE_OVERRIDES[arch] for arch in FAMILY_ARCHITECTURES[family]})
     return table
 
 
@@ -78,10 +111,12 @@ def apply_overrides() -> dict[str, str]:
     _register(table)
     _reapply_after_upstream_registration()
     replaced = sorted(arch for arch in table if arch in STAGE_OVERRIDES)
+    kept = sorted(arch for arch in STAGE_OVERRIDES if arch not in table)
     if replaced:
         logger.info_once(
-            "vllm-omni-token2wav serves %s with this fork's classes (%s=0 restores vLLM-Omni's)",
+            "vllm-omni-token2wav serves %s with this fork's classes%s (%s=0 restores vLLM-Omni's)",
             ", ".join(replaced),
+            f"; vLLM-Omni's own for {', '.join(kept)}" if kept else "",
             OVERRIDES_ENV,
         )
     else:
@@ -117,9 +152,11 @@ def _reapply_after_upstream_registration() -> None:
 
 __all__ = [
     "ADDED_ARCHITECTURES",
+    "FAMILY_ARCHITECTURES",
     "OVERRIDES_ENV",
     "STAGE_OVERRIDES",
     "active_table",
     "apply_overrides",
+    "overridden_families",
     "overrides_enabled",
 ]

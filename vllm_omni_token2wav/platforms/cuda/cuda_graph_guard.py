@@ -7,8 +7,9 @@ engine. With the guard installed such a step runs eager and is counted in `stats
 replay and capture-window steps capture exactly as before. Rule and counters:
 `vllm_omni_token2wav.platforms.graph_capture_guard`.
 
-Where it is called: the CUDA worker calls `install_into_cuda_graph_wrapper()` once before
-`capture_model`. Importing `vllm_omni_token2wav` never calls it; vllm is imported only inside the installer.
+Where it is called: the plugin's `register()` (`patch.apply_engine_patches`) in every engine process
+whose platform is CUDA, before the model runner captures graphs. Importing `vllm_omni_token2wav` never
+calls it; vllm is imported only inside the installer.
 """
 
 from __future__ import annotations

@@ -35,14 +35,14 @@ class _OneCudaPlatform(CudaOmniPlatform):
 
 @pytest.fixture
 def enable_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Record `enable_device_spk_embedding()` calls on the core (without building anything)."""
+    """Record `enable_spk_embedding(request)` calls on the core (without building anything)."""
     calls: list[str] = []
 
-    def record(self: StepAudio2Token2WavCore) -> str:
-        calls.append(str(self.device))
+    def record(self: StepAudio2Token2WavCore, request: str) -> str:
+        calls.append(f"{request}:{self.device}")
         return "recorded"
 
-    monkeypatch.setattr(StepAudio2Token2WavCore, "enable_device_spk_embedding", record)
+    monkeypatch.setattr(StepAudio2Token2WavCore, "enable_spk_embedding", record)
     return calls
 
 
@@ -137,7 +137,7 @@ def test_stage_on_npu_enables_the_device_path(
     platforms.reset_current_platform(NpuOmniPlatform())
     counter = SessionCounter(monkeypatch)
     MiniCPMO45Code2Wav(model=str(token2wav_dir), device="cpu")
-    assert enable_calls == ["cpu"]
+    assert enable_calls == ["device:cpu"]
     assert counter.count == 0
 
 
@@ -145,10 +145,10 @@ def test_stage_on_npu_fails_when_the_device_path_fails(token2wav_dir: Path, monk
     install_fake_torch_npu(monkeypatch)
     platforms.reset_current_platform(NpuOmniPlatform())
 
-    def broken(self: StepAudio2Token2WavCore) -> str:
+    def broken(self: StepAudio2Token2WavCore, request: str) -> str:
         raise RuntimeError("torch CAM++ cannot be placed on npu:0: device out of memory")
 
-    monkeypatch.setattr(StepAudio2Token2WavCore, "enable_device_spk_embedding", broken)
+    monkeypatch.setattr(StepAudio2Token2WavCore, "enable_spk_embedding", broken)
     with pytest.raises(RuntimeError, match="out of memory"):
         MiniCPMO45Code2Wav(model=str(token2wav_dir), device="cpu")
 

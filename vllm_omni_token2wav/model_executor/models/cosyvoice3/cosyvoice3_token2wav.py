@@ -74,6 +74,7 @@ if TYPE_CHECKING:
     from vllm_omni_token2wav.model_executor.models.cosyvoice3.flow import CausalMaskedDiffWithDiT
     from vllm_omni_token2wav.model_executor.models.cosyvoice3.hift import CausalHiFTGenerator, CausalHiFTStreamer
     from vllm_omni_token2wav.model_executor.models.speaker_embedding.backend import SpeakerEmbeddingBackend
+    from vllm_omni_token2wav.model_executor.models.speaker_embedding.selection import BackendRequest
 
 logger = init_logger(__name__)
 
@@ -214,6 +215,13 @@ class CosyVoice3Token2Wav:
     def enable_device_spk_embedding(self) -> str:
         """Install the device speaker-embedding path for this facade's device; returns its name."""
         return self.speaker_prompt.enable_device()
+
+    def enable_spk_embedding(self, request: BackendRequest) -> str:
+        """Install the speaker backend of `request` ("device", "graphed", "tensorrt", "fallback"); its name.
+
+        The stage asks for what `speaker_embedding.selection.stage_backend_request` decides.
+        """
+        return self.speaker_prompt.enable(request)
 
     def enable_trt_spk_embedding(self) -> str:
         """Install the TensorRT backend (CUDA with `tensorrt` only; raises otherwise); returns its name."""

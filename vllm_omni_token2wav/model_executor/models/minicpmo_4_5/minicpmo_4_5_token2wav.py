@@ -27,6 +27,7 @@ from vllm_omni_token2wav.logger import init_logger
 from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow import ConformerTrim, Lookahead
 from vllm_omni_token2wav.model_executor.models.minicpmo_4_5.variants import MiniCPMOVariant
 from vllm_omni_token2wav.model_executor.models.speaker_embedding.backend import SpeakerEmbeddingBackend
+from vllm_omni_token2wav.model_executor.models.speaker_embedding.selection import BackendRequest
 from vllm_omni_token2wav.model_executor.models.step_audio2.step_audio2_token2wav import (
     DEFAULT_PROMPT_CACHE_SIZE,
     PromptWav,
@@ -106,6 +107,9 @@ class MiniCPMO45Token2wav:
 
     def enable_trt_spk_embedding(self) -> str:
         return self.core.enable_trt_spk_embedding()
+
+    def enable_spk_embedding(self, request: BackendRequest) -> str:
+        return self.core.enable_spk_embedding(request)
 
     def prepare_prompt(self, prompt_wav: PromptWav) -> PromptFeatures:
         return self.core.prepare_prompt(prompt_wav)

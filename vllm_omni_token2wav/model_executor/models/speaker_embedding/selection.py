@@ -15,7 +15,7 @@ answered by reading this folder.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Final, Literal
+from typing import TYPE_CHECKING, Final, Literal
 
 import torch
 
@@ -25,10 +25,55 @@ from vllm_omni_token2wav.model_executor.models.speaker_embedding.backend import 
     check_speaker_model_path,
 )
 
+if TYPE_CHECKING:
+    from vllm_omni_token2wav.platforms.interface import OmniPlatform
+
 logger = init_logger(__name__)
 
-BackendRequest = Literal["fallback", "device", "tensorrt"]
-_REQUESTS: Final = ("fallback", "device", "tensorrt")
+BackendRequest = Literal["fallback", "device", "graphed", "tensorrt"]
+_REQUESTS: Final = ("fallback", "device", "graphed", "tensorrt")
+
+#: Values of the stage option `token2wav_spk_backend` (`stage_backend_request`).
+SPK_BACKEND_OPTIONS: Final = ("auto", "device", "graphed", "tensorrt", "onnxruntime")
+_OPTION_REQUEST: Final[dict[str, BackendRequest]] = {
+    "device": "device",
+    "graphed": "graphed",
+    "tensorrt": "tensorrt",
+    "onnxruntime": "fallback",
+}
+
+
+def check_spk_backend_option(value: object) -> str:
+    """`token2wav_spk_backend` normalised (lower case); ValueError naming the choices otherwise."""
+    text = str(value).strip().lower() if value is not None else "auto"
+    if text not in SPK_BACKEND_OPTIONS:
+        raise ValueError(f"token2wav_spk_backend must be one of {', '.join(SPK_BACKEND_OPTIONS)}, got {value!r}")
+    return text
+
+
+def stage_backend_request(option: str, platform: OmniPlatform) -> BackendRequest:
+    """What a serving stage installs for `token2wav_spk_backend` on `platform`: the one serving policy.
+
+    | option        | NPU platform | CUDA platform | CPU platform | why                                     |
+    |---------------|--------------|---------------|--------------|-----------------------------------------|
+    | `auto`        | `device`     | `device`      | `fallback`   | upstream's CPU onnxruntime session      |
+    |               |              |               |              | blocks the host 120-155 ms per request  |
+    |               |              |               |              | on accelerator hosts; on a CPU host ORT |
+    |               |              |               |              | and torch are level (recorded bench)    |
+    | `device`      | `device`     | `device`      | `device`     | as asked (CPU: `CPU_DEVICE_PATH_BACKEND`)|
+    | `graphed`     | `graphed`    | `graphed`     | `graphed`    | torch CAM++ replayed from device graphs |
+    |               |              |               |              | (eager where the platform has none)     |
+    | `tensorrt`    | raises       | `tensorrt`    | raises       | explicit: never falls back              |
+    | `onnxruntime` | `fallback`   | `fallback`    | `fallback`   | upstream's behaviour, kept selectable   |
+
+    `fallback` means the lazy onnxruntime backend every facade starts with (nothing is installed).
+    The request is then built by `select_speaker_embedding_backend` on the facade's device.
+    """
+    option = check_spk_backend_option(option)
+    if option == "auto":
+        return "device" if platform.is_npu() or platform.is_cuda() else "fallback"
+    return _OPTION_REQUEST[option]
+
 
 # The one policy entry that depends on a measurement: which backend `enable_device_spk_embedding()`
 # installs when the facade's device is the CPU. "onnxruntime" or "torch".
@@ -60,6 +105,8 @@ def select_speaker_embedding_backend(
     | `"device"`   | `cpu`                     | `CPU_DEVICE_PATH_BACKEND`           | faster of ORT / torch on CPU |
     |              |                           |                                     | (recorded benchmark)         |
     | `"device"`   | other torch device types  | torch CAM++ (`torch-<type>:N`)      | runs wherever torch runs     |
+    | `"graphed"`  | any                       | torch CAM++ replayed from device    | no per-kernel launch cost    |
+    |              |                           | graphs (`torch-graphs-<dev>`)       | (eager where no graph API)   |
     | `"tensorrt"` | `cuda:N`, tensorrt found  | TensorRT (`tensorrt-cuda:N`)        | `enable_trt_spk_embedding()` |
     | `"tensorrt"` | otherwise                 | raises `RuntimeError`, with cause   | explicit: never falls back   |
 
@@ -77,6 +124,11 @@ def select_speaker_embedding_backend(
     onnx_path = Path(onnx_path)
     if request == "fallback":
         return _ort_backend(onnx_path, device, ort_intra_op_threads)
+    if request == "graphed":
+        from vllm_omni_token2wav.model_executor.models.speaker_embedding import graphed
+
+        check_speaker_model_path(onnx_path)
+        return graphed.GraphedCampplus.from_onnx(onnx_path, device, seg_pool_mode=seg_pool_mode)
 
     from vllm_omni_token2wav.model_executor.models.speaker_embedding import trt
 

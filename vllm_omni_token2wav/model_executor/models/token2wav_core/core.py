@@ -118,6 +118,7 @@ if TYPE_CHECKING:
     from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow import CausalMaskedDiffWithXvec
     from vllm_omni_token2wav.model_executor.models.cosyvoice2.hift import HiFTGenerator
     from vllm_omni_token2wav.model_executor.models.cosyvoice2.speech_tokenizer import SpeechTokenizerBackend
+    from vllm_omni_token2wav.model_executor.models.speaker_embedding.selection import BackendRequest
 
 logger = init_logger(__name__)
 
@@ -303,6 +304,13 @@ class Token2WavCore:
         Builds neither the synthesis modules nor the ORT session; raises if the path cannot be built.
         """
         return self.speaker_prompt.enable_device()
+
+    def enable_spk_embedding(self, request: BackendRequest) -> str:
+        """Install the speaker backend of `request` ("device", "graphed", "tensorrt", "fallback"); its name.
+
+        The stage asks for what `speaker_embedding.selection.stage_backend_request` decides.
+        """
+        return self.speaker_prompt.enable(request)
 
     def enable_trt_spk_embedding(self) -> str:
         """Install the TensorRT backend (CUDA with `tensorrt` only; raises otherwise); returns its name."""

@@ -10,8 +10,8 @@ each owns a `SpeakerPrompt` instead of inheriting it from the other:
 |-------------------------------------|------------------------------------------------------------------|
 | `backend_name` / `model`            | the installed backend's name / the backend (installs the lazy ORT |
 |                                     | fallback on first access; its session is built on its first call) |
-| `install` / `enable_device` /       | install a caller's backend, the device path, or TensorRT          |
-| `enable_trt`                        | (`speaker_embedding.selection`)                                  |
+| `install` / `enable` (`enable_device`, | install a caller's backend, or build one by request: device     |
+| `enable_trt`)                       | path, graphed, TensorRT, fallback (`speaker_embedding.selection`) |
 | `ensure_backend`                    | the fallback if nothing is installed (never replaces a backend)  |
 | `reload`                            | campplus.onnx read again, rebuilt the way it was made; the prompt |
 |                                     | cache and the owner's derived caches emptied                     |
@@ -143,17 +143,22 @@ class SpeakerPrompt:
         # Once per process and (facade, backend): stages and benchmarks install backends many times.
         logger.info_once("%s: speaker embedding via %s", self.owner, backend.name)
 
+    def enable(self, request: BackendRequest) -> str:
+        """Build and install the backend of `request` (`select_speaker_embedding_backend`); its name.
+
+        `"fallback"` installs a fresh lazy onnxruntime backend (its session is built on its first call).
+        """
+        backend = self.build(request)
+        self.install(backend, request)
+        return backend.name
+
     def enable_device(self) -> str:
         """Install the device path for this facade's device (`select_speaker_embedding_backend`); its name."""
-        backend = self.build("device")
-        self.install(backend, "device")
-        return backend.name
+        return self.enable("device")
 
     def enable_trt(self) -> str:
         """Install the TensorRT backend (CUDA with `tensorrt` only; raises otherwise); returns its name."""
-        backend = self.build("tensorrt")
-        self.install(backend, "tensorrt")
-        return backend.name
+        return self.enable("tensorrt")
 
     def reload(self) -> str:
         """Read campplus.onnx again: rebuild the backend the way it was made, empty the caches; its name.

@@ -33,6 +33,9 @@ places of a deploy YAML's stage, the later winning: the connector's `extra` (vLL
 | `device_graph_api`  | keyword only: the graph runtime (tests pass a fake)                     | the platform's   |
 | `variant`           | `extra["token2wav_variant"]` (MiniCPM-o: "vllm-omni-0.30" or            | the family's     |
 |                     | "minicpmo-utils-1.0.7", `minicpmo_4_5/variants.py`)                     |                  |
+| `spk_backend`       | `extra["token2wav_spk_backend"]`: auto / device / graphed / tensorrt /  | "auto"           |
+|                     | onnxruntime (`speaker_embedding.selection.stage_backend_request`; auto: |                  |
+|                     | the device on NPU and CUDA, onnxruntime on CPU)                         |                  |
 | (check only)        | `extra["codec_left_context_frames"]` must be 3 (the flow's lookahead)   | 3                |
 | (log only)          | `vllm_config.load_config.load_format` (dummy: built on first use)       |                  |
 
@@ -51,6 +54,7 @@ from typing import Any
 import torch
 
 from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow.streaming import CACHE_TAIL_FRAMES, PRE_LOOKAHEAD_TOKENS
+from vllm_omni_token2wav.model_executor.models.speaker_embedding.selection import check_spk_backend_option
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.store import DEFAULT_IDLE_TIMEOUT_S
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.voice import (
     DEFAULT_REFERENCE_SECONDS,
@@ -85,9 +89,11 @@ class StageOptions:
     device_graph_api: Any = FROM_PLATFORM
     variant: str | None = None
     async_chunk: bool = False
+    spk_backend: str = "auto"
 
     def __post_init__(self) -> None:
         check_reference_seconds(self.reference_seconds)
+        object.__setattr__(self, "spk_backend", check_spk_backend_option(self.spk_backend))
         if isinstance(self.n_timesteps, bool) or not isinstance(self.n_timesteps, int) or self.n_timesteps < 1:
             raise ValueError(f"token2wav_n_timesteps must be an int >= 1, got {self.n_timesteps!r}")
         if self.max_rows < 1:
@@ -185,6 +191,7 @@ def stage_options(vllm_config: Any, overrides: Mapping[str, Any]) -> StageOption
         "device_graphs": graphs_switch(extra.get("token2wav_device_graphs")),
         "variant": extra.get("token2wav_variant"),
         "async_chunk": bool(_attr(vllm_config, "model_config", "async_chunk") or False),
+        "spk_backend": extra.get("token2wav_spk_backend", "auto"),
     }
     known = {f.name for f in fields(StageOptions)}
     unknown = sorted(set(overrides) - known)

@@ -8,8 +8,9 @@ shared flow + HiFT core), `CosyVoice3Code2Wav` with its own. The runner:
 
 1. builds the model as `Cls(*, vllm_config, prefix="")` under a bf16/fp16 default dtype
    (`options.py` lists every config attribute read). Construction opens no model file: it checks
-   the token2wav folder, finds the family's default voice (a clear error if there is none), and on
-   Ascend installs the device speaker embedding;
+   the token2wav folder, finds the family's default voice (a clear error if there is none), and
+   installs the speaker backend `token2wav_spk_backend` asks for (auto: on the device on NPU and
+   CUDA, onnxruntime on CPU; `speaker_embedding.selection.stage_backend_request`);
 2. calls `load_weights(weights)`: the token2wav assets are not in the LLM checkpoint, so the
    iterable is drained and the flow, HiFT, speech tokenizer and speaker path are built from the
    folder (fp32 by explicit dtype). With `load_format=dummy` the runner skips this and the first
@@ -47,6 +48,10 @@ from torch import nn
 
 from vllm_omni_token2wav.logger import init_logger
 from vllm_omni_token2wav.model_executor.models.output_templates import omni_output_class
+from vllm_omni_token2wav.model_executor.models.speaker_embedding.selection import (
+    BackendRequest,
+    stage_backend_request,
+)
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.backend import Token2WavBackend
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.contract import (
     SegmentKind,
@@ -63,6 +68,7 @@ from vllm_omni_token2wav.model_executor.models.token2wav_stage.families import (
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.options import StageOptions, stage_options
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.stats import StatsWriter
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.store import StreamStore
+from vllm_omni_token2wav.platforms.interface import OmniPlatform
 
 logger = init_logger(__name__)
 
@@ -82,7 +88,7 @@ class StageCore(Protocol):
 
     def check_assets(self) -> list[Path]: ...
 
-    def enable_device_spk_embedding(self) -> str: ...
+    def enable_spk_embedding(self, request: BackendRequest) -> str: ...
 
 
 class Token2WavStageModel(nn.Module):
@@ -120,9 +126,7 @@ class Token2WavStageModel(nn.Module):
         self.token2wav = self._build_core(folder, opts)
         self.token2wav.check_assets()
         self.default_voice: Any = self._default_voice(opts, folder)
-        if platforms.current_omni_platform.is_npu():
-            name = self.token2wav.enable_device_spk_embedding()
-            logger.info("%s: NPU platform, speaker embedding on the device (%s)", type(self).__name__, name)
+        self._install_speaker_backend(opts, platforms.current_omni_platform)
         self.backend = self._build_backend(opts)
         self.streams = StreamStore(max_streams=opts.stream_limit, idle_timeout_s=opts.idle_timeout_s)
         self._stats = StatsWriter(self.family.name)
@@ -137,6 +141,30 @@ class Token2WavStageModel(nn.Module):
                 reference_seconds=opts.reference_seconds,
                 load_voice=self._voice_loader(),
             ),
+        )
+
+    def _install_speaker_backend(self, opts: StageOptions, platform: OmniPlatform) -> None:
+        """The speaker backend `token2wav_spk_backend` asks for on this platform (`stage_backend_request`).
+
+        Nothing is installed for the onnxruntime fallback: the core starts with it and builds its session
+        on the first call. A device backend that cannot be built fails the stage start (asked for, so
+        never hidden behind the host session).
+        """
+        request = stage_backend_request(opts.spk_backend, platform)
+        if request == "fallback":
+            logger.info(
+                "%s: speaker embedding via onnxruntime on the host (token2wav_spk_backend=%s, platform %r)",
+                type(self).__name__,
+                opts.spk_backend,
+                platform,
+            )
+            return
+        name = self.token2wav.enable_spk_embedding(request)
+        logger.info(
+            "%s: speaker embedding on the device via %s (token2wav_spk_backend=%s)",
+            type(self).__name__,
+            name,
+            opts.spk_backend,
         )
 
     # ---- what a family's subclass provides or may replace ----------------------------------------

@@ -7,9 +7,10 @@ capture window and replays afterwards) runs unless the step would reach capture 
 only then the runnable runs eager, counted in `stats()`. This replaces an earlier patch that skipped
 the stock call whenever no capacity was active, which silently disabled piecewise capture.
 
-Where it is called: the NPU worker calls `install_into_ascend_aclgraph()` once, before the model
-runner captures graphs (before `capture_model`). Importing `vllm_omni_token2wav` never calls it; this module
-imports vllm / vllm_ascend / torch_npu only inside the install function.
+Where it is called: the plugin's `register()` (`patch.apply_engine_patches`) in every engine process
+where vLLM-Ascend imports, before the model runner captures graphs (before `capture_model`). Importing
+`vllm_omni_token2wav` never calls it; this module imports vllm / vllm_ascend / torch_npu only inside the
+install function.
 """
 
 from __future__ import annotations
