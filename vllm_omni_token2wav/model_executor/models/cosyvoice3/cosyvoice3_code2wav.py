@@ -73,6 +73,7 @@ class CosyVoice3Code2Wav(Token2WavStageModel):
             n_timesteps=opts.n_timesteps,
             seed=opts.seed,
             final_chunk=FinalChunk(opts.final_chunk),
+            **({} if opts.prompt_cache_size is None else {"prompt_cache_size": opts.prompt_cache_size}),
         )
 
     def _build_backend(self, opts: StageOptions) -> Token2WavBackend:

@@ -41,6 +41,7 @@ class CoreStageModel(Token2WavStageModel):
             seed=opts.seed,
             kv_cache_dtype=opts.kv_cache_dtype,
             vocoder=vocoder,
+            **({} if opts.prompt_cache_size is None else {"prompt_cache_size": opts.prompt_cache_size}),
         )
 
     def _build_backend(self, opts: StageOptions) -> CosyVoice2Backend:

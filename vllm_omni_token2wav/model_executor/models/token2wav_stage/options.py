@@ -36,8 +36,16 @@ places of a deploy YAML's stage, the later winning: the connector's `extra` (vLL
 | `spk_backend`       | `extra["token2wav_spk_backend"]`: auto / device / graphed / tensorrt /  | "auto"           |
 |                     | onnxruntime (`speaker_embedding.selection.stage_backend_request`; auto: |                  |
 |                     | the device on NPU and CUDA, onnxruntime on CPU)                         |                  |
-| (check only)        | `extra["codec_left_context_frames"]` must be 3 (the flow's lookahead)   | 3                |
+| `prompt_cache_size` | `extra["token2wav_runtime_prompt_cache_size"]` (MiniCPM-o's name: voice | the core's (16)  |
+|                     | prompt features kept, LRU; 0 keeps none)                                |                  |
 | (log only)          | `vllm_config.load_config.load_format` (dummy: built on first use)       |                  |
+
+vLLM-Omni 0.30's own code2wav options (`codec_left_context_frames`, `codec_chunk_frames`,
+`code2wav_min_batch_size`, `enable_cfm_graph`, `code2wav_bfloat16_attention_cache`, `token2wav_trt`,
+the `COSYVOICE3_TRT` / `MINICPMO_TOKEN2WAV_TRT` variables, ...) are checked and mapped onto the rows
+above by `upstream_options.read_upstream_options`, per family (what its producer reads): honoured,
+mapped, refused with what to use instead, or one warning naming the key. The table of every such
+option, where vLLM-Omni reads it and what we do: docs/design/upstream_options.md.
 
 `model_config.dtype` is deliberately not used: vLLM builds stage models under a bf16/fp16 default
 dtype, and the token2wav parts are built fp32 by explicit dtype (fp16 flow only with `float16`).
@@ -53,9 +61,10 @@ from typing import Any
 
 import torch
 
-from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow.streaming import CACHE_TAIL_FRAMES, PRE_LOOKAHEAD_TOKENS
+from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow.streaming import CACHE_TAIL_FRAMES
 from vllm_omni_token2wav.model_executor.models.speaker_embedding.selection import check_spk_backend_option
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.store import DEFAULT_IDLE_TIMEOUT_S
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.upstream_options import read_upstream_options
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.voice import (
     DEFAULT_REFERENCE_SECONDS,
     check_reference_seconds,
@@ -90,6 +99,8 @@ class StageOptions:
     variant: str | None = None
     async_chunk: bool = False
     spk_backend: str = "auto"
+    # vLLM-Omni's own options mapped onto ours (`upstream_options.py`, docs/design/upstream_options.md).
+    prompt_cache_size: int | None = None
 
     def __post_init__(self) -> None:
         check_reference_seconds(self.reference_seconds)
@@ -100,6 +111,10 @@ class StageOptions:
             raise ValueError(f"max_num_seqs (rows per launch) must be >= 1, got {self.max_rows}")
         if self.max_streams is not None and self.max_streams < 1:
             raise ValueError(f"token2wav_max_streams must be >= 1, got {self.max_streams}")
+        if self.setup_cache_size < 0:
+            raise ValueError(f"token2wav_setup_cache_size must be >= 0, got {self.setup_cache_size}")
+        if self.prompt_cache_size is not None and self.prompt_cache_size < 0:
+            raise ValueError(f"the prompt cache capacity must be >= 0, got {self.prompt_cache_size}")
         if self.final_chunk not in ("block_causal", "full_attention"):
             raise ValueError(
                 f"token2wav_final_chunk must be 'block_causal' or 'full_attention', got {self.final_chunk!r}"
@@ -158,15 +173,14 @@ def graphs_switch(value: Any) -> bool | None:
     raise ValueError(f"token2wav_device_graphs must be true, false or auto, got {value!r}")
 
 
-def stage_options(vllm_config: Any, overrides: Mapping[str, Any]) -> StageOptions:
-    """`StageOptions` from a (real or duck-typed) `VllmConfig`, then `overrides` (see the module table)."""
+def stage_options(vllm_config: Any, overrides: Mapping[str, Any], *, family: str | None = None) -> StageOptions:
+    """`StageOptions` from a (real or duck-typed) `VllmConfig`, then `overrides` (see the module table).
+
+    `family` (a `FamilySpec.name`) selects which of vLLM-Omni's producer keys matter (`upstream_options.py`);
+    None applies the strictest rules.
+    """
     extra = _extra(vllm_config)
-    left = int(extra.get("codec_left_context_frames", PRE_LOOKAHEAD_TOKENS))
-    if left != PRE_LOOKAHEAD_TOKENS:
-        raise ValueError(
-            f"codec_left_context_frames={left}: the flow's pre-lookahead is {PRE_LOOKAHEAD_TOKENS} tokens, so the "
-            f"producer must repeat exactly {PRE_LOOKAHEAD_TOKENS} tokens between chunks"
-        )
+    upstream = read_upstream_options(extra, family)
     hf = _attr(vllm_config, "model_config", "hf_config")
     max_rows = _attr(vllm_config, "scheduler_config", "max_num_seqs")
     device = _attr(vllm_config, "device_config", "device")
@@ -193,11 +207,17 @@ def stage_options(vllm_config: Any, overrides: Mapping[str, Any]) -> StageOption
         "async_chunk": bool(_attr(vllm_config, "model_config", "async_chunk") or False),
         "spk_backend": extra.get("token2wav_spk_backend", "auto"),
     }
+    # vLLM-Omni's own options mapped onto ours (device graphs, kv dtype, prompt cache size).
+    mapped = dict(upstream.values)
+    if "kv_cache_dtype" in mapped:
+        mapped["kv_cache_dtype"] = kv_dtype(mapped["kv_cache_dtype"])
+    values.update(mapped)
     known = {f.name for f in fields(StageOptions)}
     unknown = sorted(set(overrides) - known)
     if unknown:
         raise TypeError(f"unknown token2wav stage option(s) {unknown}; known: {sorted(known)}")
     options = StageOptions(**values)
+    upstream.log()
     convert = {"kv_cache_dtype": kv_dtype, "device_graphs": graphs_switch}
     given = {k: convert[k](v) if k in convert else v for k, v in overrides.items()}
     return replace(options, **given) if given else options
