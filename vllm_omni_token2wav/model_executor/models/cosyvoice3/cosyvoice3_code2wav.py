@@ -90,8 +90,9 @@ class CosyVoice3Code2Wav(Token2WavStageModel):
                 "CosyVoice3 stage: the prompt_wav option must be a file path with its speech tokens in "
                 "<file>.tokens beside it (the stage cannot tokenise audio)"
             )
-        model = opts.model if opts.model is not None else folder
-        path = find_default_voice(self.family, model, folder, None if override is None else str(override))
+        path = find_default_voice(
+            self.family, self.model_folder(folder), folder, None if override is None else str(override)
+        )
         tokens_file = voice_tokens_path(path)
         if not tokens_file.is_file():
             raise FileNotFoundError(

@@ -24,6 +24,8 @@ COSYVOICE3 = FamilySpec(
     default_voice_names=("default_voice.wav",),
     default_voice_env="COSYVOICE3_DEFAULT_PROMPT_WAV",
     asset_markers=("flow.pt", "hift.pt", "campplus.onnx"),
+    # `CosyVoice3Token2Wav.check_assets` + the default voice's prompt tokens (`prompt.voice_tokens_path`).
+    hub_files=("flow.pt", "hift.pt", "campplus.onnx", "cosyvoice3.yaml", "default_voice.tokens"),
     prefix_offset_key="left_context_size",
     end_marker_key="finished",
     voice_reader=read_voice,

@@ -40,7 +40,8 @@ without stream meta a payload is a whole utterance (the sync path); the voice is
 too: `flow.pt`, `hift.pt`, `campplus.onnx`); default voice `default_voice.wav` + its tokens `default_voice.tokens`, or
 `$COSYVOICE3_DEFAULT_PROMPT_WAV` (+ the `.tokens` file beside it).
 
-Where the token2wav assets are (`resolve_token2wav_dir`), for `model_config.model` = M: M itself
+Where the token2wav assets are (`resolve_token2wav_dir`), for the model folder M (`model_config.model`, or
+the hub snapshot of the repo id it names: `model_source.py`, docs/design/token2wav_stage.md "Hub repo ids"): M itself
 when it holds the asset files, else `M/token2wav` (Step-Audio2's layout), else `M/assets/token2wav`
 (MiniCPM-o's). Default voice candidates, in order: the `prompt_wav` stage option, the family's
 environment variable (if set and the file exists), then `M/assets/<name>`, `M/<name>`,
@@ -79,6 +80,18 @@ class FamilySpec:
     default_voice_env: str | None = None
     #: Files whose presence makes a folder this family's asset folder (`resolve_token2wav_dir`).
     asset_markers: tuple[str, ...] = ("flow.yaml", "flow.pt", "hift.pt")
+    #: The asset files the family's core may read (beside the default voice): what is fetched from the hub
+    #: when the model is a repo id (`model_source.hub_patterns`, in every layout). The default: the shared
+    #: core's five files plus the minicpmo-utils 1.0.7 layout's causal-vocoder config and whole-utterance HiFT.
+    hub_files: tuple[str, ...] = (
+        "flow.yaml",
+        "flow.pt",
+        "hift.pt",
+        "campplus.onnx",
+        "speech_tokenizer_v2_25hz.onnx",
+        "config.yaml",
+        "hift_original.pt",
+    )
     #: Chunks carry the whole token prefix and this meta key is where the new part starts (CosyVoice3's
     #: talker: `left_context_size`); the contract cuts the prefix there. None: chunks are sent as windows.
     prefix_offset_key: str | None = None
@@ -94,6 +107,11 @@ class FamilySpec:
         if self.last_chunk_key == "left_context_size":
             return int(value) == 1  # type: ignore[call-overload]
         return bool(value)
+
+    @property
+    def hub_download_files(self) -> tuple[str, ...]:
+        """`hub_files` and the default voice files: every file the stage reads from the model's repo."""
+        return tuple(dict.fromkeys((*self.hub_files, *self.default_voice_names)))
 
 
 _MODELS = "vllm_omni_token2wav.model_executor.models"
@@ -132,12 +150,16 @@ def __getattr__(name: str) -> FamilySpec:
     return family_spec(family)
 
 
-def resolve_token2wav_dir(model: str | os.PathLike[str], markers: tuple[str, ...] = TOKEN2WAV_MARKERS) -> Path:
-    """The token2wav folder for `model_config.model`: the folder itself, `token2wav/` or `assets/token2wav/`.
+def resolve_token2wav_dir(
+    model: str | os.PathLike[str], markers: tuple[str, ...] = TOKEN2WAV_MARKERS, *, source: str | None = None
+) -> Path:
+    """The token2wav folder for the model folder: the folder itself, `token2wav/` or `assets/token2wav/`.
 
     The first of them holding the flow and HiFT files (`markers`, the family's `asset_markers`) wins;
     when none does, the first existing `token2wav/` or `assets/token2wav/` folder is returned (the
     core's asset check then names the missing file), else FileNotFoundError listing the places.
+    `model` is a folder (a hub repo id is resolved first, `model_source.py`); `source` names it in the
+    error (e.g. the repo id, revision and snapshot folder).
     """
     root = Path(model)
     candidates = [root, root / "token2wav", root / "assets" / "token2wav"]
@@ -149,7 +171,7 @@ def resolve_token2wav_dir(model: str | os.PathLike[str], markers: tuple[str, ...
             return folder
     looked = ", ".join(str(c) for c in candidates)
     raise FileNotFoundError(
-        f"no token2wav assets for model {root}: looked for {', '.join(markers)} in {looked}; point "
+        f"no token2wav assets for model {source or root}: looked for {', '.join(markers)} in {looked}; point "
         "model_config.model at the model folder (Step-Audio2: token2wav/ inside it, MiniCPM-o: assets/token2wav/)"
     )
 

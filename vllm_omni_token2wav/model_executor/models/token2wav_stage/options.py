@@ -8,7 +8,9 @@ places of a deploy YAML's stage, the later winning: the connector's `extra` (vLL
 
 | option              | read from                                                               | default          |
 |---------------------|-------------------------------------------------------------------------|------------------|
-| `model`             | `vllm_config.model_config.model`                                        | required         |
+| `model`             | `vllm_config.model_config.model` (a folder, or a hub repo id:           | required         |
+|                     | `model_source.py`)                                                      |                  |
+| `revision`          | `vllm_config.model_config.revision` (a repo id's branch, tag or commit) | default branch   |
 | `token2wav_path`    | `model_config.hf_config.token2wav_path` (Step-Audio2 upstream)          | from `model`     |
 | `float16`           | `hf_config.token2wav_float16`, `extra["token2wav_float16"]`             | False            |
 | `device`            | `vllm_config.device_config.device`                                      | platform device  |
@@ -78,6 +80,7 @@ _KV_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": to
 @dataclass(frozen=True)
 class StageOptions:
     model: Any = None
+    revision: str | None = None
     token2wav_path: Any = None
     device: DeviceSpec = None
     float16: bool = False
@@ -186,6 +189,7 @@ def stage_options(vllm_config: Any, overrides: Mapping[str, Any], *, family: str
     device = _attr(vllm_config, "device_config", "device")
     values: dict[str, Any] = {
         "model": _attr(vllm_config, "model_config", "model"),
+        "revision": _attr(vllm_config, "model_config", "revision"),
         "token2wav_path": getattr(hf, "token2wav_path", None),
         "device": device,
         "float16": bool(getattr(hf, "token2wav_float16", False) or extra.get("token2wav_float16", False)),

@@ -65,6 +65,11 @@ from vllm_omni_token2wav.model_executor.models.token2wav_stage.families import (
     find_default_voice,
     resolve_token2wav_dir,
 )
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.model_source import (
+    ModelSource,
+    hub_patterns,
+    resolve_model_source,
+)
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.options import StageOptions, stage_options
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.stats import StatsWriter
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.store import StreamStore
@@ -114,10 +119,18 @@ class Token2WavStageModel(nn.Module):
         self.prefix = prefix
         self.options: StageOptions = stage_options(vllm_config, overrides, family=self.family.name)
         opts = self.options
+        #: The model's files on disk (a hub repo id's snapshot, `model_source.py`); None: only token2wav_path.
+        self.model_source: ModelSource | None = None
         if opts.token2wav_path is not None:
             folder = Path(opts.token2wav_path)
+            if opts.model is not None and Path(opts.model).is_dir():
+                self.model_source = ModelSource(str(opts.model), Path(opts.model))
         elif opts.model is not None:
-            folder = resolve_token2wav_dir(opts.model, self.family.asset_markers)
+            self.model_source = resolve_model_source(
+                opts.model, revision=opts.revision, allow_patterns=hub_patterns(self.family.hub_download_files)
+            )
+            source = self.model_source
+            folder = resolve_token2wav_dir(source.folder, self.family.asset_markers, source=source.describe())
         else:
             raise ValueError(
                 f"{type(self).__name__} needs vllm_config.model_config.model (the model folder), "
@@ -196,8 +209,13 @@ class Token2WavStageModel(nn.Module):
         override = opts.prompt_wav
         if override is not None and not isinstance(override, str | Path):
             return override  # bytes or (waveform, rate), given in-process
-        model = opts.model if opts.model is not None else folder
-        return find_default_voice(self.family, model, folder, None if override is None else str(override))
+        return find_default_voice(
+            self.family, self.model_folder(folder), folder, None if override is None else str(override)
+        )
+
+    def model_folder(self, token2wav_dir: Path) -> Path:
+        """Where the default voice is looked up: the model folder (or hub snapshot), else the token2wav folder."""
+        return self.model_source.folder if self.model_source is not None else token2wav_dir
 
     # ---- what the runner calls ------------------------------------------------------------------
 
