@@ -36,7 +36,9 @@ FULL_CASES = ((4, 64), (63, 64), (64, 128), (65, 128), (97, 128), (129, 192), (1
 # Reduced network (fast): a dense sweep, each T in its bucket and in the next one, at 1, 2 and 4 threads.
 REDUCED_LENGTHS = (*range(4, 14), 31, 32, 33, 63, 64, 65, 100, 101, 127, 128, 129, 191, 192, 193, 199, 200, 201, 202)
 REDUCED_LENGTHS += (255, 256, 257, 300, 399, 400, 401, 402, 577, 599, 600, 601)
-MAX_ABS = 1e-6
+# Bit-exact (<= 1e-6 asserted) on the AMD EPYC hosts the exactness work was done on; on an AVX-512 Intel Xeon
+# MKL picks other GEMM kernels for the padded shapes: measured up to 7.3e-6 (T=65 row of a batch padded to 256).
+MAX_ABS = 1e-5
 
 
 def _noise_padded(x: torch.Tensor, frames: int, seed: int) -> torch.Tensor:
