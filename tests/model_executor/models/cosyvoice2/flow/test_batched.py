@@ -138,7 +138,8 @@ def test_batched_chunks_equal_each_stream_alone(reduced_flow: CausalMaskedDiffWi
         for (i, _), out, mel in zip(rows, outs, refs, strict=True):
             # Bit-equal on the AMD EPYC build hosts; on an AVX-512 Xeon the CPU GEMM picks another kernel for
             # the 3-token last row of step 3 (measured 1.79e-6 max abs of 3.4): rounding, not a different result.
-            torch.testing.assert_close(out.mel, mel, rtol=0, atol=1e-5, msg=lambda m: f"step {step} row {i}: {m}")
+            diff = (out.mel - mel).abs().max().item()
+            assert diff <= 1e-5, f"step {step} row {i}: max abs {diff:.2e}"
             streams[i]["state"] = out.state
             if not rows[[j for j, _ in rows].index(i)][1].last:
                 ref = streams[i]["ref"].as_dict()  # type: ignore[attr-defined]
