@@ -188,7 +188,7 @@ def test_one_bad_request_fails_alone_and_the_others_get_audio(toy: Toy) -> None:
         requests = _requests(toy, "bad-")
         prompt, params = requests[bad]
         requests[bad] = ({"prompt": prompt["prompt"] + "x" * 5000}, params)  # > the thinker's 4096 positions
-        expected = "longer than the maximum model length"
+        expected = "maximum context length is 4096 tokens"
     else:
         bad = "bad-c"
         voices = {"bad-a": (_sine(16000, 2.0, 0.3), 16000), bad: (_sine(16000, 2.0, 1.5), 16000)}
