@@ -77,7 +77,7 @@ class Toy:
 
 
 def _start(family: str, async_chunk: bool, tmp: Path, *, upstream: bool) -> Toy:
-    from vllm_omni_token2wav.benchmarks.engine_ab.run import arm_environment
+    from vllm_omni_token2wav.benchmarks.engine_ab.run import UPSTREAM_PATH, arm_environment
     from vllm_omni_token2wav.model_executor.models.standin.toy import TOY_PIPELINES
 
     pipeline = TOY_PIPELINES[family]
@@ -86,6 +86,8 @@ def _start(family: str, async_chunk: bool, tmp: Path, *, upstream: bool) -> Toy:
     with pytest.MonkeyPatch.context() as patch:
         for key, value in arm_environment("0" if upstream else "1").items():
             patch.setenv(key, value)  # the engine's processes, spawned now, inherit it
+        if upstream:  # multiprocessing's spawn hands children this process's sys.path, not PYTHONPATH's
+            patch.syspath_prepend(str(UPSTREAM_PATH))
         started = time.monotonic()
         engine = OfflineEngine(model, deploy, tmp / "stage_stats.json")
     print(f"{family} async_chunk={async_chunk} upstream={upstream}: ready in {time.monotonic() - started:.0f} s")
