@@ -119,6 +119,7 @@ class Outcome:
     #: latest output's (cumulative outputs: the whole reply so far)
     text_token_ids: list[int] = field(default_factory=list)
     text_outputs: int = 0
+    outputs_without_sr: int = 0
 
     @property
     def final(self) -> np.ndarray:
@@ -184,7 +185,10 @@ class OfflineEngine:
                 tensors = out.multimodal_output.tensors
                 audio = tensors["audio"]
                 outcome.audio.append(audio.numpy() if isinstance(audio, torch.Tensor) else np.asarray(audio))
-                outcome.sample_rate = int(tensors["sr"])
+                if "sr" in tensors:
+                    outcome.sample_rate = int(tensors["sr"])
+                else:  # upstream's Step-Audio2 class leaves it out of some outputs
+                    outcome.outputs_without_sr += 1
 
         async def one(request_id: str, prompt: dict[str, Any], params: Sequence[Any] | None) -> Outcome:
             outcome = Outcome(request_id)
