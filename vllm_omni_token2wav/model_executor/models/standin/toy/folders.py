@@ -33,7 +33,9 @@ def toy_cache_dir(family: str, version: int, seed: int, root: Path | None = None
 
 
 def token2wav_assets(seed: int) -> dict[str, Path]:
-    """The reduced, upstream-compatible stand-in token2wav files (`{name: cached path}`)."""
-    from vllm_omni_token2wav.model_executor.models.standin.model_dirs import _asset_dir, _asset_files
+    """The reduced, upstream-compatible stand-in token2wav files (`{name: cached path}`; hidden manifest and
+    lock files left out)."""
+    from vllm_omni_token2wav.model_executor.models.step_audio2.standin import ensure_standin_token2wav_dir
 
-    return _asset_files(_asset_dir("step_audio2", True, seed, True))
+    folder = ensure_standin_token2wav_dir(reduced=True, seed=seed, upstream_compatible=True)
+    return {p.name: p for p in sorted(folder.iterdir()) if p.is_file() and not p.name.startswith(".")}
