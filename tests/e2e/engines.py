@@ -115,6 +115,11 @@ class Outcome:
     audio: list[np.ndarray] = field(default_factory=list)
     sample_rate: int | None = None
     error: BaseException | None = None
+    #: token ids of the request's text outputs (a pipeline whose first stage is also a final text stage), the
+    #: latest output's (cumulative outputs: the whole reply so far)
+    text_token_ids: list[int] = field(default_factory=list)
+    text_outputs: int = 0
+    outputs_without_sr: int = 0
 
     @property
     def final(self) -> np.ndarray:
@@ -171,10 +176,19 @@ class OfflineEngine:
         async def outputs(outcome: Outcome, prompt: dict[str, Any], params: Sequence[Any] | None) -> None:
             kwargs = {} if params is None else {"sampling_params_list": list(params)}
             async for out in self.omni.generate(prompt, request_id=outcome.request_id, **kwargs):
+                if getattr(out, "final_output_type", "audio") != "audio":  # a thinker's text output
+                    completion = out.outputs[0] if out.outputs else None
+                    if completion is not None:
+                        outcome.text_token_ids = [int(t) for t in completion.token_ids]
+                        outcome.text_outputs += 1
+                    continue
                 tensors = out.multimodal_output.tensors
                 audio = tensors["audio"]
                 outcome.audio.append(audio.numpy() if isinstance(audio, torch.Tensor) else np.asarray(audio))
-                outcome.sample_rate = int(tensors["sr"])
+                if "sr" in tensors:
+                    outcome.sample_rate = int(tensors["sr"])
+                else:  # upstream's Step-Audio2 class leaves it out of some outputs
+                    outcome.outputs_without_sr += 1
 
         async def one(request_id: str, prompt: dict[str, Any], params: Sequence[Any] | None) -> Outcome:
             outcome = Outcome(request_id)

@@ -101,20 +101,28 @@ class _Request:
 
 def upstream_chunks(family: str, request_id: str, prompt: Sequence[int], count: int) -> list[ChunkPayload]:
     """The chunks upstream's async-chunk function of `family` sends for the stand-in producer's `count` codes."""
+    offset = producer_codec_offset(family)
+    generated = [int(c) + offset for c in expected_codes(prompt, count, offset)]
+    return replay_chunks(family, request_id, prompt, generated)
+
+
+def replay_chunks(family: str, request_id: str, prompt: Sequence[int], generated: Sequence[int]) -> list[ChunkPayload]:
+    """The chunks upstream's async-chunk function of `family` sends for a reply of `generated` token ids (as the
+    producer's sampler emits them: Step-Audio2's absolute audio ids, CosyVoice3's codes), one call per step."""
     if family == "step_audio2":
         from vllm_omni.model_executor.stage_input_processors.step_audio2 import thinker2token2wav_async_chunk as chunk
     elif family == "cosyvoice3":
         from vllm_omni.model_executor.stage_input_processors.cosyvoice3 import talker2code2wav_async_chunk as chunk
     else:
-        raise ValueError(f"no stand-in stream for {family}")
-    offset = producer_codec_offset(family)
-    generated = [int(c) + offset for c in expected_codes(prompt, count, offset)]
+        raise ValueError(f"no token-stream async-chunk function for {family}")
+    generated = [int(t) for t in generated]
     manager = SimpleNamespace(
         code_prompt_token_ids=defaultdict(list),
         request_payload={},
         connector=SimpleNamespace(config={"extra": dict(STREAM_CONNECTOR_EXTRA)}),
     )
     chunks: list[ChunkPayload] = []
+    count = len(generated)
     for step in range(1, count + 1):  # the AR scheduler calls it once per step, with that step's tokens
         payload = chunk(manager, None, _Request(request_id, prompt, generated[:step], step == count))
         if payload is None:
@@ -124,6 +132,30 @@ def upstream_chunks(family: str, request_id: str, prompt: Sequence[int], count: 
         offset_in_prefix = payload.meta.left_context_size if family == "cosyvoice3" else None
         chunks.append(ChunkPayload(request_id, tokens, last, len(chunks), offset=offset_in_prefix))
     return chunks
+
+
+def minicpmo_talker_chunks(request_id: str, codes: Sequence[int]) -> list[tuple[tuple[int, ...], bool]]:
+    """`[(tokens, last)]` upstream's `tts2code2wav_async_chunk` sends for a talker reply of `codes`: called once
+    per step with that step's code in the talker's multimodal output, then once more as the request finishes
+    (the talker's last step samples its EOS, which it does not emit as a code). Left context included."""
+    from vllm_omni.model_executor.stage_input_processors.minicpmo_4_5_omni import tts2code2wav_async_chunk
+
+    manager = SimpleNamespace(
+        request_payload={},
+        code_prompt_token_ids=defaultdict(list),
+        connector=SimpleNamespace(config={"extra": dict(STREAM_CONNECTOR_EXTRA)}),
+    )
+    out: list[tuple[tuple[int, ...], bool]] = []
+    steps = [*([int(c)] for c in codes), []]
+    for i, step in enumerate(steps):
+        request = SimpleNamespace(external_req_id=request_id, request_id=request_id, additional_information=None)
+        finished = i == len(steps) - 1
+        request.is_finished = lambda finished=finished: finished
+        output = {"codes": {"audio": torch.tensor(step, dtype=torch.long)}, "meta": {"request_id": request_id}}
+        payload = tts2code2wav_async_chunk(manager, output, request, is_finished=finished)
+        if payload is not None:
+            out.append((tuple(int(t) for t in payload.codes.audio.tolist()), bool(payload.meta.last_chunk)))
+    return out
 
 
 def new_tokens(chunk: ChunkPayload) -> int:
@@ -155,7 +187,9 @@ def max_abs(a: np.ndarray, b: np.ndarray) -> float:
 __all__ = [
     "STREAM_CONNECTOR_EXTRA",
     "max_abs",
+    "minicpmo_talker_chunks",
     "new_tokens",
+    "replay_chunks",
     "reference_stage",
     "stage_class",
     "streamed_request",

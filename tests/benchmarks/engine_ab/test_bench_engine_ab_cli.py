@@ -59,6 +59,8 @@ def test_help_lists_the_subcommand_and_its_options(capsys: pytest.CaptureFixture
         (("--seconds", "0.1"), r"--seconds must be in \[0.2, 60\]"),
         (("--route", "stream", "--families", "minicpmo_4_5"), "route stream: minicpmo_4_5 has no stand-in stream"),
         (("--route", "stream", "--families", "step_audio2", "--faults"), "the fault wave needs route alone"),
+        (("--route", "pipeline", "--families", "cosyvoice3"), "route pipeline: cosyvoice3 has no toy upstream"),
+        (("--route", "pipeline", "--families", "step_audio2", "--faults"), "the fault wave needs route alone"),
     ],
 )
 def test_option_mistakes_are_usage_errors(argv: tuple[str, ...], message: str) -> None:
@@ -101,6 +103,8 @@ def test_plans_and_explicit_options() -> None:
     stream = build_config(_parse("--route", "stream", "--families", "step_audio2"))
     assert (stream.route, stream.faults, stream.concurrency, stream.full_size) == ("stream", False, (1, 4, 8), False)
     assert build_config(_parse("--full-size")).full_size is True
+    pipeline = build_config(_parse("--route", "pipeline", "--families", "step_audio2,minicpmo_4_5"))
+    assert (pipeline.route, pipeline.faults, pipeline.families) == ("pipeline", False, ("step_audio2", "minicpmo_4_5"))
 
 
 def test_the_recorder_names_the_families_it_ran() -> None:
@@ -110,3 +114,4 @@ def test_the_recorder_names_the_families_it_ran() -> None:
     assert stem_for(["--route", "alone"]) == "engine_ab"
     full = ["--route", "stream", "--families", "cosyvoice3", "--full-size"]
     assert stem_for(full) == "engine_ab_stream_cosyvoice3_full"
+    assert stem_for(["--route", "pipeline", "--families", "step_audio2"]) == "engine_ab_pipeline_step_audio2"

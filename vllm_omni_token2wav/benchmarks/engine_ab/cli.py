@@ -2,8 +2,9 @@
 """`vllm-omni-token2wav bench engine-ab`: vLLM-Omni's own code2wav classes vs ours, same engine, same run.
 
 Runs `vllm_omni_token2wav.benchmarks.engine_ab.run`: per family, two `vllm-omni-token2wav serve` processes of
-the family's code2wav stage alone (`--route alone`, codec ids) or behind the stand-in producer (`--route
-stream`, text streamed from the speech endpoint) on the same stand-in folder, one with
+the family's code2wav stage alone (`--route alone`, codec ids), behind the stand-in producer (`--route
+stream`, text streamed from the speech endpoint) or behind upstream's own thinker/talker at toy size (`--route
+pipeline`: upstream's deploy YAML in both arms) on the same stand-in folder, one with
 `VLLM_OMNI_TOKEN2WAV_OVERRIDES=0` (vLLM-Omni's class, at the `max_num_seqs` of vLLM-Omni's own deploy YAML for
 the model) and one with ours (our deploy YAML, batched); the same requests alternate between them level by
 level. Prints a markdown table per family (audio seconds per wall second, TTFP p50/p99, RTF, underruns,
@@ -64,7 +65,7 @@ def build_config(args: argparse.Namespace) -> Any:
         sizes["audio_seconds"] = args.seconds
     if args.faults is not None:
         sizes["faults"] = args.faults
-    elif args.route == "stream":
+    elif args.route in ("stream", "pipeline"):
         sizes["faults"] = False  # the fault wave needs codec ids in the request (route alone)
 
     from vllm_omni_token2wav.benchmarks.engine_ab.run import PLANS, EngineABConfig
@@ -99,10 +100,12 @@ class EngineABSubcommand:
         parser.add_argument("--families", metavar="F,F", help=f"families to compare (default {','.join(FAMILY_NAMES)})")
         parser.add_argument(
             "--route",
-            choices=("alone", "stream"),
+            choices=("alone", "stream", "pipeline"),
             default="alone",
             help="alone: the code2wav stage alone, codec ids to /v1/completions (default); stream: the stand-in "
-            "producer in front, text streamed from /v1/audio/speech (step_audio2, cosyvoice3; no fault wave)",
+            "producer in front, text streamed from /v1/audio/speech (step_audio2, cosyvoice3; no fault wave); "
+            "pipeline: upstream's own pipeline at toy size (its YAML, thinker/talker with random weights) in both "
+            "arms, text streamed from the speech or chat endpoint (step_audio2, minicpmo_4_5; no fault wave)",
         )
         parser.add_argument(
             "--full-size",
@@ -166,12 +169,13 @@ SUBCOMMAND = EngineABSubcommand()
 
 
 def stem_for(argv: Sequence[str]) -> str:
-    """`engine_ab[_stream][_<families>][_full]`: the default (route alone, every family) keeps the plain name."""
+    """`engine_ab[_stream|_pipeline][_<families>][_full]`: the default (route alone, every family) keeps the plain
+    name."""
     families = bench_cli.option_value(argv, "--families")
     route = bench_cli.option_value(argv, "--route")
     return (
         "engine_ab"
-        + ("_stream" if route == "stream" else "")
+        + (f"_{route}" if route in ("stream", "pipeline") else "")
         + ("" if families is None else "_" + families.replace(",", "_"))
         + ("_full" if "--full-size" in argv else "")
     )
@@ -182,7 +186,8 @@ RECORDERS = (
         name="engine_ab",
         command=("bench", "engine-ab"),
         stem=stem_for,
-        summary="engine_ab[_stream][_<families>][_full]_<device>: vLLM-Omni's code2wav classes vs ours, real engine",
+        summary="engine_ab[_stream|_pipeline][_<families>][_full]_<device>: vLLM-Omni's code2wav classes vs ours, "
+        "real engine",
         recorded_codes=(0, 1),
     ),
 )

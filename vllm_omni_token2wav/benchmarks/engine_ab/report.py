@@ -201,6 +201,14 @@ def render_text(report: EngineABReport) -> str:
             f"each, default voice; per level and arm {per_level}; the arm that goes first alternates per level; "
             "the stage alone serves whole utterances, so TTFP is the reply latency and underruns are 0 by construction"
         )
+    elif cfg.route == "pipeline":
+        lines.append(
+            "route pipeline: upstream's own pipeline at toy size in both arms (its deploy YAML, its thinker / talker "
+            "with random weights, standin/toy/), only the code2wav class differs; text streamed from the family's "
+            f"endpoint, {cfg.tokens} codes ({cfg.tokens / 25:g} s of audio) per reply, default voice; per level and "
+            f"arm {per_level}; the arm that goes first alternates per level; TTFP is the first audio delivery's "
+            "(the thinker's time included), throughput counts the samples each arm delivered"
+        )
     else:
         lines.append(
             f"route stream: the stand-in producer ({PRODUCER_SEQS} sequences, both arms) -> upstream's async-chunk "
@@ -259,7 +267,11 @@ def write_plot(report: EngineABReport, path: Path) -> None:
             axis.grid(alpha=0.3)
             axis.legend(fontsize=7)
         top.set_title(fam.family, fontsize=9)
-    what = "code2wav alone" if report.config.route == "alone" else "stand-in producer -> code2wav, streamed"
+    what = {
+        "alone": "code2wav alone",
+        "stream": "stand-in producer -> code2wav, streamed",
+        "pipeline": "upstream's toy pipeline -> code2wav, streamed",
+    }.get(report.config.route, report.config.route)
     write_bytes_atomic(path, png_bytes(fig, f"{what} in the real engine: vLLM-Omni's classes vs ours"))
 
 

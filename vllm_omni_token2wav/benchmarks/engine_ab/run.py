@@ -6,6 +6,9 @@ routes twice on loopback, on the same stand-in folder (`standin/model_dirs.py`):
 
 - **alone** (`deploy/<family>_code2wav.yaml`): the family's code2wav stage alone; a request is codec ids
   (docs/design/token2wav_stage.md "Requests without a producer") posted to `/v1/completions`.
+- **pipeline** (`pipeline.py`): upstream's own multi-stage pipeline at toy size (its deploy YAML, its thinker /
+  talker with random weights, `standin/toy/`) in BOTH arms, only the code2wav class differing; a request is
+  text streamed from the family's endpoint (Step-Audio2 `/v1/audio/speech`, MiniCPM-o `/v1/chat/completions`).
 - **stream** (`deploy/standin_<family>_stream.yaml`): our stand-in producer in front of the code2wav stage,
   joined by upstream's own async-chunk function for the family (`plugins/pipelines.py`); a request is text
   streamed as raw PCM from `/v1/audio/speech`, so TTFP is the first chunk's and underruns are real. The
@@ -81,7 +84,7 @@ logger = init_logger(__name__)
 SCHEMA: Final = "vllm-omni/bench-engine-ab/1"
 FAMILIES: Final = ("minicpmo_4_5", "step_audio2", "cosyvoice3")
 ARMS: Final = ("upstream", "ours")
-ROUTES: Final = ("alone", "stream")
+ROUTES: Final = ("alone", "stream", "pipeline")
 #: Families with a stand-in stream deployment (kept equal to `plugins.pipelines.STANDIN_STREAM_FAMILIES`, which
 #: imports nothing of this module's; a test pins it): MiniCPM-o's upstream async-chunk function reads its talker's
 #: per-step multimodal output, which the stand-in producer does not emit.
@@ -153,6 +156,17 @@ class EngineABConfig:
                 )
             if self.faults:
                 raise ValueError("the fault wave needs route alone (the stand-in producer only emits codes in range)")
+        if self.route == "pipeline":
+            from vllm_omni_token2wav.benchmarks.engine_ab.pipeline import PIPELINE_FAMILIES
+
+            no_toy = [f for f in self.families if f not in PIPELINE_FAMILIES]
+            if no_toy:
+                raise ValueError(
+                    f"route pipeline: {', '.join(no_toy)} has no toy upstream pipeline; pipeline families: "
+                    f"{', '.join(PIPELINE_FAMILIES)}"
+                )
+            if self.faults:
+                raise ValueError("the fault wave needs route alone (upstream's processors only forward codes in range)")
         if not self.concurrency or any(c < 1 for c in self.concurrency):
             raise ValueError(f"concurrency levels must be >= 1, got {self.concurrency}")
         if self.requests is not None and self.requests < 1:
@@ -214,6 +228,7 @@ def our_deploy(family: str, route: str = "alone") -> Path:
 
 
 def code2wav_stage_id(route: str) -> int:
+    """The code2wav stage's id in our deploy YAML of `route` (alone or stream; pipeline: `pipeline.py`)."""
     return 0 if route == "alone" else 1
 
 
@@ -552,13 +567,23 @@ class EngineABReport:
                 "plan": cfg.plan,
                 "route": cfg.route,
                 "full_size": cfg.full_size,
-                "endpoint": COMPLETIONS_PATH if cfg.route == "alone" else SPEECH_PATH,
+                "endpoint": _endpoint(cfg),
                 "voice": "the stage's default voice (the request carries none)",
             },
             "environment": self.environment,
             "families": {name: fam.to_dict() for name, fam in self.families.items()},
             "notes": self.notes,
         }
+
+
+def _endpoint(cfg: EngineABConfig) -> str:
+    if cfg.route == "alone":
+        return COMPLETIONS_PATH
+    if cfg.route == "stream":
+        return SPEECH_PATH
+    from vllm_omni_token2wav.benchmarks.engine_ab.pipeline import pipeline_endpoint
+
+    return ", ".join(f"{f}: {pipeline_endpoint(f)}" for f in cfg.families)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -571,6 +596,7 @@ class _Arm:
     result: ArmResult
     server: EngineServer
     rss: RssSampler | None = None
+    family: str = ""
 
 
 def level_order(index: int) -> list[str]:
@@ -628,7 +654,11 @@ class EngineABBenchmark:
         fam = FamilyAB(family)
         self.report.families[family] = fam
         self._msg(f"{family}: the stand-in engine folder")
-        if cfg.full_size:
+        if cfg.route == "pipeline":
+            from vllm_omni_token2wav.model_executor.models.standin.toy import TOY_PIPELINES
+
+            model = TOY_PIPELINES[family].ensure_model_dir()
+        elif cfg.full_size:
             model = ensure_engine_model_dir(family, reduced=False)
         else:
             model = ensure_engine_model_dir(family, upstream_compatible=family in UPSTREAM_COMPATIBLE)
@@ -679,15 +709,22 @@ class EngineABBenchmark:
 
     def _arms(self, family: str, model: Path, logs: Path) -> list[_Arm]:
         route, tokens = self.config.route, self.config.tokens
-        seqs, source = upstream_max_num_seqs(family)
-        ours_seqs = our_max_num_seqs(family, route)
-        ours_source = f"deploy/{our_deploy(family, route).name} stage {code2wav_stage_id(route)}"
-        upstream_deploy = write_overlay(logs, "deploy_upstream", family, seqs, route, tokens)
-        ours_deploy = (
-            our_deploy(family)
-            if route == "alone"
-            else write_overlay(logs, "deploy_ours", family, ours_seqs, route, tokens)
-        )
+        if route == "pipeline":  # one deployment (upstream's YAML, toy folder) for both arms
+            from vllm_omni_token2wav.benchmarks.engine_ab.pipeline import pipeline_deploy, pipeline_max_num_seqs
+
+            seqs, source = pipeline_max_num_seqs(family)
+            ours_seqs, ours_source = seqs, source
+            upstream_deploy = ours_deploy = pipeline_deploy(family, model, logs, tokens)
+        else:
+            seqs, source = upstream_max_num_seqs(family)
+            ours_seqs = our_max_num_seqs(family, route)
+            ours_source = f"deploy/{our_deploy(family, route).name} stage {code2wav_stage_id(route)}"
+            upstream_deploy = write_overlay(logs, "deploy_upstream", family, seqs, route, tokens)
+            ours_deploy = (
+                our_deploy(family)
+                if route == "alone"
+                else write_overlay(logs, "deploy_ours", family, ours_seqs, route, tokens)
+            )
         out = []
         for arm, deploy, overrides, n, where in (
             ("upstream", upstream_deploy, "0", seqs, source),
@@ -700,7 +737,7 @@ class EngineABBenchmark:
                 env=arm_environment(overrides),
                 startup_timeout_s=self.config.startup_timeout_s,
             )
-            out.append(_Arm(ArmResult(arm, n, where, overrides), server))
+            out.append(_Arm(ArmResult(arm, n, where, overrides), server, family=family))
         return out
 
     def _start(self, arms: list[_Arm]) -> None:
@@ -753,6 +790,20 @@ class EngineABBenchmark:
     ) -> list[RequestResult]:
         """Requests `indices` of `level` (the same for both arms) through the route's endpoint."""
         cfg = self.config
+        if cfg.route == "pipeline":
+            from vllm_omni_token2wav.benchmarks.engine_ab.pipeline import pipeline_wave
+
+            texts = [request_text(cfg.seed, level, i) for i in indices]
+            return pipeline_wave(
+                a.server.port,
+                a.family,
+                model,
+                texts,
+                concurrency,
+                prefix=prefix,
+                tokens=cfg.tokens,
+                timeout_s=cfg.request_timeout_s,
+            )
         if cfg.route == "stream":
             texts = [request_text(cfg.seed, level, i) for i in indices]
             return stream_wave(
