@@ -1,0 +1,154 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Upstream's own CosyVoice3 pipeline end to end at toy size, with our code2wav behind upstream's talker.
+
+The deployment is upstream's `vllm_omni/deploy/cosyvoice3.yaml` through a `base_config:` overlay that changes
+only what a CPU host forces, the talker's `load_format: dummy` and `async_chunk`
+(`standin/toy/cosyvoice3.py`); the model folder is the toy one (upstream's talker class at 1 layer, our
+reduced stand-in code2wav assets). Requests are upstream's: text + a voice prompt (reference audio and its
+text), from which upstream's talker computes the prompt conditioning (`embed.speech_token / speech_feat /
+embedding`) with the stand-in speech tokenizer v3 the toy door supplies (`cosyvoice3_door.py`: on the
+engine processes' `PYTHONPATH` and installed in this process, which prepares the requests).
+
+What is checked against what:
+- the producer side is upstream's own function, recorded as it returned (`talker2code2wav_async_chunk`
+  streamed, `text2flow_*` on the sync path): every chunk our stage counted (`StageCounters.chunks`:
+  new tokens, last) is that function's `codes.audio[left_context_size:]` and `stream_finished`, in order;
+- the voice our stage read (`StageCounters.voice`, the content key of the conditioning as it parsed it)
+  is the key of the recorded first chunk's `embed.*` tensors;
+- each request's audio is 960 samples per code of the talker's reply (`min_tokens` = `max_tokens`);
+- one bad request (a reference clip too short to carry one speech token) fails alone.
+
+Level `advanced_model` (engines start in minutes on 2 cores); the wall time of each engine is in the
+report of issue 30.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import time
+import wave
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from tests.e2e.engines import SAMPLES_PER_TOKEN, OfflineEngine, Outcome
+from tests.helpers.engine import require_engine
+
+pytestmark = [pytest.mark.advanced_model, pytest.mark.cpu, pytest.mark.engine, pytest.mark.slow]
+
+require_engine("upstream's CosyVoice3 pipeline at toy size", extra=("s3tokenizer",))
+
+#: Reply lengths (codes) of the concurrent requests, with reference clips of different lengths (so three
+#: different prompt conditionings): with `codec_chunk_frames` 15 each streams 2-3 chunks.
+REQUESTS = {"cv3-a": (40, 2.0), "cv3-b": (30, 3.0), "cv3-c": (50, 1.5)}
+REQUEST_TIMEOUT_S = 600.0
+
+
+@dataclass
+class ToyEngine:
+    engine: OfflineEngine
+    record_dir: Path
+    started_s: float
+
+
+def _start(tmp: Path, *, async_chunk: bool, overrides: str | None = None) -> ToyEngine:
+    from vllm_omni_token2wav.model_executor.models.standin.toy import cosyvoice3_door
+    from vllm_omni_token2wav.model_executor.models.standin.toy.cosyvoice3 import PIPELINE
+    from vllm_omni_token2wav.plugins.overrides import OVERRIDES_ENV
+
+    model = PIPELINE.ensure_model_dir()
+    deploy = PIPELINE.deployment(model, tmp, async_chunk=async_chunk)
+    record = tmp / "record"
+    env = PIPELINE.engine_env(record, base={"PYTHONPATH": os.environ.get("PYTHONPATH", "")})
+    start = time.monotonic()
+    with pytest.MonkeyPatch.context() as patch:
+        for key, value in env.items():
+            patch.setenv(key, value)  # the engine's processes, spawned now, inherit the door
+        if overrides is not None:
+            patch.setenv(OVERRIDES_ENV, overrides)
+        cosyvoice3_door.install()  # this process prepares the requests (the talker's multimodal processor)
+        engine = OfflineEngine(model, deploy, tmp / "stage_stats.json")
+    return ToyEngine(engine, record, time.monotonic() - start)
+
+
+@pytest.fixture(scope="module")
+def streamed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ToyEngine]:
+    toy = _start(tmp_path_factory.mktemp("toy_cv3_stream"), async_chunk=True)
+    print(f"\ntoy CosyVoice3 async-chunk engine ready in {toy.started_s:.0f} s")
+    try:
+        yield toy
+    finally:
+        toy.engine.close()
+
+
+def _recorded(record_dir: Path, request_id: str, function: str) -> list[dict[str, Any]]:
+    """The recorded results of upstream's `function` for `request_id` (engine ids carry a suffix), in order."""
+    entries = [torch.load(p, weights_only=False) for p in sorted(record_dir.glob(f"*-{function}.pt"))]
+    return [
+        e["result"] for e in entries if str(e["request_id"]) == request_id or str(e["request_id"]).startswith(f"{request_id}-")
+    ]
+
+
+def _voice_key(embed: dict[str, Any]) -> str:
+    """The stage's content key of upstream's conditioning (our parser on the recorded tensors)."""
+    from vllm_omni_token2wav.model_executor.models.cosyvoice3.prompt import prompt_from_conditioning
+
+    prompt = prompt_from_conditioning(
+        embed["speech_token"], embed["speech_feat"], embed["embedding"], embed.get("speech_token_len"),
+        device=torch.device("cpu"),
+    )
+    return prompt.key
+
+
+def _prompts(codes_and_seconds: dict[str, tuple[int, float]]) -> dict[str, tuple[dict[str, Any], list[Any]]]:
+    from vllm_omni_token2wav.model_executor.models.standin.toy.cosyvoice3 import PIPELINE, default_voice
+
+    return {
+        rid: PIPELINE.offline_prompt(f"Request {rid} says hello.", voice=default_voice(seconds), codes=codes)
+        for rid, (codes, seconds) in codes_and_seconds.items()
+    }
+
+
+def _check_audio(outcome: Outcome, codes: int) -> None:
+    audio = outcome.final
+    assert outcome.sample_rate == 24000
+    assert audio.shape == (codes * SAMPLES_PER_TOKEN,), (outcome.request_id, audio.shape, codes)
+    assert bool(np.isfinite(audio).all()) and float(np.abs(audio).max()) > 0
+
+
+def test_streamed_requests_with_voice_prompts_behind_upstreams_talker(streamed: ToyEngine) -> None:
+    requests = _prompts(REQUESTS)
+    bad_prompt, bad_params = _prompts({"cv3-bad": (20, 0.01)})["cv3-bad"]  # 240 samples: no speech token
+    start = time.monotonic()
+    outcomes = streamed.engine.run({**requests, "cv3-bad": (bad_prompt, bad_params)}, timeout_s=REQUEST_TIMEOUT_S)
+    print(f"4 concurrent streamed requests in {time.monotonic() - start:.0f} s")
+    assert outcomes["cv3-bad"].error is not None, "a reference clip without one speech token was voiced"
+    counters = streamed.engine.counters()
+    for rid, (codes, _) in REQUESTS.items():
+        outcome = outcomes[rid]
+        _check_audio(outcome, codes)
+        assert len(outcome.audio) >= 2, f"{rid}: one output only; the request was not streamed"
+        sent = _recorded(streamed.record_dir, rid, "talker2code2wav_async_chunk")
+        assert sent, f"{rid}: upstream's talker2code2wav_async_chunk sent nothing (recorder: {streamed.record_dir})"
+        expected = []
+        for payload in sent:
+            tokens = payload["codes"]["audio"].reshape(-1)
+            left = int(payload["meta"].get("left_context_size", 0) or 0)
+            last = bool(payload["meta"].get("stream_finished", payload["meta"].get("finished", False)))
+            expected.append((int(tokens.numel()) - left if tokens.numel() else 0, last))
+        assert counters.chunks(rid) == expected, (rid, counters.chunks(rid), expected)
+        final = sent[-1]["codes"]["audio"].reshape(-1)
+        assert final.numel() == codes and bool(sent[-1]["meta"]["finished"])
+        first_embed = sent[0].get("embed")
+        assert first_embed is not None and all(k in first_embed for k in ("speech_token", "speech_feat", "embedding"))
+        assert all(p.get("embed") is None for p in sent[1:]), f"{rid}: conditioning sent again after the first chunk"
+        assert counters.voice(rid) == _voice_key(first_embed), rid
+    keys = {counters.voice(rid) for rid in REQUESTS}
+    assert len(keys) == len(REQUESTS), "three different reference clips gave the same conditioning"
+    assert counters["live_streams"] == 0, counters.raw
