@@ -18,8 +18,8 @@ What is checked against what:
 - each request's audio is 960 samples per code of the talker's reply (`min_tokens` = `max_tokens`);
 - one bad request (a reference clip too short to carry one speech token) fails alone.
 
-Level `advanced_model` (engines start in minutes on 2 cores); the wall time of each engine is in the
-report of issue 30.
+Level `core_model` (toy sizes, like test_stream.py); an engine starts in minutes on 2 cores (wall times in the
+report of issue 30).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ import torch
 from tests.e2e.engines import SAMPLES_PER_TOKEN, OfflineEngine, Outcome
 from tests.helpers.engine import require_engine
 
-pytestmark = [pytest.mark.advanced_model, pytest.mark.cpu, pytest.mark.engine, pytest.mark.slow]
+pytestmark = [pytest.mark.core_model, pytest.mark.cpu, pytest.mark.engine]
 
 require_engine("upstream's CosyVoice3 pipeline at toy size", extra=("s3tokenizer",))
 
@@ -91,7 +91,9 @@ def _recorded(record_dir: Path, request_id: str, function: str) -> list[dict[str
     """The recorded results of upstream's `function` for `request_id` (engine ids carry a suffix), in order."""
     entries = [torch.load(p, weights_only=False) for p in sorted(record_dir.glob(f"*-{function}.pt"))]
     return [
-        e["result"] for e in entries if str(e["request_id"]) == request_id or str(e["request_id"]).startswith(f"{request_id}-")
+        e["result"]
+        for e in entries
+        if str(e["request_id"]) == request_id or str(e["request_id"]).startswith(f"{request_id}-")
     ]
 
 
@@ -100,7 +102,10 @@ def _voice_key(embed: dict[str, Any]) -> str:
     from vllm_omni_token2wav.model_executor.models.cosyvoice3.prompt import prompt_from_conditioning
 
     prompt = prompt_from_conditioning(
-        embed["speech_token"], embed["speech_feat"], embed["embedding"], embed.get("speech_token_len"),
+        embed["speech_token"],
+        embed["speech_feat"],
+        embed["embedding"],
+        embed.get("speech_token_len"),
         device=torch.device("cpu"),
     )
     return prompt.key

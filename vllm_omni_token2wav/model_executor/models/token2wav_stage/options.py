@@ -33,7 +33,10 @@ places of a deploy YAML's stage, the later winning: the connector's `extra` (vLL
 | `device_graph_api`  | keyword only: the graph runtime (tests pass a fake)                     | the platform's   |
 | `variant`           | `extra["token2wav_variant"]` (MiniCPM-o: "vllm-omni-0.30" or            | the family's     |
 |                     | "minicpmo-utils-1.0.7", `minicpmo_4_5/variants.py`)                     |                  |
-| (check only)        | `extra["codec_left_context_frames"]` must be 3 (the flow's lookahead)   | 3                |
+| (check only)        | the tokens the producer repeats between chunks must be 3 (the flow's    | 3                |
+|                     | lookahead): `extra["codec_left_context_frames"]`, or for a family whose |                  |
+|                     | producer sends the whole prefix (CosyVoice3's talker, which ignores      |                  |
+|                     | that key: upstream's YAML sets it to 25) `codec_pre_lookahead_frames`   |                  |
 | (log only)          | `vllm_config.load_config.load_format` (dummy: built on first use)       |                  |
 
 `model_config.dtype` is deliberately not used: vLLM builds stage models under a bf16/fp16 default
@@ -51,6 +54,7 @@ from typing import Any
 import torch
 
 from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow.streaming import CACHE_TAIL_FRAMES, PRE_LOOKAHEAD_TOKENS
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.families import FamilySpec
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.store import DEFAULT_IDLE_TIMEOUT_S
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.voice import (
     DEFAULT_REFERENCE_SECONDS,
@@ -152,13 +156,26 @@ def graphs_switch(value: Any) -> bool | None:
     raise ValueError(f"token2wav_device_graphs must be true, false or auto, got {value!r}")
 
 
-def stage_options(vllm_config: Any, overrides: Mapping[str, Any]) -> StageOptions:
+def lookahead_key(family: FamilySpec | None) -> str:
+    """The connector key saying how many tokens the family's producer repeats between chunks.
+
+    Window producers (MiniCPM-o, Step-Audio2) repeat `codec_left_context_frames`; CosyVoice3's talker
+    (`talker2code2wav_async_chunk`) sends the whole prefix, reads `codec_pre_lookahead_frames` (default 3)
+    and ignores `codec_left_context_frames` (upstream's own `cosyvoice3.yaml` sets it to 25).
+    """
+    if family is not None and family.prefix_offset_key is not None:
+        return "codec_pre_lookahead_frames"
+    return "codec_left_context_frames"
+
+
+def stage_options(vllm_config: Any, overrides: Mapping[str, Any], family: FamilySpec | None = None) -> StageOptions:
     """`StageOptions` from a (real or duck-typed) `VllmConfig`, then `overrides` (see the module table)."""
     extra = _extra(vllm_config)
-    left = int(extra.get("codec_left_context_frames", PRE_LOOKAHEAD_TOKENS))
+    key = lookahead_key(family)
+    left = int(extra.get(key, PRE_LOOKAHEAD_TOKENS))
     if left != PRE_LOOKAHEAD_TOKENS:
         raise ValueError(
-            f"codec_left_context_frames={left}: the flow's pre-lookahead is {PRE_LOOKAHEAD_TOKENS} tokens, so the "
+            f"{key}={left}: the flow's pre-lookahead is {PRE_LOOKAHEAD_TOKENS} tokens, so the "
             f"producer must repeat exactly {PRE_LOOKAHEAD_TOKENS} tokens between chunks"
         )
     hf = _attr(vllm_config, "model_config", "hf_config")
@@ -196,4 +213,4 @@ def stage_options(vllm_config: Any, overrides: Mapping[str, Any]) -> StageOption
     return replace(options, **given) if given else options
 
 
-__all__ = ["StageOptions", "graphs_switch", "kv_dtype", "stage_options"]
+__all__ = ["StageOptions", "graphs_switch", "kv_dtype", "lookahead_key", "stage_options"]

@@ -106,7 +106,7 @@ class Token2WavStageModel(nn.Module):
         from vllm_omni_token2wav import platforms
 
         self.prefix = prefix
-        self.options: StageOptions = stage_options(vllm_config, overrides)
+        self.options: StageOptions = stage_options(vllm_config, overrides, self.family)
         opts = self.options
         if opts.token2wav_path is not None:
             folder = Path(opts.token2wav_path)

@@ -225,7 +225,9 @@ class CosyVoice3ToyPipeline:
             "async_chunk": bool(async_chunk),
             "stages": [{"stage_id": sid, **keys} for sid, keys in sorted(stages.items())],
             "platforms": {
-                "cpu": {"stages": [{"stage_id": sid, "kv_cache_memory_bytes": KV_CACHE_BYTES} for sid in sorted(stages)]}
+                "cpu": {
+                    "stages": [{"stage_id": sid, "kv_cache_memory_bytes": KV_CACHE_BYTES} for sid in sorted(stages)]
+                }
             },
         }
         out_dir.mkdir(parents=True, exist_ok=True)

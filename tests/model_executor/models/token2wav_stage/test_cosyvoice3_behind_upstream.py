@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The key our stages put their audio under, through vLLM-Omni 0.30's own rename and its speech endpoint's lookup.
+"""Our stages behind upstream's own CosyVoice3 pipeline: the audio key through vLLM-Omni's rename and speech endpoint,
+and upstream's deploy YAML through our lookahead check (the last test).
 
 vLLM-Omni's generation runner hands each request's dict of the stage's `multimodal_outputs` to
 `MultimodalPayload.from_raw(payload, engine_output_type)`, which renames the producer key `model_outputs`
@@ -12,6 +13,7 @@ answers on the per-request dicts our `build_output` yields, not our own rule.
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -79,3 +81,27 @@ def test_the_other_families_keep_the_runners_producer_key() -> None:
     )
     assert set(out.multimodal_outputs) == {"audio", "sr", ERROR_KEY}
     assert [a.numel() for a in out.multimodal_outputs["audio"]] == [3, 0]
+
+
+def _connector_config(extra: dict[str, object]) -> SimpleNamespace:
+    return SimpleNamespace(
+        model_config=SimpleNamespace(stage_connector_config={"extra": extra}), additional_config=None
+    )
+
+
+def test_upstreams_own_yaml_passes_the_lookahead_check_for_cosyvoice3_only() -> None:
+    """Upstream's `cosyvoice3.yaml` sets `codec_left_context_frames: 25`, which its talker ignores (it repeats
+    `codec_pre_lookahead_frames`, default 3): our CosyVoice3 stage starts on it; a window family would not."""
+    import vllm_omni
+    from vllm_omni.config.stage_config import resolve_deploy_yaml
+
+    from vllm_omni_token2wav.model_executor.models.token2wav_stage.options import stage_options
+
+    yaml = resolve_deploy_yaml(Path(vllm_omni.__file__).parent / "deploy" / "cosyvoice3.yaml")
+    extra = dict(yaml["connectors"]["connector_of_shared_memory"]["extra"])
+    assert extra["codec_left_context_frames"] == 25 and "codec_pre_lookahead_frames" not in extra
+    assert stage_options(_connector_config(extra), {}, COSYVOICE3).n_timesteps == 10
+    with pytest.raises(ValueError, match="codec_left_context_frames=25"):
+        stage_options(_connector_config(extra), {}, STEP_AUDIO2)
+    with pytest.raises(ValueError, match="codec_pre_lookahead_frames=5"):
+        stage_options(_connector_config({**extra, "codec_pre_lookahead_frames": 5}), {}, COSYVOICE3)
