@@ -157,3 +157,80 @@ def test_streamed_requests_with_voice_prompts_behind_upstreams_talker(streamed: 
     keys = {counters.voice(rid) for rid in REQUESTS}
     assert len(keys) == len(REQUESTS), "three different reference clips gave the same conditioning"
     assert counters["live_streams"] == 0, counters.raw
+
+
+@pytest.fixture(scope="module")
+def whole(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ToyEngine]:
+    toy = _start(tmp_path_factory.mktemp("toy_cv3_sync"), async_chunk=False)
+    print(f"\ntoy CosyVoice3 sync engine ready in {toy.started_s:.0f} s")
+    try:
+        yield toy
+    finally:
+        toy.engine.close()
+
+
+def test_whole_requests_on_the_sync_path_behind_upstreams_talker(whole: ToyEngine) -> None:
+    """`async_chunk: false`: upstream's `text2flow_token_only` / `text2flow_full_payload` hand our stage each
+    reply whole, with the conditioning; each request is one utterance of 960 samples per code."""
+    start = time.monotonic()
+    outcomes = whole.engine.run(_prompts(REQUESTS), timeout_s=REQUEST_TIMEOUT_S)
+    print(f"3 concurrent whole requests in {time.monotonic() - start:.0f} s")
+    counters = whole.engine.counters()
+    for rid, (codes, _) in REQUESTS.items():
+        _check_audio(outcomes[rid], codes)
+        assert counters.chunks(rid) == [(codes, True)], (rid, counters.chunks(rid))
+        (payload,) = _recorded(whole.record_dir, rid, "text2flow_full_payload")
+        assert counters.voice(rid) == _voice_key(payload["embed"]), rid
+    assert not list(whole.record_dir.glob("*-talker2code2wav_async_chunk.pt"))
+
+
+def _wav(body: bytes) -> tuple[int, int, int]:
+    with wave.open(io.BytesIO(body)) as w:
+        return w.getframerate(), w.getnchannels(), w.getnframes()
+
+
+def test_served_speech_request_with_a_voice_prompt_gets_a_wav(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """`vllm-omni-token2wav serve` on the same deployment: `POST /v1/audio/speech` with `ref_audio` (data URL) and
+    `ref_text` -> 200 and a 24 kHz WAV of 960 samples per code (before the output-key fix: HTTP 400 "TTS model
+    did not produce audio output")."""
+    import http.client
+    import json
+
+    from vllm_omni_token2wav import envs
+    from vllm_omni_token2wav.benchmarks.engine_server import EngineServer
+    from vllm_omni_token2wav.model_executor.models.standin.toy.cosyvoice3 import PIPELINE
+
+    tmp = tmp_path_factory.mktemp("toy_cv3_served")
+    model = PIPELINE.ensure_model_dir()
+    stats = tmp / "stage_stats.json"
+    env = PIPELINE.engine_env(tmp / "record", base={"PYTHONPATH": os.environ.get("PYTHONPATH", "")})
+    env[envs.STAGE_STATS_ENV] = str(stats)
+    server = EngineServer(
+        model=model,
+        deploy=PIPELINE.deployment(model, tmp, async_chunk=True),
+        log_path=tmp / "serve.log",
+        env=env,
+        startup_timeout_s=900.0,
+    )
+    start = time.monotonic()
+    server.start()
+    try:
+        print(f"\ntoy CosyVoice3 served in {time.monotonic() - start:.0f} s")
+        text = "Served hello."
+        path, body = PIPELINE.http_request(text, stream=False)
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=REQUEST_TIMEOUT_S)
+        conn.request(
+            "POST", path, body=json.dumps({"model": str(model), **body}), headers={"Content-Type": "application/json"}
+        )
+        reply = conn.getresponse()
+        data = reply.read()
+        conn.close()
+        assert reply.status == 200, (reply.status, data[:500])
+        assert reply.getheader("Content-Type", "").startswith("audio/wav")
+        assert _wav(data) == (24000, 1, body["max_new_tokens"] * SAMPLES_PER_TOKEN)
+        raw = json.loads(stats.read_text())
+        (key,) = raw["chunks"]
+        assert sum(n for n, _ in raw["chunks"][key]) >= body["max_new_tokens"] and raw["chunks"][key][-1][1]
+        assert raw["voices"][key].startswith("talker:"), raw["voices"]
+    finally:
+        server.stop()

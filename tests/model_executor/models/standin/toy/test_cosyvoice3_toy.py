@@ -127,7 +127,8 @@ from vllm_omni_token2wav.plugins import load_plugins
 load_plugins()
 import s3tokenizer
 marked = bool(getattr(s3tokenizer.load_model, "_vllm_omni_token2wav_toy_door", False))
-out = {"marked": marked, "door_imported": "vllm_omni_token2wav.model_executor.models.standin.toy.cosyvoice3_door" in sys.modules}
+door = "vllm_omni_token2wav.model_executor.models.standin.toy.cosyvoice3_door"
+out = {"marked": marked, "door_imported": door in sys.modules}
 if marked:
     import torch
     model = s3tokenizer.load_model("speech_tokenizer_v3_25hz")

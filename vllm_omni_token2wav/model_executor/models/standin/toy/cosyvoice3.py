@@ -44,7 +44,7 @@ from vllm_omni_token2wav.logger import init_logger
 
 logger = init_logger(__name__)
 
-VERSION: Final = 1
+VERSION: Final = 2
 TALKER_SUBDIR: Final = "CosyVoice-BlankEN"
 #: The talker's Qwen2 (`CosyVoice-BlankEN/config.json`). Hidden 896 and 14 / 2 heads: `CosyVoice3Config`
 #: hard-codes `llm_input_size` 896 for the speech embedding and decoder around it.
@@ -56,7 +56,10 @@ TALKER_CONFIG: Final[Mapping[str, Any]] = {
     "num_hidden_layers": 1,
     "num_attention_heads": 14,
     "num_key_value_heads": 2,
-    "vocab_size": 1024,
+    # >= 6761 (speech_token_size + 200): when a new request's prefill shares a step with decoding ones,
+    # upstream's `embed_input_ids` (cosyvoice3.py:828) first looks every id up in this text table, the
+    # decoding requests' codec ids (< 6761) included, and only then takes their speech embeddings.
+    "vocab_size": 8192,
     "max_position_embeddings": 4096,
     "max_window_layers": 1,
     "rms_norm_eps": 1e-6,
@@ -64,17 +67,17 @@ TALKER_CONFIG: Final[Mapping[str, Any]] = {
     "tie_word_embeddings": True,
     "use_sliding_window": False,
     "hidden_act": "silu",
-    "bos_token_id": 1021,
-    "eos_token_id": 1021,
+    "bos_token_id": 8189,
+    "eos_token_id": 8189,
 }
 #: Special tokens of the toy tokenizer: Qwen's chat tokens and CosyVoice3's prompt separator, at the top
-#: of the toy vocabulary (the real ids, 151643+, do not fit a 1024-entry one). CosyVoice3's tokenizer wrapper
-#: adds its ~300 other specials itself (ids >= 1024: never produced by the toy's texts).
+#: of the toy vocabulary (the real ids, 151643+, do not fit it). CosyVoice3's tokenizer wrapper adds its ~300
+#: other specials itself (ids >= 8192: never produced by the toy's texts).
 SPECIAL_TOKENS: Final[Mapping[str, int]] = {
-    "<|endofprompt|>": 1020,
-    "<|endoftext|>": 1021,
-    "<|im_start|>": 1022,
-    "<|im_end|>": 1023,
+    "<|endofprompt|>": 8188,
+    "<|endoftext|>": 8189,
+    "<|im_start|>": 8190,
+    "<|im_end|>": 8191,
 }
 #: Deploy keys a CPU host forces on every stage of upstream's YAML (docs: upstream-pipelines-cpu notes).
 CPU_STAGE_KEYS: Final[Mapping[str, Any]] = {"enforce_eager": True, "devices": "0", "tensor_parallel_size": 1}

@@ -33,6 +33,7 @@ if the module is already imported.
 
 from __future__ import annotations
 
+import functools
 import importlib.abc
 import importlib.machinery
 import os
@@ -132,6 +133,9 @@ def _plain(value: Any) -> Any:
 
 
 def _recording(function: Callable[..., Any], folder: Path) -> Callable[..., Any]:
+    # `functools.wraps` keeps the function's signature visible (`__wrapped__`): upstream's chunk adapter passes
+    # `new_token_ids` only to functions whose signature names it or takes **kwargs.
+    @functools.wraps(function)
     def recorded(*args: Any, **kwargs: Any) -> Any:
         import torch
 
@@ -152,7 +156,6 @@ def _recording(function: Callable[..., Any], folder: Path) -> Callable[..., Any]
             os.replace(path.with_suffix(".tmp"), path)
         return result
 
-    recorded.__name__ = function.__name__
     setattr(recorded, _MARK, True)
     return recorded
 
