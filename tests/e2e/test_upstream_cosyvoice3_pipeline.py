@@ -120,6 +120,14 @@ def _prompts(codes_and_seconds: dict[str, tuple[int, float]]) -> dict[str, tuple
     }
 
 
+def _check_conditioning_is_the_requests_own(rid: str, embed: dict[str, Any], seconds: float) -> None:
+    """The conditioning's length is the request's own clip's (25 speech tokens per second, 2 mel frames each), so
+    a batch did not hand one request another's (the clips differ by >= 12 tokens)."""
+    tokens = int(embed["speech_token"].shape[-1])
+    assert abs(tokens - 25 * seconds) <= 3, (rid, tokens, seconds)
+    assert tuple(embed["speech_feat"].shape) == (1, 2 * tokens, 80) and tuple(embed["embedding"].shape) == (1, 192)
+
+
 def _check_audio(outcome: Outcome, codes: int) -> None:
     audio = outcome.final
     assert outcome.sample_rate == 24000
@@ -153,6 +161,7 @@ def test_streamed_requests_with_voice_prompts_behind_upstreams_talker(streamed: 
         first_embed = sent[0].get("embed")
         assert first_embed is not None and all(k in first_embed for k in ("speech_token", "speech_feat", "embedding"))
         assert all(p.get("embed") is None for p in sent[1:]), f"{rid}: conditioning sent again after the first chunk"
+        _check_conditioning_is_the_requests_own(rid, first_embed, REQUESTS[rid][1])
         assert counters.voice(rid) == _voice_key(first_embed), rid
     keys = {counters.voice(rid) for rid in REQUESTS}
     assert len(keys) == len(REQUESTS), "three different reference clips gave the same conditioning"

@@ -180,16 +180,21 @@ class CosyVoice3ToyPipeline:
     stage_options: Mapping[str, Any] = field(default_factory=lambda: dict(TOY_STAGE_OPTIONS))
 
     # ---- the model folder ----------------------------------------------------------------------------
-    def ensure_model_dir(self, root: Path | None = None) -> Path:
-        """The toy model folder (cached under `envs.cache_dir()` unless `root`), assembled when missing or stale."""
+    def ensure_model_dir(self, root: Path | None = None, *, full_size_code2wav: bool = False) -> Path:
+        """The toy model folder (cached under `envs.cache_dir()` unless `root`), assembled when missing or stale.
+
+        `full_size_code2wav`: the code2wav assets at the real sizes (a 1.3 GB flow), which upstream's own
+        code2wav class needs (`CosyVoice3Config` hard-codes them); ours runs on the reduced ones.
+        """
         from vllm_omni_token2wav import envs
         from vllm_omni_token2wav.model_executor.models.cosyvoice3.standin import ensure_standin_cosyvoice3_dir
         from vllm_omni_token2wav.model_executor.models.step_audio2.standin import ensure_assembled
 
         if root is None:
-            root = envs.cache_dir("standins", f"toy-{self.family}-v{VERSION}-seed{self.seed}")
-        recipe = {"toy": self.family, "version": VERSION, "seed": self.seed}
-        assets_dir = ensure_standin_cosyvoice3_dir(reduced=True, seed=self.seed)
+            size = "-full-code2wav" if full_size_code2wav else ""
+            root = envs.cache_dir("standins", f"toy-{self.family}-v{VERSION}{size}-seed{self.seed}")
+        recipe = {"toy": self.family, "version": VERSION, "seed": self.seed, "full_size_code2wav": full_size_code2wav}
+        assets_dir = ensure_standin_cosyvoice3_dir(reduced=not full_size_code2wav, seed=self.seed)
         assets = {p.name: p for p in sorted(assets_dir.iterdir()) if p.is_file() and not p.name.startswith(".")}
         talker = {"config.json": _yaml(TALKER_CONFIG).encode(), **_tokenizer_files()}
         ensure_assembled(root / TALKER_SUBDIR, {}, recipe, talker)
