@@ -132,6 +132,19 @@ def _plain(value: Any) -> Any:
     return repr(value)
 
 
+def _request_id(args: Sequence[Any], kwargs: dict[str, Any]) -> str | None:
+    """The request a producer call is about: its `request` argument (async chunk, full payload: the third
+    positional), else the first source output (`text2flow_token_only(source_outputs, ...)`)."""
+    request = args[2] if len(args) > 2 else kwargs.get("request")
+    if request is None and args and isinstance(args[0], list) and args[0]:
+        request = args[0][0]
+    for name in ("external_req_id", "request_id"):
+        value = getattr(request, name, None)
+        if value is not None:
+            return str(value)
+    return None
+
+
 def _recording(function: Callable[..., Any], folder: Path) -> Callable[..., Any]:
     # `functools.wraps` keeps the function's signature visible (`__wrapped__`): upstream's chunk adapter passes
     # `new_token_ids` only to functions whose signature names it or takes **kwargs.
@@ -144,10 +157,9 @@ def _recording(function: Callable[..., Any], folder: Path) -> Callable[..., Any]
             with _counter_lock:
                 _counter[0] += 1
                 n = _counter[0]
-            request = args[2] if len(args) > 2 else kwargs.get("request")
             entry = {
                 "function": function.__name__,
-                "request_id": getattr(request, "external_req_id", None),
+                "request_id": _request_id(args, kwargs),
                 "time": time.time(),
                 "result": _plain(result),
             }
