@@ -56,6 +56,12 @@ class ToyEngine:
     record_dir: Path
     started_s: float
 
+    def close(self) -> None:
+        from vllm_omni_token2wav.model_executor.models.standin.toy import cosyvoice3_door
+
+        self.engine.close()
+        cosyvoice3_door.uninstall()  # the rest of the test session runs without the toy's door
+
 
 def _start(tmp: Path, *, async_chunk: bool, overrides: str | None = None, full_size: bool = False) -> ToyEngine:
     from vllm_omni_token2wav.model_executor.models.standin.toy import cosyvoice3_door
@@ -73,7 +79,11 @@ def _start(tmp: Path, *, async_chunk: bool, overrides: str | None = None, full_s
         if overrides is not None:
             patch.setenv(OVERRIDES_ENV, overrides)
         cosyvoice3_door.install()  # this process prepares the requests (the talker's multimodal processor)
-        engine = OfflineEngine(model, deploy, tmp / "stage_stats.json")
+        try:
+            engine = OfflineEngine(model, deploy, tmp / "stage_stats.json")
+        except BaseException:
+            cosyvoice3_door.uninstall()
+            raise
     return ToyEngine(engine, record, time.monotonic() - start)
 
 
@@ -84,7 +94,7 @@ def streamed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ToyEngine]:
     try:
         yield toy
     finally:
-        toy.engine.close()
+        toy.close()
 
 
 def _recorded(record_dir: Path, request_id: str, function: str) -> list[dict[str, Any]]:
@@ -175,7 +185,7 @@ def whole(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ToyEngine]:
     try:
         yield toy
     finally:
-        toy.engine.close()
+        toy.close()
 
 
 #: Sync path: concurrent requests with voice clips of one length (see the xfail below for mixed lengths).
@@ -266,3 +276,32 @@ def test_served_speech_request_with_a_voice_prompt_gets_a_wav(tmp_path_factory: 
         assert raw["voices"][key].startswith("talker:"), raw["voices"]
     finally:
         server.stop()
+
+
+@pytest.mark.advanced_model
+@pytest.mark.slow
+def test_the_same_deployment_runs_upstreams_code2wav_with_overrides_off(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """`VLLM_OMNI_TOKEN2WAV_OVERRIDES=0`: the same streamed deployment builds upstream's `CosyVoice3Model` for
+    both stages. Its code2wav hard-codes the real sizes (`CosyVoice3Config`), so the folder carries the
+    full-size stand-in code2wav assets (a 1.3 GB flow); our stage never writes its counters here."""
+    from vllm_omni_token2wav.model_executor.models.standin.toy.cosyvoice3 import PIPELINE, default_voice
+
+    toy = _start(tmp_path_factory.mktemp("toy_cv3_upstream"), async_chunk=True, overrides="0", full_size=True)
+    print(f"\ntoy CosyVoice3 with upstream's code2wav ready in {toy.started_s:.0f} s")
+    try:
+        requests = {
+            rid: PIPELINE.offline_prompt(f"Upstream {rid}.", voice=default_voice(seconds), codes=codes)
+            for rid, (codes, seconds) in {"up-a": (40, 2.0), "up-b": (20, 1.0)}.items()
+        }
+        start = time.monotonic()
+        outcomes = toy.engine.run(requests, timeout_s=REQUEST_TIMEOUT_S)
+        print(f"2 concurrent streamed requests through upstream's code2wav in {time.monotonic() - start:.0f} s")
+        assert not toy.engine.stats_path.exists(), "the engine built our CosyVoice3 stage, not upstream's"
+        for rid, codes in (("up-a", 40), ("up-b", 20)):
+            _check_audio(outcomes[rid], codes)
+            sent = _recorded(toy.record_dir, rid, "talker2code2wav_async_chunk")
+            assert sent and int(sent[-1]["codes"]["audio"].numel()) == codes and bool(sent[-1]["meta"]["finished"])
+    finally:
+        toy.close()

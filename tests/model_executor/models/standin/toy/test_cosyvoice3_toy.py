@@ -155,7 +155,27 @@ def test_s3tokenizer_door_acts_only_where_the_toy_puts_it() -> None:
     toy = _probe(cosyvoice3_door.site_pythonpath(str(REPO)))
     assert toy["marked"] and toy["door_imported"]
     assert len(toy["codes"]) == 50 and all(0 <= c < 6561 for c in toy["codes"])  # 2 s at 25 Hz
-    assert _probe(cosyvoice3_door.site_pythonpath(str(REPO)))["codes"] == toy["codes"]  # seeded
+    import s3tokenizer  # in this process: the stand-in built directly gives the same ids (seeded, no state)
+    import torch
+
+    mel = s3tokenizer.log_mel_spectrogram(torch.sin(torch.arange(32000) * 0.05))
+    mels, lens = s3tokenizer.padding([mel])
+    codes, n = cosyvoice3_door.standin_s3tokenizer_v3().quantize(mels, lens)
+    assert codes[0, : int(n[0])].tolist() == toy["codes"]
+
+
+def test_install_and_uninstall_in_process() -> None:
+    require_engine("the s3tokenizer door", extra=("s3tokenizer",))
+    import s3tokenizer
+
+    original = s3tokenizer.load_model
+    assert not getattr(original, "_vllm_omni_token2wav_toy_door", False)
+    cosyvoice3_door.install()
+    try:
+        assert s3tokenizer.load_model is not original and s3tokenizer.load_model.__wrapped__ is original
+    finally:
+        cosyvoice3_door.uninstall()
+    assert s3tokenizer.load_model is original
 
 
 def test_only_the_toy_imports_the_door() -> None:

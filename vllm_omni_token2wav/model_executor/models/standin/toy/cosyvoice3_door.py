@@ -28,7 +28,8 @@ needs the same answer:
    before it is returned unchanged. Tests compare it with what our code2wav stage counted.
 
 Both act on import (a `sys.meta_path` finder runs the patch right after the module executes), or at once
-if the module is already imported.
+if the module is already imported; `uninstall()` restores the originals (a test process that drove a toy
+engine undoes its own door afterwards).
 """
 
 from __future__ import annotations
@@ -107,6 +108,7 @@ def _patch_s3tokenizer(module: ModuleType) -> None:
         return original(name, download_root)
 
     setattr(load_model, _MARK, True)
+    load_model.__wrapped__ = original  # type: ignore[attr-defined]
     module.load_model = load_model
 
 
@@ -234,6 +236,17 @@ def install() -> None:
             patch(module)
 
 
+def uninstall() -> None:
+    """Undo `install()` in this process: the finder leaves `sys.meta_path`, patched functions get their originals."""
+    sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _AfterImport)]
+    for module_name, names in ((S3_MODULE, ("load_model",)), (PRODUCER_MODULE, RECORDED_FUNCTIONS)):
+        module = sys.modules.get(module_name)
+        for name in names:
+            function = getattr(module, name, None)
+            if function is not None and getattr(function, _MARK, False):
+                setattr(module, name, function.__wrapped__)
+
+
 def site_pythonpath(existing: str | None = None) -> str:
     """`PYTHONPATH` with `SITE_DIR` first (and the folder holding this package, so `sitecustomize` finds it)."""
     package_root = Path(__file__).resolve().parents[5]
@@ -253,4 +266,5 @@ __all__ = [
     "install",
     "site_pythonpath",
     "standin_s3tokenizer_v3",
+    "uninstall",
 ]
