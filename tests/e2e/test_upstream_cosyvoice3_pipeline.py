@@ -40,7 +40,7 @@ import torch
 from tests.e2e.engines import SAMPLES_PER_TOKEN, OfflineEngine, Outcome
 from tests.helpers.engine import require_engine
 
-pytestmark = [pytest.mark.core_model, pytest.mark.cpu, pytest.mark.engine]
+pytestmark = [pytest.mark.cpu, pytest.mark.engine]  # levels per test: the upstream-class arm is advanced_model
 
 require_engine("upstream's CosyVoice3 pipeline at toy size", extra=("s3tokenizer",))
 
@@ -145,6 +145,7 @@ def _check_audio(outcome: Outcome, codes: int) -> None:
     assert bool(np.isfinite(audio).all()) and float(np.abs(audio).max()) > 0
 
 
+@pytest.mark.core_model
 def test_streamed_requests_with_voice_prompts_behind_upstreams_talker(streamed: ToyEngine) -> None:
     requests = _prompts(REQUESTS)
     bad_prompt, bad_params = _prompts({"cv3-bad": (20, 0.01)})["cv3-bad"]  # 240 samples: no speech token
@@ -192,6 +193,7 @@ def whole(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ToyEngine]:
 SYNC_REQUESTS = {"cv3-sa": (20, 2.0), "cv3-sb": (30, 2.0), "cv3-sc": (25, 2.0)}
 
 
+@pytest.mark.core_model
 def test_whole_requests_on_the_sync_path_behind_upstreams_talker(whole: ToyEngine) -> None:
     """`async_chunk: false`: upstream's `text2flow_token_only` / `text2flow_full_payload` hand our stage each
     reply whole, with the conditioning; each request is one utterance of 960 samples per code."""
@@ -211,6 +213,7 @@ def test_whole_requests_on_the_sync_path_behind_upstreams_talker(whole: ToyEngin
     assert not list(whole.record_dir.glob("*-talker2code2wav_async_chunk.pt"))
 
 
+@pytest.mark.core_model
 @pytest.mark.xfail(
     strict=True,
     reason="vLLM-Omni 0.30 sync path: with two concurrent requests whose voice clips differ in length, stage 0's "
@@ -231,6 +234,7 @@ def _wav(body: bytes) -> tuple[int, int, int]:
         return w.getframerate(), w.getnchannels(), w.getnframes()
 
 
+@pytest.mark.core_model
 def test_served_speech_request_with_a_voice_prompt_gets_a_wav(tmp_path_factory: pytest.TempPathFactory) -> None:
     """`vllm-omni-token2wav serve` on the same deployment: `POST /v1/audio/speech` with `ref_audio` (data URL) and
     `ref_text` -> 200 and a 24 kHz WAV of 960 samples per code (before the output-key fix: HTTP 400 "TTS model

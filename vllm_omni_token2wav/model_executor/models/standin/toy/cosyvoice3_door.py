@@ -134,12 +134,14 @@ def _plain(value: Any) -> Any:
     return repr(value)
 
 
-def _request_id(args: Sequence[Any], kwargs: dict[str, Any]) -> str | None:
-    """The request a producer call is about: its `request` argument (async chunk, full payload: the third
-    positional), else the first source output (`text2flow_token_only(source_outputs, ...)`)."""
-    request = args[2] if len(args) > 2 else kwargs.get("request")
-    if request is None and args and isinstance(args[0], list) and args[0]:
-        request = args[0][0]
+def _request_id(function: str, args: Sequence[Any], kwargs: dict[str, Any]) -> str | None:
+    """The request a producer call is about: the first source output of `text2flow_token_only(source_outputs,
+    prompt, ...)`, else the `request` argument (the async-chunk and full-payload functions' third positional)."""
+    if function == "text2flow_token_only":
+        outputs = args[0] if args else kwargs.get("source_outputs")
+        request = outputs[0] if outputs else None
+    else:
+        request = args[2] if len(args) > 2 else kwargs.get("request")
     for name in ("external_req_id", "request_id"):
         value = getattr(request, name, None)
         if value is not None:
@@ -161,7 +163,7 @@ def _recording(function: Callable[..., Any], folder: Path) -> Callable[..., Any]
                 n = _counter[0]
             entry = {
                 "function": function.__name__,
-                "request_id": _request_id(args, kwargs),
+                "request_id": _request_id(function.__name__, args, kwargs),
                 "time": time.time(),
                 "result": _plain(result),
             }
