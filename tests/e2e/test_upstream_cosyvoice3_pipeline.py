@@ -107,6 +107,10 @@ def _recorded(record_dir: Path, request_id: str, function: str) -> list[dict[str
     ]
 
 
+def _recorded_all(record_dir: Path, function: str) -> list[dict[str, Any]]:
+    return [torch.load(p, weights_only=False)["result"] for p in sorted(record_dir.glob(f"*-{function}.pt"))]
+
+
 def _voice_key(embed: dict[str, Any]) -> str:
     """The stage's content key of upstream's conditioning (our parser on the recorded tensors)."""
     from vllm_omni_token2wav.model_executor.models.cosyvoice3.prompt import prompt_from_conditioning
@@ -189,27 +193,39 @@ def whole(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ToyEngine]:
         toy.close()
 
 
-#: Sync path: concurrent requests with voice clips of one length (see the xfail below for mixed lengths).
-SYNC_REQUESTS = {"cv3-sa": (20, 2.0), "cv3-sb": (30, 2.0), "cv3-sc": (25, 2.0)}
+#: Sync path: concurrent requests with voice clips of one length, 2 s from different starts of the clip (so three
+#: different conditionings; see the xfail below for clips of different lengths): rid -> (codes, start).
+SYNC_REQUESTS = {"cv3-sa": (20, 0.0), "cv3-sb": (30, 1.0), "cv3-sc": (25, 2.0)}
+SYNC_CLIP_S = 2.0
 
 
 @pytest.mark.core_model
 def test_whole_requests_on_the_sync_path_behind_upstreams_talker(whole: ToyEngine) -> None:
     """`async_chunk: false`: upstream's `text2flow_token_only` / `text2flow_full_payload` hand our stage each
     reply whole, with the conditioning; each request is one utterance of 960 samples per code."""
+    from vllm_omni_token2wav.model_executor.models.standin.toy.cosyvoice3 import PIPELINE, default_voice
+
+    requests = {
+        rid: PIPELINE.offline_prompt(f"Whole {rid}.", voice=default_voice(SYNC_CLIP_S, start=at), codes=codes)
+        for rid, (codes, at) in SYNC_REQUESTS.items()
+    }
     start = time.monotonic()
-    outcomes = whole.engine.run(_prompts(SYNC_REQUESTS), timeout_s=REQUEST_TIMEOUT_S)
+    outcomes = whole.engine.run(requests, timeout_s=REQUEST_TIMEOUT_S)
     print(f"3 concurrent whole requests in {time.monotonic() - start:.0f} s")
     counters = whole.engine.counters()
-    for rid, (codes, seconds) in SYNC_REQUESTS.items():
+    for rid, (codes, _) in SYNC_REQUESTS.items():
         _check_audio(outcomes[rid], codes)
         assert len(outcomes[rid].audio) == 1, f"{rid}: {len(outcomes[rid].audio)} outputs on the sync path"
         assert counters.chunks(rid) == [(codes, True)], (rid, counters.chunks(rid))
-        (payload,) = _recorded(whole.record_dir, rid, "text2flow_full_payload")
-        _check_conditioning_is_the_requests_own(rid, payload["embed"], seconds)
-        assert counters.voice(rid) == _voice_key(payload["embed"]), rid
         (inputs,) = _recorded(whole.record_dir, rid, "text2flow_token_only")
         assert [len(p["prompt_token_ids"]) for p in inputs] == [codes], rid  # the reply as stage 1's prompt
+    # `text2flow_full_payload` is called without its request (`request=None`): match its payloads by content
+    payloads = _recorded_all(whole.record_dir, "text2flow_full_payload")
+    for payload in payloads:
+        _check_conditioning_is_the_requests_own("sync", payload["embed"], SYNC_CLIP_S)
+    sent = {_voice_key(p["embed"]) for p in payloads}
+    voices = {counters.voice(rid) for rid in SYNC_REQUESTS}
+    assert len(voices) == len(SYNC_REQUESTS) and voices == sent, (voices, sent)
     assert not list(whole.record_dir.glob("*-talker2code2wav_async_chunk.pt"))
 
 

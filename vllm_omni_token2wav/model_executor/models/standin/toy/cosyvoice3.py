@@ -110,8 +110,8 @@ class ToyVoice:
         return buffer.getvalue()
 
 
-def default_voice(seconds: float | None = None) -> ToyVoice:
-    """The stand-in default voice clip (24 kHz), optionally cut to its first `seconds`, with `DEFAULT_REF_TEXT`."""
+def default_voice(seconds: float | None = None, *, start: float = 0.0) -> ToyVoice:
+    """The stand-in default voice clip (24 kHz, 4 s), optionally `seconds` of it from `start`; `DEFAULT_REF_TEXT`."""
     import numpy as np
     import soundfile
 
@@ -120,6 +120,7 @@ def default_voice(seconds: float | None = None) -> ToyVoice:
     audio, rate = soundfile.read(io.BytesIO(default_voice_wav()), dtype="float32")
     if audio.ndim == 2:
         audio = audio.mean(axis=1)
+    audio = audio[int(start * rate) :]
     if seconds is not None:
         audio = audio[: int(seconds * rate)]
     return ToyVoice(np.ascontiguousarray(audio), int(rate), DEFAULT_REF_TEXT)
