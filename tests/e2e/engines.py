@@ -90,6 +90,10 @@ class StageCounters:
     def seed(self, request_id: str) -> int:
         return int(self.raw["noise_seeds"][self.key(request_id)])
 
+    def voice(self, request_id: str) -> str | None:
+        """The voice key the stage read for the request (`stats.py` `voices`), None if it named none."""
+        return self.raw.get("voices", {}).get(self.key(request_id))
+
     def chunks(self, request_id: str) -> list[tuple[int, bool]]:
         """`[(tokens, last)]` of every segment the stage served for the request."""
         return [(int(n), bool(last)) for n, last in self.raw["chunks"][self.key(request_id)]]

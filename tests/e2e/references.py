@@ -81,7 +81,7 @@ def whole_request(stage: Any, request_id: str, codes: Sequence[int], info: Mappi
     errors = segment_errors(out)
     if errors != [None]:
         raise AssertionError(f"reference of {request_id} failed: {errors[0]}")
-    return out["model_outputs"][0].numpy()
+    return out[stage.family.output_key][0].numpy()
 
 
 class _Request:
@@ -174,7 +174,7 @@ def streamed_request(stage: Any, chunks: Sequence[ChunkPayload], seed: int) -> n
             errors = segment_errors(out)
             if errors != [None]:
                 raise AssertionError(f"reference chunk {chunk.chunk_seq} of {chunk.request_id} failed: {errors[0]}")
-            pieces.append(out["model_outputs"][0])
+            pieces.append(out[stage.family.output_key][0])
     return torch.cat(pieces).numpy()
 
 

@@ -719,7 +719,9 @@ def forward_step(
     out = stage(input_ids, None, **kwargs).multimodal_outputs
     platform.synchronize()
     seconds = clock() - start
-    return [(int(a.numel()), e) for a, e in zip(out["model_outputs"], segment_errors(out), strict=True)], seconds
+    return [
+        (int(a.numel()), e) for a, e in zip(out[stage.family.output_key], segment_errors(out), strict=True)
+    ], seconds
 
 
 def _config_dict(config: ServeConfig) -> dict[str, Any]:

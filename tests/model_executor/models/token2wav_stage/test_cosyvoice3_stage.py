@@ -151,7 +151,7 @@ def _talker_request(stage: CosyVoice3Code2Wav, rid: str, tokens: list[int], voic
 def _forward(stage: CosyVoice3Code2Wav, payloads: list[ChunkPayload], flatten: bool = False) -> tuple[list, list]:  # type: ignore[type-arg]
     input_ids, kwargs = forward_inputs(payloads, stage.family, flatten=flatten)
     out = stage(input_ids, None, **kwargs).multimodal_outputs
-    return out["model_outputs"], segment_errors(out)
+    return out[COSYVOICE3.output_key], segment_errors(out)
 
 
 def _solo(stage: CosyVoice3Code2Wav, request: Request) -> torch.Tensor:
@@ -232,7 +232,7 @@ def test_sync_mode_is_a_whole_utterance_and_a_terminal_chunk_ends_a_stream(
     out = stage(
         torch.tensor(tokens), None, runtime_additional_information=[info], seq_token_counts=[50], request_ids=["sync"]
     )
-    audio = out.multimodal_outputs["model_outputs"][0]
+    audio = out.multimodal_outputs[COSYVOICE3.output_key][0]
     expected = stage.token2wav(tokens, prompt=request.prompt, seed=stage.engine.noise_seed("sync", 0))
     assert segment_errors(out.multimodal_outputs) == [None] and torch.equal(audio, expected[0])
     # a request that generated nothing: the talker's empty `finished` chunk, no error, no audio
@@ -261,7 +261,7 @@ def test_sync_mode_is_a_whole_utterance_and_a_terminal_chunk_ends_a_stream(
             request_ids=["win"],
         )
         assert segment_errors(out.multimodal_outputs) == [None]
-        pieces.append(out.multimodal_outputs["model_outputs"][0])
+        pieces.append(out.multimodal_outputs[COSYVOICE3.output_key][0])
     assert [p.numel() for p in pieces] == [(50 - 8) * 480, 24 * 480, (6 + 8) * 480]
     assert stage.live_streams == 0
 

@@ -120,7 +120,9 @@ def test_a_real_vllm_config_builds_and_serves_the_cosyvoice3_stage(
     chunks = all_chunks(ProducerStream("r", list(range(10, 50)), stage.family, prompt_tokens=prompt_tokens))
     input_ids, kwargs = forward_inputs(chunks[:1], stage.family)
     out = stage(input_ids, torch.arange(input_ids.numel()), **kwargs).multimodal_outputs
-    assert segment_errors(out) == [None] and out["model_outputs"][0].dtype == torch.float32
+    assert (
+        segment_errors(out) == [None] and out["audio"][0].dtype == torch.float32
+    )  # CosyVoice3: `audio` (FamilySpec.output_key)
     assert stage.token2wav.flow.dtype == torch.float32  # built fp32 although vLLM's default dtype was bf16
     hop = 25 + (-prompt_tokens) % 25
-    assert out["model_outputs"][0].numel() == (2 * hop - 8) * 480
+    assert out["audio"][0].numel() == (2 * hop - 8) * 480

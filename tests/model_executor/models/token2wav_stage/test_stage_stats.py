@@ -108,6 +108,7 @@ def test_the_stats_file_counts_calls_segments_batching_placeholders_errors_and_s
         "noise_seeds": {"a": documented_seed("a"), "b": documented_seed("b")},
         # MiniCPM-o chunks: 3 context codes + 25 new, then 3 + the last 10; a's repeated chunk 0 failed
         "chunks": {"a": [[28, False]], "b": [[28, False], [28, False], [13, True]]},
+        "voices": {},  # no segment named a voice (the default voice is not recorded)
         "torch_threads": torch.get_num_threads(),
     }
     stage.on_requests_finished(["a", "b"])  # a is live and freed; b ended already
@@ -198,3 +199,25 @@ def test_an_interval_spaces_out_the_writes_of_forward_but_finishing_requests_alw
     monkeypatch.setenv(envs.STAGE_STATS_INTERVAL_ENV, "-1")
     with pytest.raises(ValueError, match="expected seconds >= 0"):
         envs.stage_stats_interval_s()
+
+
+def test_voices_keep_the_first_voice_each_request_named() -> None:
+    """`voices`: state key -> the voice key of the first segment naming one (later chunks carry none)."""
+    from vllm_omni_token2wav.model_executor.models.token2wav_stage.contract import (
+        ChunkMeta,
+        Segment,
+        SegmentKind,
+        SegmentResult,
+    )
+    from vllm_omni_token2wav.model_executor.models.token2wav_stage.voice import VoiceRequest
+
+    stats = stats_module.StageStats("cosyvoice3")
+    voice = VoiceRequest(key="talker:abc", label="the talker's prompt conditioning (50 tokens)", source=object())
+    first = Segment(0, "r-1", "r", SegmentKind.CHUNK, (1, 2, 3), ChunkMeta(None, None, False), voice)
+    later = Segment(0, "r-1", "r", SegmentKind.CHUNK, (4, 5), ChunkMeta(None, None, True))
+    other = Segment(1, "q-2", "q", SegmentKind.CHUNK, (6,), ChunkMeta(None, None, False))
+    stats.record_step(
+        [first, other], [SegmentResult(torch.zeros(1)), SegmentResult(torch.zeros(1))], profiling=False, live_streams=2
+    )
+    stats.record_step([later], [SegmentResult(torch.zeros(1))], profiling=False, live_streams=1)
+    assert stats.voices == {"r-1": "talker:abc"}

@@ -29,6 +29,9 @@ COSYVOICE3 = FamilySpec(
     prefix_offset_key="left_context_size",
     end_marker_key="finished",
     voice_reader=read_voice,
+    # upstream's pipeline declares engine_output_type `latent` for this stage, so `model_outputs` would reach
+    # the client as `latent`, which the speech endpoint rejects; upstream's own stage returns `audio`.
+    output_key="audio",
 )
 
 __all__ = ["COSYVOICE3"]

@@ -345,10 +345,11 @@ def parse_step(
     return StepInput(segments, False, device)
 
 
-def build_output(results: Sequence[SegmentResult], device: torch.device) -> Any:
+def build_output(results: Sequence[SegmentResult], device: torch.device, output_key: str = "model_outputs") -> Any:
     """`OmniOutput` with one entry per segment, in input order: audio (empty where nothing is ready), rate, error.
 
-    Every list entry is a tensor (the runner calls `.detach()` on each): `model_outputs` 1-D float32,
+    Every list entry is a tensor (the runner calls `.detach()` on each): the audio under `output_key` (the
+    family's `FamilySpec.output_key`: `model_outputs`, or `audio` for CosyVoice3) 1-D float32,
     `sr` a 0-d int32, `token2wav_error` the UTF-8 message as 1-D uint8, empty without an error
     (`errors.py`). The class is upstream's `OmniOutput` when vLLM-Omni runs us (`output_templates.py`).
     """
@@ -357,7 +358,7 @@ def build_output(results: Sequence[SegmentResult], device: torch.device) -> Any:
     return omni_output_class()(
         text_hidden_states=None,
         multimodal_outputs={
-            "model_outputs": audio,
+            output_key: audio,
             "sr": [torch.tensor(OUTPUT_SAMPLE_RATE, dtype=torch.int32) for _ in results],
             ERROR_KEY: [encode_error(r.error) for r in results],
         },

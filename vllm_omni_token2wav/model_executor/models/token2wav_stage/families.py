@@ -38,7 +38,9 @@ without stream meta a payload is a whole utterance (the sync path); the voice is
 `embed.{speech_token, speech_feat, embedding}` or reference audio + `embed.speech_token`
 (`voice_reader`: `cosyvoice3/voice.py`); assets in M itself (`cosyvoice3.yaml`-less folders work
 too: `flow.pt`, `hift.pt`, `campplus.onnx`); default voice `default_voice.wav` + its tokens `default_voice.tokens`, or
-`$COSYVOICE3_DEFAULT_PROMPT_WAV` (+ the `.tokens` file beside it).
+`$COSYVOICE3_DEFAULT_PROMPT_WAV` (+ the `.tokens` file beside it); the audio leaves the stage under
+`audio` (`output_key`; the other families: `model_outputs`, renamed by vLLM-Omni to their stage's
+`engine_output_type`, which is `audio` for theirs but `latent` for upstream's CosyVoice3 code2wav).
 
 Where the token2wav assets are (`resolve_token2wav_dir`), for the model folder M (`model_config.model`, or
 the hub snapshot of the repo id it names: `model_source.py`, docs/design/token2wav_stage.md "Hub repo ids"): M itself
@@ -101,6 +103,12 @@ class FamilySpec:
     #: Reads a segment's voice from its dict instead of `voice.requested_voice` (CosyVoice3: prompt
     #: conditioning tensors or reference audio + its speech tokens).
     voice_reader: Callable[[Mapping[str, Any]], VoiceRequest | None] | None = None
+    #: The `multimodal_outputs` key of the audio (`contract.build_output`). vLLM-Omni renames the runner's
+    #: producer key `model_outputs` to the stage's `engine_output_type` (`outputs/mm_outputs.py`
+    #: `MultimodalPayload.from_raw`), and its speech endpoint takes only `audio` / `model_outputs`
+    #: (`entrypoints/openai/serving_speech.py`): upstream's CosyVoice3 pipeline declares `latent`, and
+    #: upstream's CosyVoice3 stage returns `audio` itself, so ours does too.
+    output_key: str = "model_outputs"
 
     def is_last(self, value: object) -> bool:
         """Interpret this family's last-chunk marker (bool, or Step-Audio2's 0/1 `left_context_size`)."""

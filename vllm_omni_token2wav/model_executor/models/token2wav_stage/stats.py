@@ -32,6 +32,10 @@ request. The default (0) writes after every call, which tests that read the file
 |                         | utterance it ran) for it: `meta.seed` / `seed`, else derived from the request id  |
 | `chunks`                | state key -> `[tokens, last]` of every segment served for it without error, in    |
 |                         | order (a whole utterance is one `[tokens, true]`)                                 |
+| `voices`                | state key -> the voice key of the first segment that named a voice for it (the     |
+|                         | stage's content key: CosyVoice3's talker conditioning is `talker:<sha256>` of its |
+|                         | tokens, mel and embedding as the stage read them; tests recompute it from what   |
+|                         | the producer sent)                                                                |
 | `torch_threads`         | `torch.get_num_threads()` in the worker at the latest non-profiling call          |
 | `work_forward_s`        | wall seconds inside `forward` calls that carried work (parse, engine, output)     |
 | `work_forward_cpu_s`    | the calling thread's CPU seconds in those calls (`time.thread_time`)              |
@@ -40,7 +44,7 @@ request. The default (0) writes after every call, which tests that read the file
 |                         | in-process steps)                                                                 |
 | `stats_write_s`         | wall seconds spent writing this file (what the counters themselves cost a step)   |
 
-`noise_seeds` and `chunks` keep the latest `KEYS_KEPT` keys (oldest dropped first). The state key is
+`noise_seeds`, `chunks` and `voices` keep the latest `KEYS_KEPT` keys (oldest dropped first). The state key is
 the engine's request id as the runner passes it (`request_ids`), which carries a suffix the engine
 adds to the caller's id (`r2` -> `r2-a9cf3b8b`): tests map their ids to keys by prefix, rebuild a
 streamed request's noise from its seed (no seed reaches the stage on the streaming path) and compare
@@ -94,6 +98,7 @@ class StageStats:
     last_error: str | None = None
     noise_seeds: dict[str, int] = field(default_factory=dict)
     chunks: dict[str, list[tuple[int, bool]]] = field(default_factory=dict)
+    voices: dict[str, str] = field(default_factory=dict)
     torch_threads: int | None = None
     work_forward_s: float = 0.0
     work_forward_cpu_s: float = 0.0
@@ -140,6 +145,8 @@ class StageStats:
             if result.error is None and seg.kind is not SegmentKind.PLACEHOLDER:
                 last = seg.kind is SegmentKind.WHOLE or (seg.chunk is not None and seg.chunk.last)
                 _keep(self.chunks, seg.key, [*self.chunks.get(seg.key, []), (len(seg.tokens), last)])
+            if seg.voice is not None and seg.key not in self.voices:
+                _keep(self.voices, seg.key, seg.voice.key)
         for key, seed in (seeds or {}).items():
             _keep(self.noise_seeds, key, seed)
 
