@@ -227,13 +227,8 @@ def _load(family: str) -> ToyPipeline | None:
         if exc.name == _MODULES[family]:
             return None  # that family's module is not written (yet)
         raise
-    found = getattr(module, "PIPELINE", None) or getattr(module, "TOY_PIPELINE", None)
-    if found is None:
-        candidates = [
-            v for v in vars(module).values() if getattr(v, "family", None) == family and hasattr(v, "deployment")
-        ]
-        found = candidates[0] if len(candidates) == 1 else None
-    if found is None:
+    found = getattr(module, "PIPELINE", None)
+    if found is None or getattr(found, "family", None) != family:
         raise AttributeError(f"{module.__name__} defines no PIPELINE (the {family} ToyPipeline)")
     return found
 

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from vllm_omni_token2wav.logger import init_logger
+from vllm_omni_token2wav.model_executor.models.standin.toy.tokenizer import write_toy_tokenizer
 
 logger = init_logger(__name__)
 
@@ -126,44 +127,9 @@ def default_voice(seconds: float | None = None, *, start: float = 0.0) -> ToyVoi
     return ToyVoice(np.ascontiguousarray(audio), int(rate), DEFAULT_REF_TEXT)
 
 
-# TODO(merge): replace with `toy.tokenizer.write_toy_tokenizer` (same signature), written on another branch.
-def _write_toy_tokenizer(
-    folder: Path, vocab_size: int, special_tokens: Mapping[str, int], *, chat_template: str | None = None
-) -> None:
-    """A byte-level BPE tokenizer of exactly `vocab_size` ids: 256 byte symbols, the `special_tokens` at their
-    ids, a filler token at every other id (so every id decodes); no merges."""
-    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
-    from tokenizers.pre_tokenizers import ByteLevel
-
-    alphabet = sorted(ByteLevel.alphabet())
-    taken = set(special_tokens.values())
-    if len(alphabet) + len(taken) > vocab_size or any(not 0 <= i < vocab_size for i in taken):
-        raise ValueError(f"{len(alphabet)} byte symbols + specials {dict(special_tokens)} do not fit {vocab_size} ids")
-    free = (i for i in range(vocab_size) if i not in taken)
-    vocab = {symbol: next(free) for symbol in alphabet}
-    vocab.update({f"<|toy_filler_{i}|>": i for i in free})
-    vocab.update(special_tokens)
-    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=[]))
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    tokenizer.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in special_tokens])
-    eos = "<|endoftext|>" if "<|endoftext|>" in special_tokens else next(iter(special_tokens))
-    config: dict[str, Any] = {
-        "tokenizer_class": "PreTrainedTokenizerFast",
-        "eos_token": eos,
-        "pad_token": eos,
-        "model_max_length": 32768,
-    }
-    if chat_template is not None:
-        config["chat_template"] = chat_template
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "tokenizer.json").write_text(tokenizer.to_str())
-    (folder / "tokenizer_config.json").write_text(json.dumps(config, indent=1, sort_keys=True) + "\n")
-
-
 def _tokenizer_files() -> dict[str, bytes]:
     with tempfile.TemporaryDirectory() as tmp:
-        _write_toy_tokenizer(Path(tmp), int(TALKER_CONFIG["vocab_size"]), SPECIAL_TOKENS)
+        write_toy_tokenizer(Path(tmp), int(TALKER_CONFIG["vocab_size"]), SPECIAL_TOKENS)
         return {p.name: p.read_bytes() for p in sorted(Path(tmp).iterdir())}
 
 
