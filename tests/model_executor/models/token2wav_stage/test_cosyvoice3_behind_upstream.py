@@ -106,3 +106,20 @@ def test_upstreams_own_yaml_passes_the_lookahead_check_for_cosyvoice3_only() -> 
         stage_options(_connector_config(extra), {}, family=MINICPMO_4_5.name)
     with pytest.raises(ValueError, match="codec_pre_lookahead_frames=5"):
         stage_options(_connector_config({**extra, "codec_pre_lookahead_frames": 5}), {}, family=COSYVOICE3.name)
+
+
+def test_the_cosyvoice3_stage_itself_returns_its_audio_under_audio(cv3_dir: Path) -> None:
+    """The stage's own `forward` (not only `build_output`) uses the family key: a pre-warm placeholder step
+    (no model work) already answers under `audio`, which upstream's speech endpoint then finds behind `latent`."""
+    from vllm_omni_token2wav.model_executor.models.cosyvoice3.cosyvoice3_code2wav import CosyVoice3Code2Wav
+
+    stage = CosyVoice3Code2Wav(model=str(cv3_dir), device="cpu", n_timesteps=2)
+    runner_keys = {"global_request_id": ["r"], "omni_final_stage_id": 1, "generated_len": 0}
+    out = stage(
+        torch.zeros(1, dtype=torch.int32),
+        None,
+        runtime_additional_information=[runner_keys],
+        seq_token_counts=[1],
+        request_ids=["r"],
+    ).multimodal_outputs
+    assert set(out) == {"audio", "sr", ERROR_KEY} and [a.numel() for a in out["audio"]] == [0]

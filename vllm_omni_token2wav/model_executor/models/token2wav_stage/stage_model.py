@@ -291,7 +291,7 @@ class Token2WavStageModel(nn.Module):
                 stats.record_failure(f"{type(exc).__name__}: {exc}", live_streams=len(self.streams))
                 self._stats.write()
             raise
-        output = build_output(results, step.device)
+        output = build_output(results, step.device, self.family.output_key)
         if stats is not None:
             seeds = self.engine.last_seeds if ran else None
             stats.record_step(
