@@ -8,7 +8,8 @@ requests at once:
 
 - Step-Audio2, `step_audio_2_async_chunk.yaml` (streamed): the thinker may sample codec ids only, so a reply of
   `max_tokens` tokens is that many codes; each request's stage-0 output (its token ids) is replayed through
-  upstream's `thinker2token2wav_async_chunk` here, and the code2wav stage must have served exactly those chunks
+  upstream's `thinker2token2wav_async_chunk` here: the payloads the same function returned in the engine
+  (recorded, as for MiniCPM-o below) must be those, the code2wav stage must have served exactly those chunks
   (its counters), and the request's audio must equal those chunks through our stage alone in this process
   (<= 1e-5, the seed the engine's stage used). A request whose prompt exceeds the thinker's context fails
   alone (upstream's pipeline carries no per-request voice to the code2wav stage, so nothing else a request
@@ -16,10 +17,12 @@ requests at once:
 - Step-Audio2, `step_audio_2.yaml` (whole): `thinker2token2wav` hands the whole reply over; the stage served
   one whole utterance of the reply's codes and the audio equals that utterance through our stage alone.
 - MiniCPM-o 4.5, `minicpmo_4_5_turn.yaml`: the talker's codes travel through its multimodal-output hook and
-  `tts2code2wav_async_chunk` (which the stand-in producer cannot emulate). The talker's codes are not returned
-  to the client, so the check is structural: the chunks the stage served are what upstream's function cuts
-  from a reply of that length (25 new codes + 3 left context, silence context first, the rest last), and the
-  audio is 960 samples per code voiced. A request with a reference voice outside [-1, 1] (the chat server's
+  `tts2code2wav_async_chunk` (which the stand-in producer cannot emulate). They never reach the client, so
+  the engine processes start with the toy recorder (`standin/toy/recorder.py`: a `sitecustomize` on their
+  PYTHONPATH wraps upstream's async-chunk functions and writes each payload to a file): what upstream's
+  function returned in the engine must be what the same function returns in-process for those codes (3
+  silence codes + 25 new, then 3 context + 25, the rest last; the talker voices `max_tokens` - 1 codes), the
+  stage must have served exactly those chunks (its counters), and the audio is 960 samples per code voiced. A request with a reference voice outside [-1, 1] (the chat server's
   `_minicpmo45_reference_audio`, forwarded by upstream's `llm2tts`) fails in our stage alone; a request with
   a valid reference voice gets audio.
 
@@ -75,24 +78,39 @@ class Toy:
     model: Path
     engine: OfflineEngine
     upstream: bool
+    records: Path  # what upstream's async-chunk function handed the code2wav stage (`standin/toy/recorder.py`)
+
+    def recorded(self, request_id: str) -> list[tuple[tuple[int, ...], bool]]:
+        """`[(codes, last)]` upstream's async-chunk function returned in the engine for the request."""
+        from vllm_omni_token2wav.model_executor.models.standin.toy.recorder import read_records
+
+        records = read_records(self.records)
+        keys = [k for k in records if k == request_id or k.startswith(f"{request_id}-")]
+        assert len(keys) == 1, (request_id, sorted(records))
+        return [(tuple(r["codes"]), bool(r["last"])) for r in records[keys[0]]]
 
 
 def _start(family: str, async_chunk: bool, tmp: Path, *, upstream: bool) -> Toy:
     from vllm_omni_token2wav.benchmarks.engine_ab.run import UPSTREAM_PATH, arm_environment
-    from vllm_omni_token2wav.model_executor.models.standin.toy import TOY_PIPELINES
+    from vllm_omni_token2wav.model_executor.models.standin.toy import TOY_PIPELINES, recorder
 
     pipeline = TOY_PIPELINES[family]
     model = pipeline.ensure_model_dir()
     deploy = pipeline.deployment(model, tmp, async_chunk=async_chunk)
+    records = tmp / "chunks"
+    records.mkdir()
     with pytest.MonkeyPatch.context() as patch:
         for key, value in arm_environment("0" if upstream else "1").items():
             patch.setenv(key, value)  # the engine's processes, spawned now, inherit it
+        # the recorder's sitecustomize runs at each engine process's start (PYTHONPATH, read at start-up)
+        patch.setenv("PYTHONPATH", recorder.site_pythonpath(os.environ.get("PYTHONPATH")))
+        patch.setenv(recorder.RECORD_ENV, str(records))
         if upstream:  # multiprocessing's spawn hands children this process's sys.path, not PYTHONPATH's
             patch.syspath_prepend(str(UPSTREAM_PATH))
         started = time.monotonic()
         engine = OfflineEngine(model, deploy, tmp / "stage_stats.json")
     print(f"{family} async_chunk={async_chunk} upstream={upstream}: ready in {time.monotonic() - started:.0f} s")
-    return Toy(family, async_chunk, pipeline, model, engine, upstream)
+    return Toy(family, async_chunk, pipeline, model, engine, upstream, records)
 
 
 OURS = [
@@ -156,6 +174,7 @@ def _check_step_audio2(toy: Toy, outcomes: Mapping[str, Outcome], lengths: Mappi
         final = _audio_ok(outcome, n * SAMPLES_PER_TOKEN)
         if toy.async_chunk:
             chunks = replay_chunks("step_audio2", rid, [], generated)
+            assert toy.recorded(rid) == [(c.tokens, c.last) for c in chunks], rid  # in the engine == in-process
             assert counters.chunks(rid) == [(len(c.tokens), c.last) for c in chunks], rid
             want = streamed_request(reference, chunks, counters.seed(rid))
         else:
@@ -178,10 +197,12 @@ def test_concurrent_text_requests_get_the_audio_the_code2wav_stage_made_of_upstr
         return
     counters = toy.engine.counters()
     for rid, steps in _lengths(toy, "ok-").items():
-        want = minicpmo_talker_chunks(rid, [0] * (steps - 1))
-        assert counters.chunks(rid) == [(len(tokens), last) for tokens, last in want], rid
-        voiced = sum(len(tokens) for tokens, _ in want) - 3 * (len(want) - 1)  # later chunks repeat 3 context codes
-        _audio_ok(outcomes[rid], voiced * SAMPLES_PER_TOKEN)
+        recorded = toy.recorded(rid)  # the talker's codes, as upstream's tts2code2wav_async_chunk cut them
+        codes = [c for tokens, _ in recorded for c in tokens[3:]]  # each chunk: 3 context codes + new ones
+        assert len(codes) == steps - 1, rid  # the talker voices one code fewer than its steps
+        assert recorded == minicpmo_talker_chunks(rid, codes), rid  # in the engine == in-process, code for code
+        assert counters.chunks(rid) == [(len(tokens), last) for tokens, last in recorded], rid
+        _audio_ok(outcomes[rid], (len(codes) + 3) * SAMPLES_PER_TOKEN)  # the 3 leading silence codes are voiced
     assert counters["live_streams"] == 0, counters.raw
 
 
