@@ -232,9 +232,11 @@ def test_whole_requests_on_the_sync_path_behind_upstreams_talker(whole: ToyEngin
     assert not list(whole.record_dir.glob("*-talker2code2wav_async_chunk.pt"))
 
 
-@pytest.mark.core_model
+# Upstream's sync-path faults (not our stage's): documented as xfails at level 2 (advanced_model), not in CI: they
+# need the requests to land in one batch (5 of 5 runs here) and the second one kills stage 1's engine core.
+@pytest.mark.advanced_model
 @pytest.mark.xfail(
-    strict=True,
+    strict=False,
     reason="vLLM-Omni 0.30 sync path: concurrent requests with different voice clips all reach code2wav with ONE "
     "request's conditioning (upstream's `text2flow_full_payload` already returns the same embed.* for each; "
     "run one at a time, each gets its own), so all but one are voiced with another request's voice",
@@ -259,9 +261,9 @@ def test_sync_path_gives_concurrent_requests_their_own_voices(whole: ToyEngine) 
     assert together == alone  # the expected failure: every request has one request's conditioning
 
 
-@pytest.mark.core_model
+@pytest.mark.advanced_model
 @pytest.mark.xfail(
-    strict=True,
+    strict=False,
     reason="vLLM-Omni 0.30 sync path: with two concurrent requests whose voice clips differ in length, stage 0's "
     "output processor concatenates `embed.speech_feat` of different lengths (`outputs/mm_outputs.py` "
     "`_consolidate_tensor_list`, CONCAT_DIM0: 'Sizes of tensors must match') and stage 1's engine core then dies "
