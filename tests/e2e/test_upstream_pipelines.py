@@ -22,9 +22,10 @@ requests at once:
   PYTHONPATH wraps upstream's async-chunk functions and writes each payload to a file): what upstream's
   function returned in the engine must be what the same function returns in-process for those codes (3
   silence codes + 25 new, then 3 context + 25, the rest last; the talker voices `max_tokens` - 1 codes), the
-  stage must have served exactly those chunks (its counters), and the audio is 960 samples per code voiced. A request with a reference voice outside [-1, 1] (the chat server's
-  `_minicpmo45_reference_audio`, forwarded by upstream's `llm2tts`) fails in our stage alone; a request with
-  a valid reference voice gets audio.
+  stage must have served exactly those chunks (its counters), and the audio is 960 samples per code voiced.
+  A request with a reference voice outside [-1, 1] (the chat server's `_minicpmo45_reference_audio`,
+  forwarded by upstream's `llm2tts`) fails in our stage alone; a request with a valid reference voice gets
+  audio.
 
 With `VLLM_OMNI_TOKEN2WAV_OVERRIDES=0` the same deployments run upstream's code2wav classes
 (`advanced_model`: minutes more, upstream's full-size speech tokenizer and HiFT): every request gets audio,
@@ -185,6 +186,7 @@ def _check_step_audio2(toy: Toy, outcomes: Mapping[str, Outcome], lengths: Mappi
         assert max_abs(final, want) <= TOLERANCE, rid
 
 
+@pytest.mark.core_model
 def test_concurrent_text_requests_get_the_audio_the_code2wav_stage_made_of_upstreams_chunks(toy: Toy) -> None:
     started = time.monotonic()
     outcomes = toy.engine.run(_requests(toy, "ok-"), timeout_s=REQUEST_TIMEOUT_S)
@@ -206,6 +208,7 @@ def test_concurrent_text_requests_get_the_audio_the_code2wav_stage_made_of_upstr
     assert counters["live_streams"] == 0, counters.raw
 
 
+@pytest.mark.core_model
 def test_one_bad_request_fails_alone_and_the_others_get_audio(toy: Toy) -> None:
     if toy.family == "step_audio2":
         bad = "bad-b"
