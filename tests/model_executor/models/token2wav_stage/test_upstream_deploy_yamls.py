@@ -216,7 +216,7 @@ def _one_step(stage: Any, async_chunk: bool) -> torch.Tensor:
         }
     out = stage(input_ids, torch.arange(input_ids.numel()), **kwargs).multimodal_outputs
     assert segment_errors(out) == [None]
-    return out["model_outputs"][0]
+    return out[stage.family.output_key][0]  # `audio` for CosyVoice3 (what its pipeline reads), else `model_outputs`
 
 
 @pytest.mark.parametrize("case", _CASES, ids=lambda c: f"{c.yaml.stem}-stage{c.stage_id}")
