@@ -104,7 +104,7 @@ def _one_step(stage: Token2WavStageModel, tokens: int = 40) -> torch.Tensor:
     input_ids, kwargs = forward_inputs(chunks[:1], stage.family)
     out = stage(input_ids, None, **kwargs).multimodal_outputs
     assert segment_errors(out) == [None]
-    audio = out["model_outputs"][0]
+    audio = out[stage.family.output_key][0]
     assert audio.dtype == torch.float32 and audio.numel() > 0 and audio.abs().max() > 0
     return audio
 
