@@ -29,7 +29,6 @@ import math
 import os
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 
@@ -114,7 +113,10 @@ def test_seg_pool_modes_differ_exactly_when_the_last_segment_is_partial(full_sta
     exact = CampplusTorch(load_campplus_from_onnx(full_standin, seg_pool_mode="exact"), "cpu")
     for frames in (199, 200, 400):  # ceil(T/2) % 100 == 0
         feats = speaker_feats(frames)
-        assert np.array_equal(legacy(feats).numpy(), exact(feats).numpy()), frames
+        # Bit-equal on the AMD EPYC hosts; on an AVX-512 Intel Xeon the two modes' kernels round differently
+        # (measured ~3e-6 at T=199): still 300x below the partial-segment difference asserted below.
+        diff, _ = max_abs_and_cosine(legacy(feats).numpy(), exact(feats).numpy())
+        assert diff <= 1e-5, f"T={frames}: modes differ by {diff:.1e} although the last segment is full"
     for frames in (97, 345, 501):
         feats = speaker_feats(frames)
         diff, _ = max_abs_and_cosine(legacy(feats).numpy(), exact(feats).numpy())
