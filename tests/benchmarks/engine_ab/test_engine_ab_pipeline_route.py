@@ -14,16 +14,16 @@ import io
 import json
 import subprocess
 import sys
-import threading
 import wave
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.helpers.engine import require_engine
+from tests.helpers.local_http import local_http_server
 from vllm_omni_token2wav.benchmarks.engine_ab import pipeline
 from vllm_omni_token2wav.benchmarks.engine_ab.pipeline import (
     PIPELINE_FAMILIES,
@@ -122,13 +122,8 @@ class _Handler(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def port() -> Iterator[int]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield server.server_address[1]
-    finally:
-        server.shutdown()
+    with local_http_server(_Handler) as bound:
+        yield bound
 
 
 def test_chat_audio_deltas_are_deliveries_and_a_reply_without_audio_fails(port: int) -> None:

@@ -9,14 +9,14 @@ text must give both arms the same codes; a reply of the wrong length is a failed
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.helpers.local_http import local_http_server
 from vllm_omni_token2wav.benchmarks.engine_ab.run import (
     PRODUCER_SEQS,
     SAMPLES_PER_TOKEN,
@@ -88,13 +88,8 @@ class _Handler(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def port() -> Iterator[int]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield server.server_address[1]
-    finally:
-        server.shutdown()
+    with local_http_server(_Handler) as bound:
+        yield bound
 
 
 def test_a_reply_of_the_wrong_length_is_a_failed_request(port: int) -> None:

@@ -8,13 +8,13 @@ Expected values are worked out by hand from the inputs each test writes.
 from __future__ import annotations
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.helpers.local_http import local_http_server
 from vllm_omni_token2wav.benchmarks import engine_log
 from vllm_omni_token2wav.benchmarks.speech_stream_client import ServedRequest, run_closed_or_poisson, wav_rate
 from vllm_omni_token2wav.benchmarks.token2wav_serve.engine import (
@@ -183,14 +183,9 @@ class _PcmHandler(BaseHTTPRequestHandler):
 
 
 def test_the_client_counts_whole_samples_and_reports_http_errors() -> None:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _PcmHandler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with local_http_server(_PcmHandler) as port:
         requests = [ServedRequest("ok-0", "hello"), ServedRequest("bad-1", "bad"), ServedRequest("ok-2", "again")]
-        results = run_closed_or_poisson(server.server_address[1], requests, 2)
-    finally:
-        server.shutdown()
+        results = run_closed_or_poisson(port, requests, 2)
     ok, bad, again = results
     assert ok.samples == again.samples == 1000 and not ok.errors
     assert all(n > 0 for _, n in ok.deliveries) and ok.ttfp_s() is not None and ok.ttfp_s() >= 0
