@@ -191,3 +191,35 @@ def test_only_the_toy_imports_the_door() -> None:
                 if any(a.name == "cosyvoice3_door" for a in node.names):
                     importers.append(path)
     assert importers and all(toy in p.parents for p in importers), importers
+
+
+def test_a_second_engine_records_into_its_own_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two toy engines alive at once (module-scoped fixtures): each records into the folder set when it started.
+    An engine resolves the producer function once, at its start; a later `install()` wraps the original again."""
+    import types
+
+    producer = types.ModuleType(cosyvoice3_door.PRODUCER_MODULE)
+
+    def text2flow_full_payload(transfer_manager: Any, output: Any, request: Any) -> dict[str, int]:
+        return {"n": output}
+
+    producer.text2flow_full_payload = text2flow_full_payload  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, cosyvoice3_door.PRODUCER_MODULE, producer)
+    first, second = tmp_path / "first", tmp_path / "second"
+    try:
+        monkeypatch.setenv(cosyvoice3_door.RECORD_ENV, str(first))
+        cosyvoice3_door.install()
+        held_by_first_engine = producer.text2flow_full_payload  # type: ignore[attr-defined]
+        monkeypatch.setenv(cosyvoice3_door.RECORD_ENV, str(second))
+        cosyvoice3_door.install()
+        producer.text2flow_full_payload(None, 2, None)  # type: ignore[attr-defined]
+        held_by_first_engine(None, 1, None)
+    finally:
+        cosyvoice3_door.uninstall()
+    import torch
+
+    def results(folder: Path) -> list[Any]:
+        return [torch.load(p, weights_only=False)["result"] for p in sorted(folder.glob("*.pt"))]
+
+    assert results(first) == [{"n": 1}] and results(second) == [{"n": 2}]
+    assert producer.text2flow_full_payload is text2flow_full_payload  # type: ignore[attr-defined]

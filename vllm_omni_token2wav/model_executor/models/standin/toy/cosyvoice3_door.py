@@ -183,8 +183,13 @@ def _patch_producer(module: ModuleType) -> None:
     Path(folder).mkdir(parents=True, exist_ok=True)
     for name in RECORDED_FUNCTIONS:
         function = getattr(module, name, None)
-        if function is not None and not getattr(function, _MARK, False):
-            setattr(module, name, _recording(function, Path(folder)))
+        if function is None:
+            continue
+        if getattr(function, _MARK, False):
+            # Already recording, maybe into another run's folder (a module-scoped engine still alive): wrap the
+            # original again for this folder. An engine built earlier keeps the wrapper it resolved at its start.
+            function = function.__wrapped__
+        setattr(module, name, _recording(function, Path(folder)))
 
 
 _PATCHES: Final[dict[str, Callable[[ModuleType], None]]] = {
