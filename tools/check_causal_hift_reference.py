@@ -52,7 +52,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from vllm_omni_token2wav.model_executor.models.cosyvoice3.hift import (  # noqa: E402
+from vllm_omni_token2wav.model_executor.layers.hift_causal import (  # noqa: E402
     COSYVOICE3_STREAM,
     FULL_CAUSAL_HIFT_CONFIG,
     FULL_CAUSAL_HIFT_NUM_KEYS,

@@ -55,8 +55,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from vllm_omni_token2wav.model_executor.model_loader.state_dict import standin_state_dict  # noqa: E402
-from vllm_omni_token2wav.model_executor.models.cosyvoice3.flow import (  # noqa: E402
+from vllm_omni_token2wav.model_executor.layers.flow_cosyvoice3 import (  # noqa: E402
     REAL_FLOW_CONFIG,
     REDUCED_FLOW_CONFIG,
     CausalMaskedDiffWithDiT,
@@ -64,12 +63,13 @@ from vllm_omni_token2wav.model_executor.models.cosyvoice3.flow import (  # noqa:
     noise_table,
     stream_calls,
 )
-from vllm_omni_token2wav.model_executor.models.cosyvoice3.hift import (  # noqa: E402
+from vllm_omni_token2wav.model_executor.layers.hift_causal import (  # noqa: E402
     FULL_CAUSAL_HIFT_CONFIG,
     REDUCED_CAUSAL_HIFT_CONFIG,
     load_causal_hift,
     write_standin_causal_hift,
 )
+from vllm_omni_token2wav.model_executor.model_loader.state_dict import standin_state_dict  # noqa: E402
 from vllm_omni_token2wav.model_executor.models.cosyvoice3.prompt import CosyVoice3Prompt  # noqa: E402
 from vllm_omni_token2wav.model_executor.models.cosyvoice3.synthesis import (  # noqa: E402
     StreamRow,
@@ -154,7 +154,7 @@ def whole(args: argparse.Namespace, models: tuple[Any, ...]) -> dict[str, Any]:
 
 def stream(args: argparse.Namespace, models: tuple[Any, ...]) -> dict[str, Any]:
     ours_flow, ours_hift, ref_flow, ref_hift = models
-    from vllm_omni_token2wav.model_executor.models.cosyvoice3.hift import COSYVOICE3_STREAM, CausalHiFTStreamer
+    from vllm_omni_token2wav.model_executor.layers.hift_causal import COSYVOICE3_STREAM, CausalHiFTStreamer
 
     streamer = CausalHiFTStreamer(ours_hift, COSYVOICE3_STREAM)
     prompt, tok = _prompt(args)

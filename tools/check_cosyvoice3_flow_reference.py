@@ -49,8 +49,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from vllm_omni_token2wav.model_executor.model_loader.state_dict import standin_state_dict  # noqa: E402
-from vllm_omni_token2wav.model_executor.models.cosyvoice3.flow import (  # noqa: E402
+from vllm_omni_token2wav.model_executor.layers.flow_cosyvoice3 import (  # noqa: E402
     REAL_FLOW_CONFIG,
     REDUCED_FLOW_CONFIG,
     CausalMaskedDiffWithDiT,
@@ -60,6 +59,7 @@ from vllm_omni_token2wav.model_executor.models.cosyvoice3.flow import (  # noqa:
     stream_calls,
     stream_chunk,
 )
+from vllm_omni_token2wav.model_executor.model_loader.state_dict import standin_state_dict  # noqa: E402
 from vllm_omni_token2wav.tools.cosyvoice_reference import (  # noqa: E402
     diff_stats,
     reference_cosyvoice3_flow,

@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow import (  # noqa: E402
+from vllm_omni_token2wav.model_executor.layers.flow import (  # noqa: E402
     REAL_FLOW_CONFIG,
     REDUCED_FLOW_CONFIG,
     CausalMaskedDiffWithXvec,

@@ -75,9 +75,9 @@ def _ours(args: argparse.Namespace, work: Path) -> tuple[Path, dict[str, Any]]:
     if str(REPO) not in sys.path:
         sys.path.insert(0, str(REPO))
     from vllm_omni_token2wav.assets.audio import speech_sample
-    from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow import ConformerTrim, Lookahead
+    from vllm_omni_token2wav.model_executor.layers.flow import ConformerTrim, Lookahead
     from vllm_omni_token2wav.model_executor.models.minicpmo_4_5.minicpmo_4_5_token2wav import MiniCPMO45Token2wav
-    from vllm_omni_token2wav.model_executor.models.step_audio2.standin import (
+    from vllm_omni_token2wav.model_executor.models.standin.token2wav_dir import (
         MINICPMO_1_0_7_LAYOUT,
         ensure_standin_token2wav_dir,
     )

@@ -44,10 +44,10 @@ def main(argv: list[str] | None = None) -> int:
     from vllm_omni.model_executor.models.cosyvoice3.cosyvoice3_code2wav import CosyVoice3Code2Wav
     from vllm_omni.transformers_utils.configs.cosyvoice3 import CosyVoice3Config
 
+    from vllm_omni_token2wav.model_executor.layers.flow_cosyvoice3 import load_flow
+    from vllm_omni_token2wav.model_executor.layers.hift_causal import load_causal_hift
     from vllm_omni_token2wav.model_executor.models.cosyvoice3 import standin
     from vllm_omni_token2wav.model_executor.models.cosyvoice3.cosyvoice3_token2wav import CosyVoice3Token2Wav
-    from vllm_omni_token2wav.model_executor.models.cosyvoice3.flow import load_flow
-    from vllm_omni_token2wav.model_executor.models.cosyvoice3.hift import load_causal_hift
     from vllm_omni_token2wav.model_executor.models.cosyvoice3.prompt import read_prompt_tokens, voice_tokens_path
 
     report: dict[str, Any] = {"threads": args.threads, "load_average": os.getloadavg()}

@@ -13,7 +13,7 @@ its description (stepaudio2/token2wav.py, read for facts), not from the in-tree 
   output unless that call is the last one; an empty last call only flushes the vocoder.
 
 The vocoder stream itself is the in-tree `CausalHiFTStreamer` (tested against a restated reference
-vocoder in tests/model_executor/models/cosyvoice3/hift/), loaded from the directory's `hift.pt` with
+vocoder in tests/model_executor/layers/hift_causal/), loaded from the directory's `hift.pt` with
 the noise table of `config.yaml`'s seed (1986 in the stand-ins; the table origin is tested in
 test_noise.py / test_yaml_config.py).
 """
@@ -26,8 +26,8 @@ from pathlib import Path
 
 import torch
 
-from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow import CausalMaskedDiffWithXvec, Lookahead, load_flow
-from vllm_omni_token2wav.model_executor.models.cosyvoice3.hift import (
+from vllm_omni_token2wav.model_executor.layers.flow import CausalMaskedDiffWithXvec, Lookahead, load_flow
+from vllm_omni_token2wav.model_executor.layers.hift_causal import (
     MINICPMO_1_0_7_STREAM,
     CausalHiFTStreamer,
     NoiseOrigin,

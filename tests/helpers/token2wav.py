@@ -152,7 +152,7 @@ def make_token2wav_dir(
     source = campplus if campplus is not None else ensure_standin_campplus_onnx()
     os.symlink(source, root / "campplus.onnx")
     if synthesis:
-        from vllm_omni_token2wav.model_executor.models.step_audio2.standin import (
+        from vllm_omni_token2wav.model_executor.models.standin.token2wav_dir import (
             MINICPMO_1_0_7_LAYOUT,
             ensure_standin_token2wav_dir,
         )

@@ -140,7 +140,7 @@ def token2wav_model_dir(
         if not path.is_dir():
             raise error(f"--model-dir {path}: not a directory")
         return path, {"kind": "model-dir", "path": str(path), "campplus": campplus_label(path)}
-    from vllm_omni_token2wav.model_executor.models.step_audio2.standin import ensure_standin_token2wav_dir
+    from vllm_omni_token2wav.model_executor.models.standin.token2wav_dir import ensure_standin_token2wav_dir
 
     size = "reduced" if reduced else "full"
     stage(f"stand-in token2wav directory ({size} size; the first full-size use writes ~1.2 GB, minutes)")

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow.streaming import SILENCE_TOKEN
+from vllm_omni_token2wav.model_executor.layers.flow.streaming import SILENCE_TOKEN
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.families import FamilySpec
 
 CHUNK_TOKENS = 25

@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 if TYPE_CHECKING:
-    from vllm_omni_token2wav.model_executor.models.cosyvoice3.flow import CosyVoice3FlowConfig
-    from vllm_omni_token2wav.model_executor.models.cosyvoice3.hift import CausalHiFTConfig
+    from vllm_omni_token2wav.model_executor.layers.flow_cosyvoice3 import CosyVoice3FlowConfig
+    from vllm_omni_token2wav.model_executor.layers.hift_causal import CausalHiFTConfig
 
 
 def seeded_inputs(n_prompt: int, n_tokens: int) -> tuple[torch.Tensor, ...]:

@@ -106,7 +106,7 @@ def _stream_setup(model_dir: Path) -> Any:
 def test_upstream_streams_the_reduced_flow_only_with_the_scratch_sized(
     classes: tuple[type, type], request: pytest.FixtureRequest
 ) -> None:
-    from vllm_omni_token2wav.model_executor.models.step_audio2.standin import ensure_standin_token2wav_dir
+    from vllm_omni_token2wav.model_executor.models.standin.token2wav_dir import ensure_standin_token2wav_dir
 
     model_dir = ensure_standin_token2wav_dir(reduced=True, upstream_compatible=True)
     with pytest.raises(RuntimeError, match="expanded size of the tensor"):

@@ -46,6 +46,6 @@ def short_speech(speech: tuple[np.ndarray, int]) -> tuple[np.ndarray, int]:
 def cv3_dir() -> Path:
     """The reduced stand-in Fun-CosyVoice3 directory (campplus.onnx full size, reduced flow.pt + causal hift.pt,
     cosyvoice3.yaml, default_voice.wav + .tokens), built once and cached."""
-    from vllm_omni_token2wav.model_executor.models.cosyvoice3.standin import ensure_standin_cosyvoice3_dir
+    from vllm_omni_token2wav.model_executor.models.standin.cosyvoice3_dir import ensure_standin_cosyvoice3_dir
 
     return ensure_standin_cosyvoice3_dir(reduced=True)

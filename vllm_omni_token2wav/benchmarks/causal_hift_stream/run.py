@@ -172,7 +172,7 @@ class CausalHiFTStreamBenchmark:
         return self.report
 
     def _model(self, device: torch.device) -> Any:
-        from vllm_omni_token2wav.model_executor.models.cosyvoice3.hift import (
+        from vllm_omni_token2wav.model_executor.layers.hift_causal import (
             cached_standin_causal_hift,
             load_causal_hift,
         )
@@ -200,7 +200,7 @@ class CausalHiFTStreamBenchmark:
 
     def _run(self) -> None:
         from vllm_omni_token2wav import platforms
-        from vllm_omni_token2wav.model_executor.models.cosyvoice3.hift import (
+        from vllm_omni_token2wav.model_executor.layers.hift_causal import (
             COSYVOICE3_STREAM,
             CausalHiFTStreamer,
             standin_mel,

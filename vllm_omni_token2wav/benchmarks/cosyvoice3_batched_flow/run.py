@@ -46,7 +46,7 @@ def _timed(fn: Callable[..., _T], *args: Any) -> tuple[_T, float, float]:
 
 def measure(flow: Any, rows: int, chunks: int, hop: int, n_timesteps: int) -> dict[str, Any]:
     """One stream count: per chunk index, B solo `stream_chunk` calls vs one `stream_chunks` launch."""
-    from vllm_omni_token2wav.model_executor.models.cosyvoice3.flow import (
+    from vllm_omni_token2wav.model_executor.layers.flow_cosyvoice3 import (
         start_stream,
         stream_chunk,
         stream_chunks,
@@ -102,7 +102,7 @@ def measure(flow: Any, rows: int, chunks: int, hop: int, n_timesteps: int) -> di
 def run(config: BatchedFlowConfig) -> dict[str, Any]:
     """Every stream count of `config` on the seeded stand-in flow (CPU), as the recorded JSON document."""
     from vllm_omni_token2wav.benchmarks.common import torch_threads
-    from vllm_omni_token2wav.model_executor.models.cosyvoice3.flow import ensure_standin_flow, load_flow
+    from vllm_omni_token2wav.model_executor.layers.flow_cosyvoice3 import ensure_standin_flow, load_flow
 
     result: dict[str, Any] = {
         "full": config.full,

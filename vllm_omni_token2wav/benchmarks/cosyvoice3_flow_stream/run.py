@@ -272,7 +272,7 @@ def measure_chunk_costs(
     tokens after the last hop's lookahead are then fed as the last call, timed in both `FinalChunk`
     modes (`measure_final_chunk`).
     """
-    from vllm_omni_token2wav.model_executor.models.cosyvoice3.flow import start_stream, stream_chunk
+    from vllm_omni_token2wav.model_executor.layers.flow_cosyvoice3 import start_stream, stream_chunk
 
     pt, pm, spk = prompt
     (state, seconds), setup_cpu = cpu_timed(
@@ -331,7 +331,7 @@ def measure_final_chunk(
     order `full_first` says. States are immutable, so both calls start from the same stream."""
     import dataclasses
 
-    from vllm_omni_token2wav.model_executor.models.cosyvoice3.flow import FinalChunk, stream_chunk
+    from vllm_omni_token2wav.model_executor.layers.flow_cosyvoice3 import FinalChunk, stream_chunk
 
     if state.final_chunk is not FinalChunk.FULL_ATTENTION or state.replay is None:
         raise BenchSetupError("the last-call comparison needs a stream started in FinalChunk.FULL_ATTENTION mode")
@@ -373,7 +373,7 @@ class FlowStreamBenchmark:
         return self.report
 
     def _load(self, device: torch.device) -> Any:
-        from vllm_omni_token2wav.model_executor.models.cosyvoice3.flow import ensure_standin_flow, load_flow
+        from vllm_omni_token2wav.model_executor.layers.flow_cosyvoice3 import ensure_standin_flow, load_flow
 
         cfg = self.config
         if cfg.model_dir is not None:

@@ -39,7 +39,7 @@ import torch
 
 from vllm_omni_token2wav import platforms
 from vllm_omni_token2wav.cli_types import CLIUsageError
-from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow import (
+from vllm_omni_token2wav.model_executor.layers.flow import (
     REAL_FLOW_CONFIG,
     REDUCED_FLOW_CONFIG,
     CausalMaskedDiffWithXvec,

@@ -299,7 +299,7 @@ class CosyVoice3Benchmark:
     def _core(self, device: torch.device) -> tuple[Any, Any]:
         from vllm_omni_token2wav.model_executor.models.cosyvoice3.cosyvoice3_token2wav import CosyVoice3Token2Wav
         from vllm_omni_token2wav.model_executor.models.cosyvoice3.prompt import read_prompt_tokens, voice_tokens_path
-        from vllm_omni_token2wav.model_executor.models.cosyvoice3.standin import ensure_standin_cosyvoice3_dir
+        from vllm_omni_token2wav.model_executor.models.standin.cosyvoice3_dir import ensure_standin_cosyvoice3_dir
 
         cfg = self.config
         if cfg.model_dir is not None:

@@ -36,8 +36,8 @@ import torch
 from vllm_omni_token2wav.atomic_io import write_bytes_atomic
 from vllm_omni_token2wav.benchmarks.bench_cli import invoked_command
 from vllm_omni_token2wav.benchmarks.common import load_average, run_environment, torch_threads
-from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow.kv_cache import EstimatorKV
-from vllm_omni_token2wav.model_executor.models.step_audio2.standin import ensure_standin_token2wav_dir
+from vllm_omni_token2wav.model_executor.layers.flow.kv_cache import EstimatorKV
+from vllm_omni_token2wav.model_executor.models.standin.token2wav_dir import ensure_standin_token2wav_dir
 from vllm_omni_token2wav.model_executor.models.token2wav_core.stage_backend import CosyVoice2Voice
 from vllm_omni_token2wav.model_executor.models.token2wav_core.stream import stream_chunks
 from vllm_omni_token2wav.model_executor.models.token2wav_core.synthesis import open_stream, stream_chunk

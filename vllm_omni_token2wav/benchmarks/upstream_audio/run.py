@@ -188,7 +188,7 @@ class UpstreamAudioComparison:
     def _model_dir(self) -> Path:
         if self.config.model_dir is not None:
             return self.config.model_dir
-        from vllm_omni_token2wav.model_executor.models.step_audio2.standin import ensure_standin_token2wav_dir
+        from vllm_omni_token2wav.model_executor.models.standin.token2wav_dir import ensure_standin_token2wav_dir
 
         return ensure_standin_token2wav_dir(reduced=True, upstream_compatible=True)
 

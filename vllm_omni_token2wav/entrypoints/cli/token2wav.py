@@ -160,7 +160,7 @@ def _check_prompt(prompt: Path) -> None:
 
 
 def _synthesise(args: argparse.Namespace, tokens: list[int]) -> int:
-    from vllm_omni_token2wav.model_executor.models.step_audio2.standin import ensure_standin_token2wav_dir
+    from vllm_omni_token2wav.model_executor.models.standin.token2wav_dir import ensure_standin_token2wav_dir
     from vllm_omni_token2wav.model_executor.models.step_audio2.step_audio2_token2wav import StepAudio2Token2WavCore
     from vllm_omni_token2wav.model_executor.models.token2wav_core.stream import stream_chunks
 
@@ -219,7 +219,7 @@ def _synthesise_cosyvoice3(args: argparse.Namespace, tokens: list[int]) -> int:
         CosyVoice3Token2Wav,
         upstream_chunks,
     )
-    from vllm_omni_token2wav.model_executor.models.cosyvoice3.standin import ensure_standin_cosyvoice3_dir
+    from vllm_omni_token2wav.model_executor.models.standin.cosyvoice3_dir import ensure_standin_cosyvoice3_dir
 
     _standin_note(args, "CosyVoice3")
     model_dir = args.model_dir or ensure_standin_cosyvoice3_dir(reduced=args.standin == "reduced")

@@ -22,16 +22,16 @@ import torch
 
 from tests.helpers.stream_race import race
 from tests.helpers.token2wav import SessionCounter, assert_embeddings_close, make_token2wav_dir
-from tests.model_executor.models.cosyvoice3.flow.reference import reference_mel
-from tests.model_executor.models.cosyvoice3.hift.reference import reference_inference, reference_noise
+from tests.model_executor.layers.flow_cosyvoice3.reference import reference_mel
+from tests.model_executor.layers.hift_causal.reference import reference_inference, reference_noise
 from vllm_omni_token2wav.assets.audio import speech_sample
+from vllm_omni_token2wav.model_executor.layers.flow_cosyvoice3 import FinalChunk
 from vllm_omni_token2wav.model_executor.models.cosyvoice3 import cosyvoice3_token2wav
 from vllm_omni_token2wav.model_executor.models.cosyvoice3.cosyvoice3_token2wav import (
     COSYVOICE3_ASSETS,
     CosyVoice3Token2Wav,
     upstream_chunks,
 )
-from vllm_omni_token2wav.model_executor.models.cosyvoice3.flow import FinalChunk
 from vllm_omni_token2wav.model_executor.models.cosyvoice3.prompt import (
     CosyVoice3Prompt,
     read_prompt_tokens,
@@ -78,7 +78,7 @@ def _weights(core: CosyVoice3Token2Wav) -> dict[str, torch.Tensor]:
 def _ref_mel(
     core: CosyVoice3Token2Wav, prompt: CosyVoice3Prompt, ids: torch.Tensor, seed: int, **kw: bool
 ) -> torch.Tensor:
-    from vllm_omni_token2wav.model_executor.models.cosyvoice3.flow.noise import draw_noise_table
+    from vllm_omni_token2wav.model_executor.layers.flow_cosyvoice3.noise import draw_noise_table
 
     return reference_mel(
         _weights(core),

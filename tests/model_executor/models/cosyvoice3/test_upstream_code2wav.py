@@ -37,9 +37,9 @@ def _shapes(state: dict[str, torch.Tensor]) -> dict[str, tuple[int, ...]]:
 
 
 def test_the_full_size_stand_in_has_upstreams_exact_flow_and_vocoder_layout(upstream_on_meta: Any) -> None:
-    from vllm_omni_token2wav.model_executor.models.cosyvoice3.flow import REAL_FLOW_CONFIG
-    from vllm_omni_token2wav.model_executor.models.cosyvoice3.flow.flow import CausalMaskedDiffWithDiT
-    from vllm_omni_token2wav.model_executor.models.cosyvoice3.hift.standin import CAUSAL_HIFT_STANDINS
+    from vllm_omni_token2wav.model_executor.layers.flow_cosyvoice3 import REAL_FLOW_CONFIG
+    from vllm_omni_token2wav.model_executor.layers.flow_cosyvoice3.flow import CausalMaskedDiffWithDiT
+    from vllm_omni_token2wav.model_executor.layers.hift_causal.standin import CAUSAL_HIFT_STANDINS
 
     with torch.device("meta"):  # the stand-in flow.pt is this module's state dict (flow/loader.py)
         flow = CausalMaskedDiffWithDiT(REAL_FLOW_CONFIG)

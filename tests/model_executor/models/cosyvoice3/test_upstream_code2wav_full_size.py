@@ -37,7 +37,7 @@ SAMPLES_PER_TOKEN = 960  # 24 kHz, 25 Hz tokens
 
 @pytest.fixture(scope="module")
 def full_dir() -> Path:
-    from vllm_omni_token2wav.model_executor.models.cosyvoice3.standin import ensure_standin_cosyvoice3_dir
+    from vllm_omni_token2wav.model_executor.models.standin.cosyvoice3_dir import ensure_standin_cosyvoice3_dir
 
     return ensure_standin_cosyvoice3_dir(reduced=False)
 
@@ -56,7 +56,7 @@ def upstream(full_dir: Path) -> Any:
 def test_upstream_loads_the_full_size_folder_strictly_and_our_loaders_read_the_same_flow(
     upstream: Any, full_dir: Path
 ) -> None:
-    from vllm_omni_token2wav.model_executor.models.cosyvoice3.flow import REAL_FLOW_CONFIG, load_flow
+    from vllm_omni_token2wav.model_executor.layers.flow_cosyvoice3 import REAL_FLOW_CONFIG, load_flow
 
     ours = load_flow(full_dir, device="cpu")
     assert ours.config == REAL_FLOW_CONFIG
@@ -78,7 +78,7 @@ def _effective_conv_weights(module: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 
 def test_upstream_and_our_loader_read_the_same_vocoder(upstream: Any, full_dir: Path) -> None:
-    from vllm_omni_token2wav.model_executor.models.cosyvoice3.hift import FULL_CAUSAL_HIFT_CONFIG, load_causal_hift
+    from vllm_omni_token2wav.model_executor.layers.hift_causal import FULL_CAUSAL_HIFT_CONFIG, load_causal_hift
 
     ours = load_causal_hift(full_dir / "hift.pt", device="cpu")
     assert ours.config == FULL_CAUSAL_HIFT_CONFIG

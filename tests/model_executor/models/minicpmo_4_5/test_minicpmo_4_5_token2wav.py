@@ -19,7 +19,7 @@ from vllm_omni_token2wav.model_executor.models.minicpmo_4_5.minicpmo_4_5_token2w
     resolve_token2wav_device,
 )
 from vllm_omni_token2wav.model_executor.models.speaker_embedding import selection as speaker_embedding
-from vllm_omni_token2wav.model_executor.models.step_audio2.step_audio2_token2wav import StepAudio2Token2WavCore
+from vllm_omni_token2wav.model_executor.models.token2wav_core.core import Token2WavCore
 from vllm_omni_token2wav.platforms.cuda.platform import CudaOmniPlatform
 from vllm_omni_token2wav.platforms.npu.platform import NpuOmniPlatform
 
@@ -38,11 +38,11 @@ def enable_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Record `enable_spk_embedding(request)` calls on the core (without building anything)."""
     calls: list[str] = []
 
-    def record(self: StepAudio2Token2WavCore, request: str) -> str:
+    def record(self: Token2WavCore, request: str) -> str:
         calls.append(f"{request}:{self.device}")
         return "recorded"
 
-    monkeypatch.setattr(StepAudio2Token2WavCore, "enable_spk_embedding", record)
+    monkeypatch.setattr(Token2WavCore, "enable_spk_embedding", record)
     return calls
 
 
@@ -86,10 +86,10 @@ def test_construction_errors_surface_at_init(tmp_path: Path) -> None:
 def test_facade_prompt_path_matches_the_core_it_wraps(
     token2wav_dir: Path, short_speech: tuple[np.ndarray, int]
 ) -> None:
-    from vllm_omni_token2wav.model_executor.models.step_audio2.step_audio2_token2wav import StepAudio2Token2WavCore
+    from vllm_omni_token2wav.model_executor.models.token2wav_core.core import Token2WavCore
 
     facade = MiniCPMO45Token2wav(token2wav_dir)
-    expected = StepAudio2Token2WavCore(token2wav_dir).prepare_prompt(short_speech)
+    expected = Token2WavCore(token2wav_dir).prepare_prompt(short_speech)
     got = facade.prepare_prompt(short_speech)
     torch.testing.assert_close(got.speaker_embedding, expected.speaker_embedding, rtol=0, atol=0)
     torch.testing.assert_close(facade.speaker_embedding(short_speech), expected.speaker_embedding, rtol=0, atol=0)
@@ -145,10 +145,10 @@ def test_stage_on_npu_fails_when_the_device_path_fails(token2wav_dir: Path, monk
     install_fake_torch_npu(monkeypatch)
     platforms.reset_current_platform(NpuOmniPlatform())
 
-    def broken(self: StepAudio2Token2WavCore, request: str) -> str:
+    def broken(self: Token2WavCore, request: str) -> str:
         raise RuntimeError("torch CAM++ cannot be placed on npu:0: device out of memory")
 
-    monkeypatch.setattr(StepAudio2Token2WavCore, "enable_spk_embedding", broken)
+    monkeypatch.setattr(Token2WavCore, "enable_spk_embedding", broken)
     with pytest.raises(RuntimeError, match="out of memory"):
         MiniCPMO45Code2Wav(model=str(token2wav_dir), device="cpu")
 
@@ -180,7 +180,7 @@ def test_a_click_in_silence_is_not_a_voice_for_the_facade_or_the_stage(token2wav
 
 
 def test_facade_streams_with_minicpmo_lookahead_and_trim_by_default(token2wav_dir: Path) -> None:
-    from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow import ConformerTrim, Lookahead
+    from vllm_omni_token2wav.model_executor.layers.flow import ConformerTrim, Lookahead
 
     core = MiniCPMO45Token2wav(token2wav_dir).core
     assert (core.stream_lookahead, core.conformer_trim) == (Lookahead.SILENCE, ConformerTrim.PROMPT_PLUS_TAIL)

@@ -81,8 +81,8 @@ def test_minicpmo_utils_1_0_7_loads_the_causal_vocoder_layout(tmp_path: Path) ->
         pytest.skip(reason)
     import torch
 
-    from vllm_omni_token2wav.model_executor.models.cosyvoice2.hift import cached_standin_hift
-    from vllm_omni_token2wav.model_executor.models.step_audio2.standin import ensure_standin_token2wav_dir
+    from vllm_omni_token2wav.model_executor.layers.hift import cached_standin_hift
+    from vllm_omni_token2wav.model_executor.models.standin.token2wav_dir import ensure_standin_token2wav_dir
 
     model_dir = ensure_standin_token2wav_dir(reduced=True, layout="minicpmo-utils-1.0.7", upstream_compatible=True)
     script = tmp_path / "load.py"

@@ -21,12 +21,12 @@ import torch
 from tests.helpers.minicpmo_reference import LEADING_ZEROS, MiniCPMOReferenceStream
 from tests.helpers.token2wav import make_token2wav_dir
 from tests.helpers.torch_state import one_intra_op_thread
-from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow import ConformerTrim, Lookahead, load_flow
-from vllm_omni_token2wav.model_executor.models.cosyvoice2.hift import load_hift
-from vllm_omni_token2wav.model_executor.models.cosyvoice2.hift.loader import HiFTLoadError
+from vllm_omni_token2wav.model_executor.layers.flow import ConformerTrim, Lookahead, load_flow
+from vllm_omni_token2wav.model_executor.layers.hift import load_hift
+from vllm_omni_token2wav.model_executor.layers.hift.loader import HiFTLoadError
 from vllm_omni_token2wav.model_executor.models.minicpmo_4_5.minicpmo_4_5_token2wav import MiniCPMO45Token2wav
 from vllm_omni_token2wav.model_executor.models.minicpmo_4_5.variants import MiniCPMOVariant
-from vllm_omni_token2wav.model_executor.models.step_audio2.standin import MINICPMO_1_0_7_LAYOUT
+from vllm_omni_token2wav.model_executor.models.standin.token2wav_dir import MINICPMO_1_0_7_LAYOUT
 from vllm_omni_token2wav.model_executor.models.token2wav_core.stream import stream_chunks
 from vllm_omni_token2wav.model_executor.models.token2wav_core.stream_vocoder import VocoderKind
 

@@ -25,11 +25,11 @@ import torch
 from tests.helpers.host_sync import HostSyncCounter
 from tests.helpers.torch_state import one_intra_op_thread
 from vllm_omni_token2wav.assets.audio import speech_sample
+from vllm_omni_token2wav.model_executor.layers.flow.batched import FlowChunkRow, flow_chunks
+from vllm_omni_token2wav.model_executor.layers.hift.source import DrawnNoise
 from vllm_omni_token2wav.model_executor.models.audio import load_prompt_audio
-from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow.batched import FlowChunkRow, flow_chunks
-from vllm_omni_token2wav.model_executor.models.cosyvoice2.hift.source import DrawnNoise
 from vllm_omni_token2wav.model_executor.models.speaker_embedding import torch_backend as speaker_embedding_torch
-from vllm_omni_token2wav.model_executor.models.step_audio2.standin import ensure_standin_token2wav_dir
+from vllm_omni_token2wav.model_executor.models.standin.token2wav_dir import ensure_standin_token2wav_dir
 from vllm_omni_token2wav.model_executor.models.step_audio2.step_audio2_token2wav import StepAudio2Token2WavCore
 from vllm_omni_token2wav.model_executor.models.token2wav_core.synthesis import synthesize_utterance
 

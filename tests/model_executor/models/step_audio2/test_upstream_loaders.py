@@ -46,7 +46,7 @@ SAMPLES_PER_TOKEN = 2 * 480  # two mel frames per token, 480 samples per frame a
 
 @pytest.fixture(scope="module")
 def upstream_dir() -> Path:
-    from vllm_omni_token2wav.model_executor.models.step_audio2.standin import ensure_standin_token2wav_dir
+    from vllm_omni_token2wav.model_executor.models.standin.token2wav_dir import ensure_standin_token2wav_dir
 
     return ensure_standin_token2wav_dir(reduced=True, upstream_compatible=True)
 
@@ -78,7 +78,7 @@ def test_s3tokenizer_converts_the_speech_tokenizer_and_agrees_with_onnxruntime(
     import onnxruntime
     import s3tokenizer
 
-    from vllm_omni_token2wav.model_executor.models.cosyvoice2.speech_tokenizer import (
+    from vllm_omni_token2wav.model_executor.layers.speech_tokenizer import (
         load_speech_tokenizer_from_onnx,
     )
 

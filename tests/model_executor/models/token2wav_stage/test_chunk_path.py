@@ -34,23 +34,24 @@ pytestmark = [pytest.mark.core_model, pytest.mark.cpu, pytest.mark.usefixtures("
 
 PACKAGE = Path(vllm_omni_token2wav.__file__).resolve().parent
 MODELS = "model_executor/models"
+LAYERS = "model_executor/layers"
 
 #: The folders one chunk crosses, as docs/design/architecture.md "One streaming chunk's path" names them.
 STEP_AUDIO2_PATH = {
     f"{MODELS}/token2wav_stage",
     f"{MODELS}/token2wav_core",
-    f"{MODELS}/cosyvoice2/flow",
-    f"{MODELS}/cosyvoice2/hift",
+    f"{LAYERS}/flow",
+    f"{LAYERS}/hift",
 }
 #: CosyVoice3's own four, plus the CosyVoice2 layer folders its DiT flow and causal HiFT are built from
 #: (Euler CFG steps, ragged convolutions, the HiFT base and source): shared building blocks, no stop of its own.
 COSYVOICE3_PATH = {
     f"{MODELS}/token2wav_stage",
     f"{MODELS}/cosyvoice3",
-    f"{MODELS}/cosyvoice3/flow",
-    f"{MODELS}/cosyvoice3/hift",
-    f"{MODELS}/cosyvoice2/flow",
-    f"{MODELS}/cosyvoice2/hift",
+    f"{LAYERS}/flow_cosyvoice3",
+    f"{LAYERS}/hift_causal",
+    f"{LAYERS}/flow",
+    f"{LAYERS}/hift",
 }
 
 

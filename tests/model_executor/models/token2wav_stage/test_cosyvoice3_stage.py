@@ -47,11 +47,11 @@ import pytest
 import torch
 
 from vllm_omni_token2wav.benchmarks.token2wav_producer import ChunkPayload, ProducerStream, all_chunks, forward_inputs
-from vllm_omni_token2wav.model_executor.models.cosyvoice2.hift.source import harmonic_increments
+from vllm_omni_token2wav.model_executor.layers.flow_cosyvoice3 import FinalChunk
+from vllm_omni_token2wav.model_executor.layers.hift.source import harmonic_increments
+from vllm_omni_token2wav.model_executor.layers.hift_causal.source import CausalSource
 from vllm_omni_token2wav.model_executor.models.cosyvoice3.cosyvoice3_code2wav import CosyVoice3Code2Wav
 from vllm_omni_token2wav.model_executor.models.cosyvoice3.cosyvoice3_token2wav import upstream_chunks
-from vllm_omni_token2wav.model_executor.models.cosyvoice3.flow import FinalChunk
-from vllm_omni_token2wav.model_executor.models.cosyvoice3.hift.source import CausalSource
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.contract import SegmentKind, parse_step
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.errors import segment_errors
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.families import COSYVOICE3

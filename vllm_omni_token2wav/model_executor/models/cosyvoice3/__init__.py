@@ -1,6 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
-"""CosyVoice3 model family: speaker-embedding backends (ORT / torch / TensorRT) and the Token2Wav facade.
+"""The CosyVoice3 family (Fun-CosyVoice3-0.5B): its stage class, facade, synthesis backend and voice reader.
 
-`speaker_embedding.select_speaker_embedding_backend` is the one place that decides where the CAM++
-speaker embedding runs; `cosyvoice3_token2wav.CosyVoice3Token2Wav` is the facade over CosyVoice3 assets.
+`cosyvoice3_code2wav.CosyVoice3Code2Wav` is the stage class vLLM-Omni builds for `CosyVoice3Model`'s code2wav
+stage; `cosyvoice3_token2wav.CosyVoice3Token2Wav` is the facade over a Fun-CosyVoice3 folder (the DiT flow
+`layers/flow_cosyvoice3/`, the causal HiFT `layers/hift_causal/`); `voice.py` reads upstream's prompt
+conditioning. The speaker embedding is not here: `model_executor/models/speaker_embedding/`.
 """

@@ -32,10 +32,10 @@ from dataclasses import dataclass
 
 import torch
 
+from vllm_omni_token2wav.model_executor.layers.flow_cosyvoice3 import FlowStreamState, plan_chunk
+from vllm_omni_token2wav.model_executor.layers.flow_cosyvoice3.noise import check_noise
+from vllm_omni_token2wav.model_executor.layers.hift_causal.batched import push_key
 from vllm_omni_token2wav.model_executor.models.cosyvoice3.cosyvoice3_token2wav import CosyVoice3Token2Wav
-from vllm_omni_token2wav.model_executor.models.cosyvoice3.flow import FlowStreamState, plan_chunk
-from vllm_omni_token2wav.model_executor.models.cosyvoice3.flow.noise import check_noise
-from vllm_omni_token2wav.model_executor.models.cosyvoice3.hift.batched import push_key
 from vllm_omni_token2wav.model_executor.models.cosyvoice3.prompt import CosyVoice3Prompt, token_ids
 from vllm_omni_token2wav.model_executor.models.cosyvoice3.synthesis import (
     StreamCaches,

@@ -40,10 +40,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
+from vllm_omni_token2wav.model_executor.layers.flow_cosyvoice3 import FinalChunk
 from vllm_omni_token2wav.model_executor.models.cosyvoice3.backend import CosyVoice3Backend
 from vllm_omni_token2wav.model_executor.models.cosyvoice3.cosyvoice3_token2wav import CosyVoice3Token2Wav
 from vllm_omni_token2wav.model_executor.models.cosyvoice3.family import COSYVOICE3
-from vllm_omni_token2wav.model_executor.models.cosyvoice3.flow import FinalChunk
 from vllm_omni_token2wav.model_executor.models.cosyvoice3.prompt import read_prompt_tokens, voice_tokens_path
 from vllm_omni_token2wav.model_executor.models.cosyvoice3.voice import ReferenceVoice
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.backend import Token2WavBackend

@@ -43,8 +43,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 
 from vllm_omni_token2wav.logger import init_logger
+from vllm_omni_token2wav.model_executor.layers.flow_cosyvoice3 import DEFAULT_FINAL_CHUNK, FinalChunk, stream_calls
 from vllm_omni_token2wav.model_executor.models.audio.mel import MelConfig
-from vllm_omni_token2wav.model_executor.models.cosyvoice3.flow import DEFAULT_FINAL_CHUNK, FinalChunk, stream_calls
 from vllm_omni_token2wav.model_executor.models.cosyvoice3.prompt import (
     COSYVOICE3_MEL_CONFIG,
     CosyVoice3Prompt,
@@ -71,8 +71,8 @@ from vllm_omni_token2wav.model_executor.models.token2wav_core.stream import Step
 from vllm_omni_token2wav.platforms import DeviceSpec
 
 if TYPE_CHECKING:
-    from vllm_omni_token2wav.model_executor.models.cosyvoice3.flow import CausalMaskedDiffWithDiT
-    from vllm_omni_token2wav.model_executor.models.cosyvoice3.hift import CausalHiFTGenerator, CausalHiFTStreamer
+    from vllm_omni_token2wav.model_executor.layers.flow_cosyvoice3 import CausalMaskedDiffWithDiT
+    from vllm_omni_token2wav.model_executor.layers.hift_causal import CausalHiFTGenerator, CausalHiFTStreamer
     from vllm_omni_token2wav.model_executor.models.speaker_embedding.backend import SpeakerEmbeddingBackend
     from vllm_omni_token2wav.model_executor.models.speaker_embedding.selection import BackendRequest
 
@@ -270,13 +270,13 @@ class CosyVoice3Token2Wav:
             self._models = self._load_synthesis_models()
 
     def _load_synthesis_models(self) -> CosyVoice3Models:
-        from vllm_omni_token2wav.model_executor.models.cosyvoice3.flow import load_flow
-        from vllm_omni_token2wav.model_executor.models.cosyvoice3.hift import (
+        from vllm_omni_token2wav.model_executor.layers.flow_cosyvoice3 import load_flow
+        from vllm_omni_token2wav.model_executor.layers.hift_causal import (
             COSYVOICE3_STREAM,
             CausalHiFTStreamer,
             load_causal_hift,
         )
-        from vllm_omni_token2wav.model_executor.models.cosyvoice3.hift.config import (
+        from vllm_omni_token2wav.model_executor.layers.hift_causal.config import (
             check_hift_yaml,
             hift_config_from_yaml,
         )

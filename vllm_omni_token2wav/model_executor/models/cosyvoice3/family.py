@@ -10,7 +10,7 @@ payload, and names the voice its own way (`voice.read_voice`). The assets are th
 
 from __future__ import annotations
 
-from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow import ConformerTrim, Lookahead
+from vllm_omni_token2wav.model_executor.layers.flow import ConformerTrim, Lookahead
 from vllm_omni_token2wav.model_executor.models.cosyvoice3.voice import read_voice
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.families import FamilySpec
 

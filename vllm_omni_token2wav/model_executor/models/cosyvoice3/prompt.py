@@ -33,8 +33,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from vllm_omni_token2wav.model_executor.layers.flow_cosyvoice3.flow import align_prompt
 from vllm_omni_token2wav.model_executor.models.audio.mel import MelConfig
-from vllm_omni_token2wav.model_executor.models.cosyvoice3.flow.flow import align_prompt
 
 #: CosyVoice3's prompt mel: Step-Audio2's recipe with fmax = sample_rate / 2 (cosyvoice3.yaml `fmax: null`).
 COSYVOICE3_MEL_CONFIG = MelConfig(fmax=12000.0)

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 import torch
 
-from vllm_omni_token2wav.model_executor.models.cosyvoice3.flow import (
+from vllm_omni_token2wav.model_executor.layers.flow_cosyvoice3 import (
     DEFAULT_FINAL_CHUNK,
     CausalMaskedDiffWithDiT,
     FinalChunk,
@@ -46,9 +46,9 @@ from vllm_omni_token2wav.model_executor.models.cosyvoice3.flow import (
     start_stream,
     stream_chunks,
 )
-from vllm_omni_token2wav.model_executor.models.cosyvoice3.hift import CausalHiFTGenerator, CausalHiFTStreamer
-from vllm_omni_token2wav.model_executor.models.cosyvoice3.hift.batched import push_key, push_rows
-from vllm_omni_token2wav.model_executor.models.cosyvoice3.hift.stream import CausalHiFTStreamState
+from vllm_omni_token2wav.model_executor.layers.hift_causal import CausalHiFTGenerator, CausalHiFTStreamer
+from vllm_omni_token2wav.model_executor.layers.hift_causal.batched import push_key, push_rows
+from vllm_omni_token2wav.model_executor.layers.hift_causal.stream import CausalHiFTStreamState
 from vllm_omni_token2wav.model_executor.models.cosyvoice3.prompt import CosyVoice3Prompt
 
 #: Mel frames per token and samples per mel frame: 960 samples (40 ms) per token.

@@ -8,7 +8,7 @@ the conformer cache is trimmed to prompt + 100 frames; the default voice is `HT_
 
 from __future__ import annotations
 
-from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow import ConformerTrim, Lookahead
+from vllm_omni_token2wav.model_executor.layers.flow import ConformerTrim, Lookahead
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.families import FamilySpec
 
 MINICPMO_4_5 = FamilySpec(

@@ -25,10 +25,10 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow import ConformerTrim, Lookahead
+from vllm_omni_token2wav.model_executor.layers.flow import ConformerTrim, Lookahead
 from vllm_omni_token2wav.model_executor.models.minicpmo_4_5.family import MINICPMO_4_5
+from vllm_omni_token2wav.model_executor.models.minicpmo_4_5.minicpmo_4_5_token2wav import MiniCPMO45Token2WavCore
 from vllm_omni_token2wav.model_executor.models.minicpmo_4_5.variants import MiniCPMOVariant
-from vllm_omni_token2wav.model_executor.models.step_audio2.step_audio2_token2wav import StepAudio2Token2WavCore
 from vllm_omni_token2wav.model_executor.models.token2wav_core.core import PromptWav
 from vllm_omni_token2wav.model_executor.models.token2wav_core.prompt_features import PromptFeatures
 from vllm_omni_token2wav.model_executor.models.token2wav_core.stage import CoreStageModel
@@ -49,7 +49,7 @@ class MiniCPMO45Code2Wav(CoreStageModel):
     """Stage-2 Token2Wav of MiniCPM-o 4.5 (see the module docstring)."""
 
     family: ClassVar[FamilySpec] = MINICPMO_4_5
-    core_class: ClassVar[type[StepAudio2Token2WavCore]] = StepAudio2Token2WavCore
+    core_class: ClassVar[type[MiniCPMO45Token2WavCore]] = MiniCPMO45Token2WavCore
 
     def __init__(self, *, vllm_config: Any = None, prefix: str = "", **overrides: Any) -> None:
         super().__init__(vllm_config=vllm_config, prefix=prefix, **overrides)

@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
-"""MiniCPM-o 4.5's Token2Wav facade: the Step-Audio2 core with MiniCPM-o's streaming variant.
+"""MiniCPM-o 4.5's Token2Wav facade: the shared core with MiniCPM-o's streaming variant.
 
-MiniCPM-o ships the Step-Audio2 token2wav assets and wraps the core so that construction errors
+MiniCPM-o ships the Step-Audio2 token2wav assets (the core's layout; `MiniCPMO45Token2WavCore` is the core under
+MiniCPM-o's own name, so its logs and errors say MiniCPM-o) and wraps the core so that construction errors
 (missing directory or file, bad device spec) surface when the stage starts, not on the first
 request, while the models themselves load lazily (first synthesis, or `load()`): constructing the
 stage costs no model memory and no file reads beyond a directory check. vLLM constructs stage models
@@ -24,14 +25,14 @@ from pathlib import Path
 import torch
 
 from vllm_omni_token2wav.logger import init_logger
-from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow import ConformerTrim, Lookahead
+from vllm_omni_token2wav.model_executor.layers.flow import ConformerTrim, Lookahead
 from vllm_omni_token2wav.model_executor.models.minicpmo_4_5.variants import MiniCPMOVariant
 from vllm_omni_token2wav.model_executor.models.speaker_embedding.backend import SpeakerEmbeddingBackend
 from vllm_omni_token2wav.model_executor.models.speaker_embedding.selection import BackendRequest
-from vllm_omni_token2wav.model_executor.models.step_audio2.step_audio2_token2wav import (
+from vllm_omni_token2wav.model_executor.models.token2wav_core.core import (
     DEFAULT_PROMPT_CACHE_SIZE,
     PromptWav,
-    StepAudio2Token2WavCore,
+    Token2WavCore,
 )
 from vllm_omni_token2wav.model_executor.models.token2wav_core.prompt_features import PromptFeatures
 from vllm_omni_token2wav.model_executor.models.token2wav_core.stream import Token2WavStream
@@ -55,6 +56,10 @@ def resolve_token2wav_device(device: DeviceSpec) -> torch.device:
     return platforms.current_omni_platform.torch_device()
 
 
+class MiniCPMO45Token2WavCore(Token2WavCore):
+    """The shared Token2Wav core under MiniCPM-o 4.5's name (the name its logs, errors and stage show)."""
+
+
 class MiniCPMO45Token2wav:
     """Token2Wav of MiniCPM-o 4.5 over a Step-Audio2 token2wav directory (prompt path and synthesis)."""
 
@@ -76,7 +81,7 @@ class MiniCPMO45Token2wav:
     ) -> None:
         self.variant = MiniCPMOVariant.parse(variant)
         self.device = resolve_token2wav_device(device)
-        self.core = StepAudio2Token2WavCore(
+        self.core = MiniCPMO45Token2WavCore(
             model_path,
             float16=float16,
             device=self.device,
@@ -122,7 +127,7 @@ class MiniCPMO45Token2wav:
         self.core.load_models()
 
     def __call__(self, tokens: SpeechTokens, prompt_wav: PromptWav, *, seed: int | None = None) -> torch.Tensor:
-        """Whole-utterance waveform `[1, 480 * 2 * len(tokens)]` (see `StepAudio2Token2WavCore.__call__`).
+        """Whole-utterance waveform `[1, 480 * 2 * len(tokens)]` (see `Token2WavCore.__call__`).
 
         The 1.0.7 variant vocodes it with `hift_original.pt` (FileNotFoundError naming it when absent).
         """

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import enum
 
-from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow import ConformerTrim, Lookahead
+from vllm_omni_token2wav.model_executor.layers.flow import ConformerTrim, Lookahead
 from vllm_omni_token2wav.model_executor.models.token2wav_core.stream_vocoder import VocoderKind
 
 

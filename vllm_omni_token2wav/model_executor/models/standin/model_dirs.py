@@ -32,7 +32,7 @@ import json
 import struct
 from pathlib import Path
 
-from vllm_omni_token2wav.model_executor.models.step_audio2.standin import _MANIFEST, ensure_assembled
+from vllm_omni_token2wav.model_executor.models.standin.token2wav_dir import _MANIFEST, ensure_assembled
 
 __all__ = [
     "ENGINE_FAMILIES",
@@ -115,10 +115,10 @@ def _asset_dir(family: str, reduced: bool, seed: int, upstream_compatible: bool)
     if family == "cosyvoice3":
         if upstream_compatible:
             raise ValueError("upstream_compatible applies to the token2wav families (minicpmo_4_5, step_audio2)")
-        from vllm_omni_token2wav.model_executor.models.cosyvoice3.standin import ensure_standin_cosyvoice3_dir
+        from vllm_omni_token2wav.model_executor.models.standin.cosyvoice3_dir import ensure_standin_cosyvoice3_dir
 
         return ensure_standin_cosyvoice3_dir(reduced=reduced, seed=seed)
-    from vllm_omni_token2wav.model_executor.models.step_audio2.standin import ensure_standin_token2wav_dir
+    from vllm_omni_token2wav.model_executor.models.standin.token2wav_dir import ensure_standin_token2wav_dir
 
     return ensure_standin_token2wav_dir(reduced=reduced, seed=seed, upstream_compatible=upstream_compatible)
 

@@ -9,7 +9,7 @@ conformer cache is not trimmed; the default voice is `default_female.wav` or the
 
 from __future__ import annotations
 
-from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow import ConformerTrim, Lookahead
+from vllm_omni_token2wav.model_executor.layers.flow import ConformerTrim, Lookahead
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.families import FamilySpec
 
 STEP_AUDIO2 = FamilySpec(

@@ -40,9 +40,9 @@ from typing import Any
 
 import torch
 
-from vllm_omni_token2wav.model_executor.models.cosyvoice2.hift import HiFTGenerator, load_hift
-from vllm_omni_token2wav.model_executor.models.cosyvoice2.hift.loader import HiFTLoadError
-from vllm_omni_token2wav.model_executor.models.cosyvoice3.hift import (
+from vllm_omni_token2wav.model_executor.layers.hift import HiFTGenerator, load_hift
+from vllm_omni_token2wav.model_executor.layers.hift.loader import HiFTLoadError
+from vllm_omni_token2wav.model_executor.layers.hift_causal import (
     MINICPMO_1_0_7_STREAM,
     CausalHiFTGenerator,
     CausalHiFTStreamer,
@@ -50,8 +50,8 @@ from vllm_omni_token2wav.model_executor.models.cosyvoice3.hift import (
     StreamPolicy,
     load_causal_hift,
 )
-from vllm_omni_token2wav.model_executor.models.cosyvoice3.hift.batched_stream import launch_key, push_rows
-from vllm_omni_token2wav.model_executor.models.cosyvoice3.hift.yaml_config import read_vocoder_yaml
+from vllm_omni_token2wav.model_executor.layers.hift_causal.batched_stream import launch_key, push_rows
+from vllm_omni_token2wav.model_executor.layers.hift_causal.yaml_config import read_vocoder_yaml
 from vllm_omni_token2wav.model_executor.models.token2wav_core.stream_vocoder import VocoderChunk
 from vllm_omni_token2wav.platforms import DeviceSpec
 

@@ -65,10 +65,10 @@ import numpy as np
 import torch
 
 from vllm_omni_token2wav.logger import init_logger
+from vllm_omni_token2wav.model_executor.layers.flow import ConformerTrim, Lookahead
+from vllm_omni_token2wav.model_executor.layers.flow.batched import FlowRowState, project_speaker
+from vllm_omni_token2wav.model_executor.layers.flow.streaming import CACHE_TAIL_FRAMES
 from vllm_omni_token2wav.model_executor.models.audio.mel import PROMPT_MEL_CONFIG, MelConfig
-from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow import ConformerTrim, Lookahead
-from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow.batched import FlowRowState, project_speaker
-from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow.streaming import CACHE_TAIL_FRAMES
 from vllm_omni_token2wav.model_executor.models.speaker_embedding.backend import SpeakerEmbeddingBackend
 from vllm_omni_token2wav.model_executor.models.token2wav_core.assets import (
     STEP_AUDIO2_ASSETS,
@@ -115,9 +115,9 @@ from vllm_omni_token2wav.model_executor.models.token2wav_core.synthesis import (
 from vllm_omni_token2wav.platforms import DeviceSpec
 
 if TYPE_CHECKING:
-    from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow import CausalMaskedDiffWithXvec
-    from vllm_omni_token2wav.model_executor.models.cosyvoice2.hift import HiFTGenerator
-    from vllm_omni_token2wav.model_executor.models.cosyvoice2.speech_tokenizer import SpeechTokenizerBackend
+    from vllm_omni_token2wav.model_executor.layers.flow import CausalMaskedDiffWithXvec
+    from vllm_omni_token2wav.model_executor.layers.hift import HiFTGenerator
+    from vllm_omni_token2wav.model_executor.layers.speech_tokenizer import SpeechTokenizerBackend
     from vllm_omni_token2wav.model_executor.models.speaker_embedding.selection import BackendRequest
 
 logger = init_logger(__name__)
@@ -364,8 +364,8 @@ class Token2WavCore:
             self._models_loaded = True
 
     def _load_synthesis_models(self) -> None:
-        from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow import load_flow
-        from vllm_omni_token2wav.model_executor.models.cosyvoice2.speech_tokenizer import select_speech_tokenizer
+        from vllm_omni_token2wav.model_executor.layers.flow import load_flow
+        from vllm_omni_token2wav.model_executor.layers.speech_tokenizer import select_speech_tokenizer
 
         device = self.device
         backend = self.speech_tokenizer_backend
@@ -406,8 +406,8 @@ class Token2WavCore:
         )
 
     def _load_hift(self, path: Path, device: torch.device) -> HiFTGenerator:
-        from vllm_omni_token2wav.model_executor.models.cosyvoice2.hift import load_hift
-        from vllm_omni_token2wav.model_executor.models.cosyvoice2.hift.loader import HiFTLoadError
+        from vllm_omni_token2wav.model_executor.layers.hift import load_hift
+        from vllm_omni_token2wav.model_executor.layers.hift.loader import HiFTLoadError
 
         try:
             return load_hift(path, device=device)

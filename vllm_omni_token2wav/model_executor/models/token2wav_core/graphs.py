@@ -39,8 +39,8 @@ from typing import Any
 import torch
 
 from vllm_omni_token2wav.logger import init_logger
-from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow.estimator_segments import EstimatorGraphs
-from vllm_omni_token2wav.model_executor.models.cosyvoice2.hift.graphed import GraphedHiFT
+from vllm_omni_token2wav.model_executor.layers.flow.estimator_segments import EstimatorGraphs
+from vllm_omni_token2wav.model_executor.layers.hift.graphed import GraphedHiFT
 from vllm_omni_token2wav.platforms.device_graphs import FROM_PLATFORM, GraphCounters, GraphKey, describe_key
 
 logger = init_logger(__name__)

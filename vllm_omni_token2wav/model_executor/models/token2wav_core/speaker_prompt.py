@@ -51,8 +51,8 @@ from vllm_omni_token2wav.model_executor.models.token2wav_core.prompt_features im
 )
 
 if TYPE_CHECKING:
+    from vllm_omni_token2wav.model_executor.layers.speech_tokenizer import SpeechTokenizerBackend
     from vllm_omni_token2wav.model_executor.models.audio import PromptAudio
-    from vllm_omni_token2wav.model_executor.models.cosyvoice2.speech_tokenizer import SpeechTokenizerBackend
 
 logger = init_logger(__name__)
 

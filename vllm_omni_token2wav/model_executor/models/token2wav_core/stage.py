@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import ClassVar
 
-from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow import ConformerTrim, Lookahead
+from vllm_omni_token2wav.model_executor.layers.flow import ConformerTrim, Lookahead
 from vllm_omni_token2wav.model_executor.models.token2wav_core.core import Token2WavCore
 from vllm_omni_token2wav.model_executor.models.token2wav_core.stage_backend import CosyVoice2Backend, GraphSettings
 from vllm_omni_token2wav.model_executor.models.token2wav_core.stream_vocoder import VocoderKind

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow.batched import (
+from vllm_omni_token2wav.model_executor.layers.flow.batched import (
     FlowChunkOut,
     FlowChunkRow,
     FlowRowState,

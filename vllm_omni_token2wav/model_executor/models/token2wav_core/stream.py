@@ -17,7 +17,7 @@ interleaving, so every call gets audio computed from another call's state: silen
 is already running. A stream may still move between threads between chunks (a worker pool).
 
 The streaming geometry is the reference's (Step-Audio2 `token2wav.py`, MiniCPM-o code2wav; the vocoder's
-part and the cross-fade live beside HiFT, `cosyvoice2/hift/crossfade.py`, the lookahead beside the flow):
+part and the cross-fade live beside HiFT, `layers/hift/crossfade.py`, the lookahead beside the flow):
 
 | constant                 | value | meaning                                                             |
 |--------------------------|-------|---------------------------------------------------------------------|
@@ -45,8 +45,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow.streaming import PRE_LOOKAHEAD_TOKENS
-from vllm_omni_token2wav.model_executor.models.cosyvoice2.hift.crossfade import (
+from vllm_omni_token2wav.model_executor.layers.flow.streaming import PRE_LOOKAHEAD_TOKENS
+from vllm_omni_token2wav.model_executor.layers.hift.crossfade import (
     MEL_CACHE_FRAMES,
     SAMPLES_PER_FRAME,
     SOURCE_CACHE_SAMPLES,
@@ -57,7 +57,7 @@ from vllm_omni_token2wav.model_executor.models.cosyvoice2.hift.crossfade import 
 from vllm_omni_token2wav.model_executor.models.token2wav_core.prompt_features import PromptFeatures
 
 if TYPE_CHECKING:
-    from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow.batched import FlowRowState
+    from vllm_omni_token2wav.model_executor.layers.flow.batched import FlowRowState
     from vllm_omni_token2wav.model_executor.models.token2wav_core.synthesis import StreamCaches
 
 CHUNK_TOKENS = 25

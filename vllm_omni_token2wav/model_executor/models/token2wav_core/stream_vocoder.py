@@ -27,14 +27,14 @@ from typing import Protocol
 
 import torch
 
-from vllm_omni_token2wav.model_executor.models.cosyvoice2.hift import HiFTGenerator
-from vllm_omni_token2wav.model_executor.models.cosyvoice2.hift.batched import (
+from vllm_omni_token2wav.model_executor.layers.hift import HiFTGenerator
+from vllm_omni_token2wav.model_executor.layers.hift.batched import (
     NoiseState,
     VocoderChunk,
     VocoderState,
     vocode_chunks,
 )
-from vllm_omni_token2wav.model_executor.models.cosyvoice2.hift.graphed import GraphedHiFT
+from vllm_omni_token2wav.model_executor.layers.hift.graphed import GraphedHiFT
 from vllm_omni_token2wav.model_executor.models.token2wav_core.prompt_features import MEL_BINS
 from vllm_omni_token2wav.model_executor.models.token2wav_core.stream import MEL_CACHE_FRAMES
 

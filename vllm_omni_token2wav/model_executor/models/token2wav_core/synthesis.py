@@ -27,21 +27,21 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow import (
+from vllm_omni_token2wav.model_executor.layers.flow import (
     CausalMaskedDiffWithXvec,
     ConformerTrim,
     FlowStreamCache,
     Lookahead,
 )
-from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow.batched import (
+from vllm_omni_token2wav.model_executor.layers.flow.batched import (
     FlowChunkRow,
     FlowRowState,
     flow_chunks,
     project_speaker,
 )
-from vllm_omni_token2wav.model_executor.models.cosyvoice2.hift import HiFTGenerator
-from vllm_omni_token2wav.model_executor.models.cosyvoice2.hift.batched import NoiseState, VocoderState
-from vllm_omni_token2wav.model_executor.models.cosyvoice3.hift import CausalHiFTStreamState
+from vllm_omni_token2wav.model_executor.layers.hift import HiFTGenerator
+from vllm_omni_token2wav.model_executor.layers.hift.batched import NoiseState, VocoderState
+from vllm_omni_token2wav.model_executor.layers.hift_causal import CausalHiFTStreamState
 from vllm_omni_token2wav.model_executor.models.token2wav_core.prompt_features import MEL_BINS, PromptFeatures
 from vllm_omni_token2wav.model_executor.models.token2wav_core.stream_vocoder import StreamVocoder, VocoderChunk
 

@@ -63,7 +63,7 @@ from typing import Any
 
 import torch
 
-from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow.streaming import CACHE_TAIL_FRAMES
+from vllm_omni_token2wav.model_executor.layers.flow.streaming import CACHE_TAIL_FRAMES
 from vllm_omni_token2wav.model_executor.models.speaker_embedding.selection import check_spk_backend_option
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.store import DEFAULT_IDLE_TIMEOUT_S
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.upstream_options import read_upstream_options

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vllm_omni_token2wav.logger import init_logger
-from vllm_omni_token2wav.model_executor.models.cosyvoice2.flow.streaming import PRE_LOOKAHEAD_TOKENS
+from vllm_omni_token2wav.model_executor.layers.flow.streaming import PRE_LOOKAHEAD_TOKENS
 
 logger = init_logger(__name__)
 

@@ -11,7 +11,7 @@ architecture `CosyVoice3Model` builds upstream's talker and our `CosyVoice3Code2
 |-------------------------|---------------------------------------------------------------------------------|
 | `ensure_model_dir()`    | root `config.json` `{}` (vLLM-Omni patches in `CosyVoice3Config`, whose sizes    |
 |                         | are hard-coded); the reduced stand-in code2wav assets (`flow.pt`, `hift.pt`,    |
-|                         | `campplus.onnx`, `default_voice.wav` + tokens, `cosyvoice3/standin.py`);         |
+|                         | `campplus.onnx`, `default_voice.wav` + tokens, `standin/cosyvoice3_dir.py`);         |
 |                         | `CosyVoice-BlankEN/` with a toy Qwen2 config (`TALKER_CONFIG`: hidden 896, which |
 |                         | the talker hard-codes, 1 layer) and a byte-level tokenizer. No `llm.pt`: the     |
 |                         | talker runs with `load_format: dummy` (random weights).                          |
@@ -116,7 +116,7 @@ def default_voice(seconds: float | None = None, *, start: float = 0.0) -> ToyVoi
     import numpy as np
     import soundfile
 
-    from vllm_omni_token2wav.model_executor.models.step_audio2.standin import default_voice_wav
+    from vllm_omni_token2wav.model_executor.models.standin.token2wav_dir import default_voice_wav
 
     audio, rate = soundfile.read(io.BytesIO(default_voice_wav()), dtype="float32")
     if audio.ndim == 2:
@@ -154,8 +154,8 @@ class CosyVoice3ToyPipeline:
         code2wav class needs (`CosyVoice3Config` hard-codes them); ours runs on the reduced ones.
         """
         from vllm_omni_token2wav import envs
-        from vllm_omni_token2wav.model_executor.models.cosyvoice3.standin import ensure_standin_cosyvoice3_dir
-        from vllm_omni_token2wav.model_executor.models.step_audio2.standin import ensure_assembled
+        from vllm_omni_token2wav.model_executor.models.standin.cosyvoice3_dir import ensure_standin_cosyvoice3_dir
+        from vllm_omni_token2wav.model_executor.models.standin.token2wav_dir import ensure_assembled
 
         if root is None:
             size = "-full-code2wav" if full_size_code2wav else ""

@@ -35,7 +35,7 @@ def toy_cache_dir(family: str, version: int, seed: int, root: Path | None = None
 def token2wav_assets(seed: int) -> dict[str, Path]:
     """The reduced, upstream-compatible stand-in token2wav files (`{name: cached path}`; hidden manifest and
     lock files left out)."""
-    from vllm_omni_token2wav.model_executor.models.step_audio2.standin import ensure_standin_token2wav_dir
+    from vllm_omni_token2wav.model_executor.models.standin.token2wav_dir import ensure_standin_token2wav_dir
 
     folder = ensure_standin_token2wav_dir(reduced=True, seed=seed, upstream_compatible=True)
     return {p.name: p for p in sorted(folder.iterdir()) if p.is_file() and not p.name.startswith(".")}

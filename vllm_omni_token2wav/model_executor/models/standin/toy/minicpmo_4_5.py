@@ -177,7 +177,7 @@ def chat_prompt(text: str) -> str:
 
 def ensure_minicpmo_4_5_dir(root: Path | None = None, *, seed: int = 0) -> Path:
     """The toy MiniCPM-o 4.5 folder (see the module table), assembled when missing or stale."""
-    from vllm_omni_token2wav.model_executor.models.step_audio2.standin import ensure_assembled
+    from vllm_omni_token2wav.model_executor.models.standin.token2wav_dir import ensure_assembled
 
     folder = toy_cache_dir("minicpmo_4_5", VERSION, seed, root)
     recipe = {"toy": "minicpmo_4_5", "version": VERSION, "seed": seed}

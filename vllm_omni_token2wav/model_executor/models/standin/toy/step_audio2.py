@@ -131,7 +131,7 @@ def speech_prompt(text: str, system: str = "You are a voice assistant. Read the 
 
 def ensure_step_audio2_dir(root: Path | None = None, *, seed: int = 0) -> Path:
     """The toy Step-Audio2 folder (see the module table), assembled when missing or stale."""
-    from vllm_omni_token2wav.model_executor.models.step_audio2.standin import ensure_assembled
+    from vllm_omni_token2wav.model_executor.models.standin.token2wav_dir import ensure_assembled
 
     folder = toy_cache_dir("step_audio2", VERSION, seed, root)
     recipe = {"toy": "step_audio2", "version": VERSION, "seed": seed}
