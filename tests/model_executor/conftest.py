@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Fixtures shared by the Token2Wav facade tests (Step-Audio2, MiniCPM-o, CosyVoice3)."""
+"""Fixtures shared by the model tests: the parts (`layers/`) and the models and facades (`models/`)."""
 
 from __future__ import annotations
 
