@@ -34,6 +34,7 @@ import torch
 
 from vllm_omni_token2wav import envs
 from vllm_omni_token2wav.deploy import deploy_config
+from vllm_omni_token2wav.model_executor.models.standin.toy import write_overlay
 
 #: Stage options every end-to-end deployment overrides: 2 Euler steps (the numerics under test do not
 #: depend on the step count; 10 steps cost 5x the stage time on a 2-core CPU).
@@ -44,22 +45,9 @@ REQUEST_TIMEOUT_S = 120.0
 SAMPLES_PER_TOKEN = 960  # 24 kHz audio, 25 Hz codec tokens
 
 
-def _yaml_value(value: Any, indent: int) -> str:
-    pad = " " * indent
-    if isinstance(value, Mapping):
-        return "".join(f"\n{pad}{k}:{_yaml_value(v, indent + 2)}" for k, v in value.items())
-    return f" {json.dumps(value)}"
-
-
 def deployment(folder: Path, name: str, stages: Mapping[int, Mapping[str, Any]]) -> Path:
     """`folder/<name>.yaml`: the shipped deploy YAML `name` with `stages` ({stage_id: {key: value}}) over it."""
-    lines = [f"base_config: {deploy_config(name)}", "stages:"]
-    for stage_id, overrides in stages.items():
-        lines.append(f"  - stage_id: {stage_id}")
-        lines += [f"    {key}:{_yaml_value(value, 6)}" for key, value in overrides.items()]
-    path = folder / f"{name}.yaml"
-    path.write_text("\n".join(lines) + "\n")
-    return path
+    return write_overlay(folder / f"{name}.yaml", deploy_config(name), stages)
 
 
 @dataclass(frozen=True)

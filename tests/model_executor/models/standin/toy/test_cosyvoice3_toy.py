@@ -20,11 +20,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.helpers.engine import require_engine
-from vllm_omni_token2wav.model_executor.models.standin.toy import cosyvoice3_door
+from vllm_omni_token2wav.model_executor.models.standin.toy import cosyvoice3_door, upstream_deploy_yaml
 from vllm_omni_token2wav.model_executor.models.standin.toy.cosyvoice3 import (
-    CPU_STAGE_KEYS,
     PIPELINE,
     SPECIAL_TOKENS,
     TALKER_CONFIG,
@@ -42,7 +42,8 @@ def toy_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_pipeline_names_its_family_and_upstreams_yaml() -> None:
-    assert (PIPELINE.family, PIPELINE.upstream_yaml) == ("cosyvoice3", "cosyvoice3.yaml")
+    assert PIPELINE.family == "cosyvoice3"
+    assert PIPELINE.yaml_name(async_chunk=True) == PIPELINE.yaml_name(async_chunk=False) == "cosyvoice3.yaml"
 
 
 def test_folder_holds_what_upstreams_talker_and_our_code2wav_read(toy_dir: Path) -> None:
@@ -86,13 +87,14 @@ def test_deployment_is_upstreams_yaml_with_only_the_toy_keys_changed(
     from vllm_omni.config.stage_config import resolve_deploy_yaml
 
     path = PIPELINE.deployment(toy_dir, tmp_path, async_chunk=async_chunk, stage_overrides={1: {"max_num_seqs": 4}})
-    overlay = path.read_text()
-    assert f'"base_config": "{PIPELINE.upstream_yaml_path()}"' in overlay
-    upstream = resolve_deploy_yaml(PIPELINE.upstream_yaml_path())
+    shipped = upstream_deploy_yaml("cosyvoice3.yaml")
+    assert yaml.safe_load(path.read_text())["base_config"] == str(shipped)
+    upstream = resolve_deploy_yaml(shipped)
     merged = resolve_deploy_yaml(path)
+    cpu_keys = {"enforce_eager": True, "devices": "0", "tensor_parallel_size": 1}
     changed: dict[int, dict[str, Any]] = {
-        0: {**CPU_STAGE_KEYS, "load_format": "dummy"},
-        1: {**CPU_STAGE_KEYS, "additional_config": dict(PIPELINE.stage_options), "max_num_seqs": 4},
+        0: {**cpu_keys, "load_format": "dummy"},
+        1: {**cpu_keys, "additional_config": {"token2wav_n_timesteps": 2}, "max_num_seqs": 4},
     }
     for base, stage in zip(upstream["stages"], merged["stages"], strict=True):
         sid = stage["stage_id"]

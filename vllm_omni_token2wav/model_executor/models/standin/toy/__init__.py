@@ -91,13 +91,18 @@ def write_overlay(
     stages: Mapping[int, Mapping[str, Any]],
     *,
     platforms: Mapping[str, Mapping[int, Mapping[str, Any]]] | None = None,
+    top: Mapping[str, Any] | None = None,
 ) -> Path:
-    """`path`: a deploy YAML with `base_config: <base>` and `stages` / `platforms` over it (deep-merged by id)."""
+    """`path`: a deploy YAML with `base_config: <base>` and `stages` / `platforms` over it (deep-merged by id),
+    plus `top`-level keys (e.g. `async_chunk` where one YAML serves both modes). The one overlay writer of the
+    project: the toy pipelines, the engine tests (`tests/e2e/engines.py`) and `bench engine-ab` use it."""
 
     def stage_list(by_id: Mapping[int, Mapping[str, Any]]) -> list[dict[str, Any]]:
         return [{"stage_id": sid, **dict(keys)} for sid, keys in sorted(by_id.items())]
 
-    lines = [f"base_config: {json.dumps(str(base))}", f"stages:{_yaml(stage_list(stages), 2)}"]
+    lines = [f"base_config: {json.dumps(str(base))}"]
+    lines += [f"{key}:{_yaml(value, 2)}" for key, value in (top or {}).items()]
+    lines.append(f"stages:{_yaml(stage_list(stages), 2)}")
     if platforms:
         body = {name: {"stages": stage_list(by_id)} for name, by_id in platforms.items()}
         lines.append(f"platforms:{_yaml(body, 2)}")
@@ -153,6 +158,8 @@ class UpstreamToyPipeline:
     ar_stages: tuple[int, ...]
     code2wav_stage: int
     stage_keys: Mapping[int, Mapping[str, Any]] = field(default_factory=dict)
+    #: One YAML serves both modes (CosyVoice3's): the overlay sets the top-level `async_chunk`.
+    sets_async_chunk: bool = False
 
     @property
     def stage_ids(self) -> tuple[int, ...]:
@@ -195,7 +202,16 @@ class UpstreamToyPipeline:
         for sid, keys in (stage_overrides or {}).items():
             stages[sid] = _merge(stages.get(sid, {}), keys)
         platforms = {"cpu": {sid: {"kv_cache_memory_bytes": CPU_KV_CACHE_BYTES} for sid in self.stage_ids}}
-        return write_overlay(Path(out_dir) / f"toy_{name}", upstream_deploy_yaml(name), stages, platforms=platforms)
+        if not self.sets_async_chunk:
+            return write_overlay(Path(out_dir) / f"toy_{name}", upstream_deploy_yaml(name), stages, platforms=platforms)
+        mode = "async_chunk" if async_chunk else "sync"
+        return write_overlay(
+            Path(out_dir) / f"toy_{mode}_{name}",
+            upstream_deploy_yaml(name),
+            stages,
+            platforms=platforms,
+            top={"async_chunk": bool(async_chunk)},
+        )
 
     def default_sampling(self, *, async_chunk: bool = True) -> list[dict[str, Any]]:
         """Each stage's `default_sampling_params` in upstream's YAML (resolved through its `base_config`)."""

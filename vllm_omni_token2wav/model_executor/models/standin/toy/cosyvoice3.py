@@ -15,9 +15,9 @@ architecture `CosyVoice3Model` builds upstream's talker and our `CosyVoice3Code2
 |                         | `CosyVoice-BlankEN/` with a toy Qwen2 config (`TALKER_CONFIG`: hidden 896, which |
 |                         | the talker hard-codes, 1 layer) and a byte-level tokenizer. No `llm.pt`: the     |
 |                         | talker runs with `load_format: dummy` (random weights).                          |
-| `deployment()`          | a `base_config:` overlay of upstream's own YAML (never a copy) changing only     |
-|                         | what a CPU host forces (`CPU_STAGE_KEYS`, `platforms.cpu` KV cache sizes), the   |
-|                         | talker's `load_format: dummy`, `async_chunk`, and the caller's `stage_overrides`. |
+| `deployment()`          | the toy overlay every family shares (`standin/toy/__init__.py`, its table): only |
+|                         | what a CPU host forces, the talker's `load_format: dummy`, `enforce_eager` on     |
+|                         | both stages, `async_chunk` (one YAML, both modes), the caller's overrides.        |
 | `offline_prompt()`      | upstream's offline request: text + voice prompt (reference audio and its text),  |
 |                         | and per-stage sampling params fixing the random talker's reply length           |
 |                         | (`min_tokens` = `max_tokens`: random weights sample the stop token at once).     |
@@ -36,11 +36,12 @@ import json
 import os
 import tempfile
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
 from vllm_omni_token2wav.logger import init_logger
+from vllm_omni_token2wav.model_executor.models.standin.toy import UpstreamToyPipeline
 from vllm_omni_token2wav.model_executor.models.standin.toy.tokenizer import write_toy_tokenizer
 
 logger = init_logger(__name__)
@@ -80,11 +81,6 @@ SPECIAL_TOKENS: Final[Mapping[str, int]] = {
     "<|im_start|>": 8190,
     "<|im_end|>": 8191,
 }
-#: Deploy keys a CPU host forces on every stage of upstream's YAML (docs: upstream-pipelines-cpu notes).
-CPU_STAGE_KEYS: Final[Mapping[str, Any]] = {"enforce_eager": True, "devices": "0", "tensor_parallel_size": 1}
-KV_CACHE_BYTES: Final = 64 * 1024 * 1024
-#: The code2wav stage's Euler steps in toy runs (shape and flow of the pipeline do not depend on it).
-TOY_STAGE_OPTIONS: Final[Mapping[str, Any]] = {"token2wav_n_timesteps": 2}
 #: The reference text of the default voice (the stand-in clip's words do not matter to random weights).
 DEFAULT_REF_TEXT: Final = "Hello, this is my voice."
 #: Upstream's speech adapter caps a reply at 20x / floors it at 2x the text tokens; the toy fixes it to
@@ -138,13 +134,11 @@ def _yaml(value: Mapping[str, Any]) -> str:
 
 
 @dataclass(frozen=True)
-class CosyVoice3ToyPipeline:
-    """Upstream's CosyVoice3 pipeline at toy size (module docstring)."""
+class CosyVoice3ToyPipeline(UpstreamToyPipeline):
+    """Upstream's CosyVoice3 pipeline at toy size (module docstring): the shared overlay of `UpstreamToyPipeline`
+    over `cosyvoice3.yaml` (one YAML for both modes: the overlay sets `async_chunk`), enforce-eager code2wav."""
 
-    family: str = "cosyvoice3"
-    upstream_yaml: str = "cosyvoice3.yaml"
     seed: int = 0
-    stage_options: Mapping[str, Any] = field(default_factory=lambda: dict(TOY_STAGE_OPTIONS))
 
     # ---- the model folder ----------------------------------------------------------------------------
     def ensure_model_dir(self, root: Path | None = None, *, full_size_code2wav: bool = False) -> Path:
@@ -169,11 +163,6 @@ class CosyVoice3ToyPipeline:
         return root
 
     # ---- the deployment ------------------------------------------------------------------------------
-    def upstream_yaml_path(self) -> Path:
-        import vllm_omni
-
-        return Path(vllm_omni.__file__).resolve().parent / "deploy" / self.upstream_yaml
-
     def deployment(
         self,
         model_dir: Path,
@@ -182,33 +171,12 @@ class CosyVoice3ToyPipeline:
         async_chunk: bool,
         stage_overrides: Mapping[int, Mapping[str, Any]] | None = None,
     ) -> Path:
-        """`out_dir/<name>.yaml`: `base_config:` upstream's YAML + the CPU keys, dummy talker, `async_chunk`.
-
-        `model_dir` is not written into the YAML (the engine takes the model separately); it is checked to be
-        a toy folder so a deployment is never paired with the wrong one by mistake.
-        """
+        """The shared overlay (`UpstreamToyPipeline.deployment`); `model_dir` is not written into the YAML (the
+        engine takes the model separately) but checked to be a toy folder, so a deployment is never paired with
+        the wrong one by mistake."""
         if not (Path(model_dir) / TALKER_SUBDIR / "config.json").is_file():
             raise FileNotFoundError(f"{model_dir} is not a toy CosyVoice3 folder (no {TALKER_SUBDIR}/config.json)")
-        stages: dict[int, dict[str, Any]] = {
-            TALKER_STAGE: {**CPU_STAGE_KEYS, "load_format": "dummy"},
-            CODE2WAV_STAGE: {**CPU_STAGE_KEYS, "additional_config": dict(self.stage_options)},
-        }
-        for stage_id, overrides in (stage_overrides or {}).items():
-            stages.setdefault(int(stage_id), {}).update(overrides)
-        overlay = {
-            "base_config": str(self.upstream_yaml_path()),
-            "async_chunk": bool(async_chunk),
-            "stages": [{"stage_id": sid, **keys} for sid, keys in sorted(stages.items())],
-            "platforms": {
-                "cpu": {
-                    "stages": [{"stage_id": sid, "kv_cache_memory_bytes": KV_CACHE_BYTES} for sid in sorted(stages)]
-                }
-            },
-        }
-        out_dir.mkdir(parents=True, exist_ok=True)
-        path = out_dir / f"toy_{self.family}_{'async_chunk' if async_chunk else 'sync'}.yaml"
-        path.write_text(_yaml(overlay))
-        return path
+        return super().deployment(model_dir, out_dir, async_chunk=async_chunk, stage_overrides=stage_overrides)
 
     def engine_env(self, record_dir: Path | None = None, base: Mapping[str, str] | None = None) -> dict[str, str]:
         """Environment for the engine's processes: the toy door on `PYTHONPATH` (+ the recorder's folder)."""
@@ -259,11 +227,17 @@ class CosyVoice3ToyPipeline:
         return "/v1/audio/speech", body
 
 
-PIPELINE: Final = CosyVoice3ToyPipeline()
+PIPELINE: Final = CosyVoice3ToyPipeline(
+    family="cosyvoice3",
+    upstream_yaml={"async_chunk": "cosyvoice3.yaml", "sync": "cosyvoice3.yaml"},
+    ar_stages=(TALKER_STAGE,),
+    code2wav_stage=CODE2WAV_STAGE,
+    stage_keys={CODE2WAV_STAGE: {"enforce_eager": True}},
+    sets_async_chunk=True,
+)
 
 __all__ = [
     "CODE2WAV_STAGE",
-    "CPU_STAGE_KEYS",
     "PIPELINE",
     "SPECIAL_TOKENS",
     "TALKER_CONFIG",
