@@ -9,7 +9,8 @@ place keeps reading as true. This check reads every backticked token in
 - the module, class and function docstrings and the `#` comments of the Python files under
   `vllm_omni_token2wav/`, `tests/`, `tools/` and `benchmarks/`,
 
-decides whether the token names a repository path, and if so looks for it. Usage:
+decides whether the token names a repository path, and if so looks for it; and every folder or file that
+`CODEOWNERS` names. Usage:
 
     python tools/check_doc_paths.py            # the whole tree (what pre-commit and CI run)
     python tools/check_doc_paths.py FILE...    # only these files (paths still resolve against the tree)
@@ -321,8 +322,22 @@ def _ignored_lines(path: Path) -> set[int]:
     return {n for n, line in enumerate(text.splitlines(), 1) if IGNORE_MARKER in line}
 
 
+def check_codeowners(rel: str, tree: Tree) -> list[Finding]:
+    """Folders and files that `CODEOWNERS` gives an owner but that are gone (globs are not checked)."""
+    findings: list[Finding] = []
+    for number, line in enumerate((tree.root / rel).read_text(encoding="utf-8").splitlines(), 1):
+        pattern = line.split("#", 1)[0].split()[:1]
+        if not pattern or any(ch in pattern[0] for ch in "*?[") or IGNORE_MARKER in line:
+            continue
+        if not (tree.root / pattern[0].lstrip("/")).exists():
+            findings.append(Finding(rel, number, pattern[0]))
+    return findings
+
+
 def check_file(rel: str, tree: Tree) -> list[Finding]:
     """Dead paths in one file (`rel` relative to the tree's root)."""
+    if PurePosixPath(rel).name == "CODEOWNERS":
+        return check_codeowners(rel, tree)
     path = tree.root / rel
     texts = doc_texts(path) if rel.endswith(".md") else code_texts(path)
     own = PurePosixPath(rel).parent
@@ -345,7 +360,7 @@ def checked_files(tree: Tree) -> list[str]:
     for rel in tree.paths:
         if rel.endswith("/"):
             continue
-        if rel == "README.md" or (rel.startswith("docs/") and rel.endswith(".md")):
+        if rel in ("README.md", "CODEOWNERS") or (rel.startswith("docs/") and rel.endswith(".md")):
             out.append(rel)
         elif rel.endswith(".py") and rel.split("/", 1)[0] in CODE_FOLDERS:
             out.append(rel)
@@ -360,7 +375,11 @@ def main(argv: list[str] | None = None) -> int:
     root = args.root.resolve()
     tree = Tree.read(root)
     if args.files:
-        files = [str(Path(f).resolve().relative_to(root)) for f in args.files if f.endswith((".py", ".md"))]
+        files = [
+            str(Path(f).resolve().relative_to(root))
+            for f in args.files
+            if f.endswith((".py", ".md")) or Path(f).name == "CODEOWNERS"
+        ]
     else:
         files = checked_files(tree)
     findings = [finding for rel in files for finding in check_file(rel, tree)]

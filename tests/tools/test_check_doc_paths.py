@@ -118,6 +118,17 @@ def test_marker_and_fenced_blocks_opt_out(tmp_path: Path) -> None:
     assert _findings(_repo(tmp_path, {"docs/design/a.md": doc, "tools/x.py": code})) == []
 
 
+def test_codeowners_folders_must_exist(tmp_path: Path) -> None:
+    owners = (
+        "*  @team\n"
+        f"/{PKG}/model_executor/layers/  @team/synthesis\n"
+        f"/{PKG}/model_executor/models/cosyvoice3/  @team/speaker  # gone\n"
+        "*.md  @team/docs\n"
+    )
+    root = _repo(tmp_path, {"CODEOWNERS": owners})
+    assert _findings(root) == [f"CODEOWNERS:3: `/{PKG}/model_executor/models/cosyvoice3/` does not exist"]
+
+
 def test_command_line_exit_status_and_output(tmp_path: Path) -> None:
     root = _repo(tmp_path, {"README.md": "Run `python tools/gone.py --all`.\n"})
     script = ROOT / "tools" / "check_doc_paths.py"
