@@ -8,8 +8,8 @@ facades never pick a backend themselves: they call `select_speaker_embedding_bac
 whatever it returns behind `SpeakerEmbeddingBackend` (`backend.py`).
 
 The backend modules (`ort.py`, `torch_backend.py`, `graphed.py` = the torch one replayed from device
-graphs, built only for the request `"graphed"`, `trt.py`) live next to this one so that "where does the speaker embedding happen" is
-answered by reading this folder.
+graphs, built only for the request `"graphed"`, `trt.py`) live next to this one so that "where does the
+speaker embedding happen" is answered by reading this folder.
 """
 
 from __future__ import annotations
