@@ -9,7 +9,9 @@ in one module of this folder:
 2. `selection.select_speaker_embedding_backend`: which runner (the one table, the CPU policy);
 3. the runner, a `backend.SpeakerEmbeddingBackend`: `ort.py` (CPU onnxruntime session, the
    fallback), `torch_backend.py` (campplus.onnx weights in the in-tree network of `speaker_embedding/campplus/`),
-   `graphed.py` (the torch one replayed from device graphs), `trt.py` (TensorRT on CUDA).
+   `trt.py` (TensorRT on CUDA), `graphed.py` (the torch one replayed from device graphs: built only for the
+   request `"graphed"`, the stage option `token2wav_spk_backend: graphed`; `auto` never picks it; the device
+   check times it directly).
 
 Nothing is imported here: importing the package must not load onnxruntime, TensorRT or the network.
 Design notes: docs/design/speaker_embedding.md.

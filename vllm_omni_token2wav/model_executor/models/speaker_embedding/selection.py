@@ -8,8 +8,8 @@ facades never pick a backend themselves: they call `select_speaker_embedding_bac
 whatever it returns behind `SpeakerEmbeddingBackend` (`backend.py`).
 
 The backend modules (`ort.py`, `torch_backend.py`, `graphed.py` = the torch one replayed from device
-graphs, `trt.py`) live next to this one so that "where does the speaker embedding happen" is
-answered by reading this folder.
+graphs, built only for the request `"graphed"`, `trt.py`) live next to this one so that "where does the
+speaker embedding happen" is answered by reading this folder.
 """
 
 from __future__ import annotations
@@ -77,10 +77,11 @@ def stage_backend_request(option: str, platform: OmniPlatform) -> BackendRequest
 
 # The one policy entry that depends on a measurement: which backend `enable_device_spk_embedding()`
 # installs when the facade's device is the CPU. "onnxruntime" or "torch".
-# Measured by `vllm-omni-token2wav bench spk-embedding --threads 1,2` on the 2-core build host: at one thread
-# torch-cpu costs 0.95-1.11x onnxruntime's time at T 97-3000 (3-10 % more CPU time), at two threads
-# 0.93-1.12x at T 97-501: level at best, slower at T=97, so the CPU keeps onnxruntime. Numbers and the
-# condition for flipping this: docs/design/speaker_embedding.md ("CPU policy").
+# The recorded run (`benchmarks/results/spk_embedding_cpu.txt`, `bench spk-embedding --threads 1,2` on the
+# 2-core build host, the numbers README.md quotes): torch-cpu / onnxruntime-cpu median 0.91-1.09x at one
+# thread and 0.96-1.15x at two threads over T 97-3000, slower at T=97 with either budget, so the CPU keeps
+# onnxruntime. The earlier loaded-host runs and the condition for flipping this:
+# docs/design/speaker_embedding.md ("CPU policy").
 CPU_DEVICE_PATH_BACKEND: Final[Literal["onnxruntime", "torch"]] = "onnxruntime"
 
 
