@@ -1,8 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
 """CosyVoice3 Token2Wav facade: token ids + prompt -> 24 kHz audio, whole and streamed, against references.
 
-References are the independent re-implementations of the flow (`flow/reference.py`: one plain run per
-call, i.e. upstream's prefix re-run when streaming) and of the causal HiFT (`hift/reference.py`, with
+References are the independent re-implementations of the flow
+(`tests/model_executor/layers/flow_cosyvoice3/reference.py`: one plain run per call, i.e. upstream's prefix
+re-run when streaming) and of the causal HiFT (`tests/model_executor/layers/hift_causal/reference.py`, with
 the noise drawn literally in the reference's RNG order). Checked stage by stage: the facade's mel
 against the flow reference (<= 1e-5) and its audio against the reference vocoder on that mel
 (<= 1e-6). The whole chain (reference flow -> reference vocoder) agrees only loosely: a 1e-6 mel

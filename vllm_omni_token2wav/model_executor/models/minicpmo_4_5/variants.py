@@ -3,8 +3,8 @@
 
 Both run the Step-Audio2 flow on the same `flow.yaml` / `flow.pt` and prompt features; they
 disagree on how a stream is set up, how its caches are trimmed and what vocodes it (facts checked
-in the vLLM-Omni 0.30.0 wheel, `minicpmo_4_5/batched_token2wav.py`, and in minicpmo-utils 1.0.7,
-`stepaudio2/token2wav.py`):
+in the vLLM-Omni 0.30.0 wheel, `vllm_omni/model_executor/models/minicpmo_4_5/batched_token2wav.py`, and in
+minicpmo-utils 1.0.7, `stepaudio2/token2wav.py`):
 
 | rule                       | `VLLM_OMNI_0_30` (default)              | `MINICPMO_UTILS_1_0_7`                   |
 |----------------------------|-----------------------------------------|------------------------------------------|

@@ -13,8 +13,8 @@ follow (vLLM-Omni 0.30.0 wheel):
 - `minicpmo_4_5/minicpmo_4_5_code2wav.py` `_resolve_model_dir` (lines 35-46): `Path(model).is_dir()` wins,
   else `snapshot_download(model, revision=model_config.revision, allow_patterns=["assets/*"])` on first use
   (`_build_backend`, line 1001), then `<snapshot>/assets/token2wav` and `<snapshot>/assets/HT_ref_audio.wav`.
-- `cosyvoice3/cosyvoice3.py` `CosyVoice3Model.__init__` (lines 498-501): `os.path.isdir(model)` wins, else
-  `snapshot_download(model)`; `flow.pt` / `hift.pt` at the snapshot's root (`cosyvoice3_code2wav.py`
+- `vllm_omni/model_executor/models/cosyvoice3/cosyvoice3.py` `CosyVoice3Model.__init__` (lines 498-501):
+  `os.path.isdir(model)` wins, else `snapshot_download(model)`; `flow.pt` / `hift.pt` at the snapshot's root (`cosyvoice3_code2wav.py`
   `load_weights`, lines 530-536).
 
 Here, for every family: an existing local folder always wins (as vLLM and all three upstream classes do);

@@ -9,7 +9,7 @@ spawn. A user's deployment never has that folder on its path, so upstream's talk
 tokenizer as it always does.
 
 Why a door is needed: vLLM-Omni 0.30's CosyVoice3 talker computes each request's prompt conditioning in
-its multimodal processor (`cosyvoice3/cosyvoice3.py` `_ensure_s3_model`), which calls
+its multimodal processor (`vllm_omni/model_executor/models/cosyvoice3/cosyvoice3.py` `_ensure_s3_model`), which calls
 `s3tokenizer.load_model("speech_tokenizer_v3_25hz")`. That function reads
 `$XDG_CACHE_HOME/s3tokenizer/speech_tokenizer_v3_25hz.onnx` only if its SHA-256 is the real export's, and
 downloads it otherwise (`s3tokenizer/__init__.py` `_download`): an offline host cannot start the talker,
