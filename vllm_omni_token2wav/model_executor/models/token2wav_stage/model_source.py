@@ -14,8 +14,8 @@ follow (vLLM-Omni 0.30.0 wheel):
   else `snapshot_download(model, revision=model_config.revision, allow_patterns=["assets/*"])` on first use
   (`_build_backend`, line 1001), then `<snapshot>/assets/token2wav` and `<snapshot>/assets/HT_ref_audio.wav`.
 - `vllm_omni/model_executor/models/cosyvoice3/cosyvoice3.py` `CosyVoice3Model.__init__` (lines 498-501):
-  `os.path.isdir(model)` wins, else `snapshot_download(model)`; `flow.pt` / `hift.pt` at the snapshot's root (`cosyvoice3_code2wav.py`
-  `load_weights`, lines 530-536).
+  `os.path.isdir(model)` wins, else `snapshot_download(model)`; `flow.pt` / `hift.pt` at the snapshot's root
+  (`cosyvoice3_code2wav.py` `load_weights`, lines 530-536).
 
 Here, for every family: an existing local folder always wins (as vLLM and all three upstream classes do);
 a string that is not a folder and is shaped like a repo id (`name` or `org/name`, huggingface_hub's
