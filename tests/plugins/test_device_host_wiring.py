@@ -156,7 +156,7 @@ def _wire(host: str) -> dict:
 
 def test_a_cuda_host_gets_the_cuda_capture_guard_device_speaker_embedding_and_graphs() -> None:
     got = _wire("cuda")
-    assert got["platform"] == "CudaOmniPlatform"
+    assert got["platform"] == "CudaDevicePlatform"
     assert got["cuda_guard"] is True and got["acl_guard"] is None
     for family, stage in got["stages"].items():
         assert stage["class"] == _CLASSES[family]
@@ -170,7 +170,7 @@ def test_a_cuda_host_gets_the_cuda_capture_guard_device_speaker_embedding_and_gr
 
 def test_an_ascend_host_gets_the_acl_capture_guard_device_speaker_embedding_and_graphs() -> None:
     got = _wire("npu")
-    assert got["platform"] == "NpuOmniPlatform"
+    assert got["platform"] == "NpuDevicePlatform"
     assert got["acl_guard"] is True and got["cuda_guard"] is False
     for family, stage in got["stages"].items():
         assert stage["class"] == _CLASSES[family]
