@@ -9,8 +9,9 @@ module under `patch/platform/` and `patch/worker/` has exactly one row). Each pa
 Groups, after vLLM-Ascend's `patch/platform/` and `patch/worker/`: `platform` patches matter in every
 process that loads the plugin (the API server / orchestrator included); `worker` patches act in the engine
 processes (the engine core, where the scheduler runs, or the model-runner workers, where graphs are
-captured). Both groups are installed by the plugin's `register()` (`patch.apply_engine_patches`), which
-vLLM and vLLM-Omni call in every process they start, never on import.
+captured). Both groups are installed by the plugin's `register()`, which vLLM and vLLM-Omni call in every
+process they start, never on import: the `platform` patch through `plugins.overrides.apply_overrides()`, the
+`worker` patches through `patch.apply_engine_patches()`.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 """The ACL capture guard on the real vllm-ascend `ACLGraphWrapper`, capturing real NPU graphs (Ascend only).
 
 The CPU twins are the fake-based tests (`test_graph_wrapper_guards.py`, same rule, fakes that mirror
-the stock control flow) and the real-vLLM CUDA-wrapper tests (`tests/platforms/cuda/`). Here the
+the stock control flow) and the real-vLLM CUDA-wrapper tests (`test_patch_cuda_graph_wrapper_real_vllm.py`). Here the
 stock wrapper captures an `NPUGraph` in the capture window and the guard must leave that alone:
 a captured descriptor replays (the runnable is not called again) and an uncaptured one runs eager
 and is counted, where the unguarded wrapper raises "CUDA graph capturing detected at an
