@@ -7,7 +7,7 @@ import pytest
 
 from tests.helpers.mark import hardware_skip_reason, hardware_test
 from vllm_omni_token2wav import platforms
-from vllm_omni_token2wav.platforms.cpu.platform import CpuOmniPlatform
+from vllm_omni_token2wav.platforms.cpu.platform import CpuDevicePlatform
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 
@@ -23,7 +23,7 @@ def test_hardware_test_adds_platform_and_resource_marks() -> None:
 
 
 def test_skip_reason_on_cpu_host_names_the_requirement() -> None:
-    platforms.reset_current_platform(CpuOmniPlatform())
+    platforms.reset_current_platform(CpuDevicePlatform())
     try:
         reason = hardware_skip_reason({"npu": "A2"}, 1)
     finally:

@@ -12,13 +12,13 @@ import pytest
 from tests.helpers.token2wav import make_token2wav_dir
 from vllm_omni_token2wav import platforms
 from vllm_omni_token2wav.assets.audio import speech_sample
-from vllm_omni_token2wav.platforms.cpu.platform import CpuOmniPlatform
+from vllm_omni_token2wav.platforms.cpu.platform import CpuDevicePlatform
 
 
 @pytest.fixture
 def cpu_platform() -> Iterator[None]:
     """Serve on the CPU platform for the test, whatever this host has (use via `usefixtures`)."""
-    platforms.reset_current_platform(CpuOmniPlatform())
+    platforms.reset_current_platform(CpuDevicePlatform())
     yield
     platforms.reset_current_platform()
 

@@ -10,14 +10,14 @@ import torch
 
 from vllm_omni_token2wav import platforms
 from vllm_omni_token2wav.platforms import device_key, normalize_device
-from vllm_omni_token2wav.platforms.cpu.platform import CpuOmniPlatform
+from vllm_omni_token2wav.platforms.cpu.platform import CpuDevicePlatform
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 
 
 @pytest.fixture(autouse=True)
 def _cpu_platform() -> Iterator[None]:
-    platforms.reset_current_platform(CpuOmniPlatform())
+    platforms.reset_current_platform(CpuDevicePlatform())
     yield
     platforms.reset_current_platform()
 
@@ -69,7 +69,7 @@ def test_int_on_cpu_platform_is_rejected() -> None:
         normalize_device(0)
 
 
-class _IndexedPlatform(CpuOmniPlatform):
+class _IndexedPlatform(CpuDevicePlatform):
     device_type = "cuda"
 
     def current_device_index(self) -> int | None:

@@ -22,11 +22,11 @@ from tests.helpers.fake_device_graphs import FakeGraphModule, fake_graph_api, in
 from tests.helpers.fake_npu import install_fake_torch_npu
 from tests.helpers.mark import hardware_test
 from vllm_omni_token2wav import envs, platforms
-from vllm_omni_token2wav.platforms.cpu.platform import CpuOmniPlatform
-from vllm_omni_token2wav.platforms.cuda.platform import CudaOmniPlatform
+from vllm_omni_token2wav.platforms.cpu.platform import CpuDevicePlatform
+from vllm_omni_token2wav.platforms.cuda.platform import CudaDevicePlatform
 from vllm_omni_token2wav.platforms.device_graphs import MAX_FAILURES, DeviceGraphRunner, all_graph_counters
 from vllm_omni_token2wav.platforms.graph_api import TorchGraphApi
-from vllm_omni_token2wav.platforms.npu.platform import NpuOmniPlatform
+from vllm_omni_token2wav.platforms.npu.platform import NpuDevicePlatform
 
 pytestmark = [pytest.mark.core_model]
 cpu = pytest.mark.cpu
@@ -399,7 +399,7 @@ def test_counters_are_listed_for_every_live_runner_and_logged(caplog: pytest.Log
 
 @cpu
 def test_cpu_device_and_cpu_platform_run_eagerly() -> None:
-    platforms.reset_current_platform(CpuOmniPlatform())
+    platforms.reset_current_platform(CpuDevicePlatform())
     try:
         runner = DeviceGraphRunner(_net, name="cpu-net", device="cpu")
         x = _x(2, 0)
@@ -407,14 +407,14 @@ def test_cpu_device_and_cpu_platform_run_eagerly() -> None:
         assert runner.counters().disabled_reason == "CPU runs eagerly"
     finally:
         platforms.reset_current_platform(None)
-    assert CpuOmniPlatform().device_graph_api() is None
-    assert CpuOmniPlatform().memory_stats() is None
+    assert CpuDevicePlatform().device_graph_api() is None
+    assert CpuDevicePlatform().memory_stats() is None
 
 
 @cpu
 def test_npu_platform_builds_the_graph_api_from_torch_npu(monkeypatch: pytest.MonkeyPatch) -> None:
     module = install_fake_npu_with_graphs(monkeypatch)
-    api = NpuOmniPlatform().device_graph_api()
+    api = NpuDevicePlatform().device_graph_api()
     assert isinstance(api, TorchGraphApi) and api.name == "npu-graph"
     assert api.capture_error_mode == "thread_local"
     runner = DeviceGraphRunner(_net, name="npu-net", device="cpu", graph_api=api)
@@ -427,12 +427,12 @@ def test_npu_platform_builds_the_graph_api_from_torch_npu(monkeypatch: pytest.Mo
 @cpu
 def test_npu_platform_without_a_graph_api_runs_eagerly(monkeypatch: pytest.MonkeyPatch) -> None:
     install_fake_torch_npu(monkeypatch)  # a torch_npu without NPUGraph
-    assert NpuOmniPlatform().device_graph_api() is None
+    assert NpuDevicePlatform().device_graph_api() is None
 
 
 @cpu
 def test_cuda_platform_adapts_torch_cuda() -> None:
-    api = CudaOmniPlatform().device_graph_api()
+    api = CudaDevicePlatform().device_graph_api()
     assert isinstance(api, TorchGraphApi) and api.name == "cuda-graph"
     assert api.capture_error_mode == "thread_local"
 

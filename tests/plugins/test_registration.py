@@ -203,7 +203,7 @@ print(json.dumps([alone, with_cuda, broken]))
 """
     )
     alone, with_cuda, broken = out["result"]
-    assert alone == "vllm_omni_token2wav.platforms.cpu.engine_platform.CPUOmniStagePlatform"
+    assert alone == "vllm_omni_token2wav.plugins.cpu_platform.platform.CpuEnginePlatform"
     assert with_cuda is None and broken == alone
 
 
@@ -223,6 +223,6 @@ print(json.dumps({"platform": type(p).__name__, "device": p.device_type, "oot": 
 """
     )
     got = out["result"]
-    assert got["platform"] == "CPUOmniStagePlatform" and got["device"] == "cpu" and got["oot"]
+    assert got["platform"] == "CpuEnginePlatform" and got["device"] == "cpu" and got["oot"]
     assert got["gen_runner"] and got["ar_runner"]
     assert got["workers"] == ["CPUGenerationWorker", "CPUARWorker"]

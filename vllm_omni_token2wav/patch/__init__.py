@@ -1,23 +1,26 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Patches of the engine that our stages need, applied by the plugin (`plugins.register`), never on import.
+"""Every patch this plugin applies to an upstream object, one module each, applied by the plugin, never on import.
 
-| patch                                   | patched object                         | why                       |
-|-----------------------------------------|----------------------------------------|---------------------------|
-| `request_errors.install_request_errors` | vLLM-Omni's `OmniGenerationScheduler`  | a request our stage       |
-|                                         | `.update_from_output`                  | cannot serve fails alone, |
-|                                         |                                        | with its message, instead |
-|                                         |                                        | of the engine core dying  |
-| ACL graph capture guard                 | vLLM-Ascend's `ACLGraphWrapper`        | piecewise decode graphs   |
-| (`platforms/npu/attention/`)            | `.__call__` (where vLLM-Ascend         | are captured and replayed,|
-|                                         | imports)                               | not silently run eager    |
-| CUDA graph capture guard                | vLLM's `CUDAGraphWrapper.__call__`     | the same on CUDA: a step  |
-| (`platforms/cuda/cuda_graph_guard.py`)  | (where this process serves on CUDA:    | that would capture after  |
-|                                         | `current_omni_platform.is_cuda()`)     | the window runs eager,    |
-|                                         |                                        | counted, not fatal        |
+The register (`register.py:PATCHES`, rendered in docs/design/patches.md) names for each patch the patched
+upstream object, why, how, the upstream issue or why there is none, when to remove it and the vLLM /
+vLLM-Omni version it was written against. Grouped by where they act, after vLLM-Ascend's `patch/`:
 
-Each install is idempotent and has an uninstall for tests. They run from `plugins.register()`, which
-vLLM and vLLM-Omni call in every engine process (worker processes included) before a model runner
-captures graphs, so the guards are in place for the capture window.
+| folder      | patch module                          | patched upstream object                                      |
+|-------------|---------------------------------------|--------------------------------------------------------------|
+| `platform/` | `patch_omni_model_registration.py`    | `vllm_omni.engine.arg_utils.register_omni_models_to_vllm`    |
+| `worker/`   | `patch_generation_scheduler.py`       | `OmniGenerationScheduler.update_from_output` (engine core)   |
+| `worker/`   | `patch_cuda_graph_wrapper.py`         | vLLM's `CUDAGraphWrapper.__call__` (CUDA workers)            |
+| `worker/`   | `patch_acl_graph_wrapper.py`          | vLLM-Ascend's `ACLGraphWrapper.__call__` (NPU workers)       |
+
+Helpers, not patches: `checks.py` (the install-time checks: a patch whose upstream symbol is missing or has
+another shape raises `checks.UpstreamMismatchError` naming it and the installed versions, instead of degrading
+silently), `graph_guard_installer.py` (shared by the two graph-wrapper patches).
+
+Who installs what: `plugins.register()` (vLLM and vLLM-Omni call it in every process they start, worker
+processes included, before a model runner captures graphs) calls `plugins.overrides.apply_overrides()`,
+which installs the registration patch with the plugin's own re-registration, and `apply_engine_patches()`
+below, which installs the `worker/` patches that apply to this host. Each install is idempotent and has an
+`uninstall()` for tests.
 """
 
 from __future__ import annotations
@@ -30,26 +33,26 @@ __all__ = ["apply_engine_patches"]
 
 
 def apply_engine_patches() -> None:
-    """Install every patch of the table that applies to this process's engine."""
-    from vllm_omni_token2wav.patch.request_errors import install_request_errors
+    """Install every `worker/` patch that applies to this process (the register's rows; see the docstring)."""
+    from vllm_omni_token2wav.patch.worker import patch_generation_scheduler
 
-    install_request_errors()
-    _install_ascend_capture_guard()
-    _install_cuda_capture_guard()
+    patch_generation_scheduler.install()
+    _install_acl_graph_guard()
+    _install_cuda_graph_guard()
 
 
-def _install_ascend_capture_guard() -> None:
+def _install_acl_graph_guard() -> None:
     try:
         import vllm_ascend.compilation.acl_graph  # noqa: F401
     except Exception:  # no vLLM-Ascend here (or no CANN): nothing to guard
         return
-    from vllm_omni_token2wav.platforms.npu.attention.static_shape_decode import install_into_ascend_aclgraph
+    from vllm_omni_token2wav.patch.worker import patch_acl_graph_wrapper
 
-    install_into_ascend_aclgraph()
+    patch_acl_graph_wrapper.install()
     logger.info_once("installed the ACLGraphWrapper capture guard (vLLM-Ascend present)")
 
 
-def _install_cuda_capture_guard() -> None:
+def _install_cuda_graph_guard() -> None:
     """Guard vLLM's `CUDAGraphWrapper` where this process serves on CUDA (the platform object decides)."""
     from vllm_omni_token2wav import platforms
 
@@ -65,7 +68,7 @@ def _install_cuda_capture_guard() -> None:
     except Exception as exc:  # a vLLM without CUDA graph support: nothing to guard
         logger.debug("no CUDA capture guard: vllm.compilation.cuda_graph does not import (%s)", exc)
         return
-    from vllm_omni_token2wav.platforms.cuda.cuda_graph_guard import install_into_cuda_graph_wrapper
+    from vllm_omni_token2wav.patch.worker import patch_cuda_graph_wrapper
 
-    install_into_cuda_graph_wrapper()
+    patch_cuda_graph_wrapper.install()
     logger.info_once("installed the CUDAGraphWrapper capture guard (CUDA platform)")

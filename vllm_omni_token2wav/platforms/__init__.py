@@ -5,10 +5,9 @@
 `vllm_omni_token2wav` never imports torch_npu. The environment variable `VLLM_OMNI_TOKEN2WAV_PLATFORM`
 (`auto` | `cpu` | `cuda` | `npu`) overrides detection; see `vllm_omni_token2wav.platforms.detect`.
 
-Platform-specific patches live under `platforms/<hw>/` as idempotent `install_*()` functions and
-are never applied on import:
-- `platforms.npu.attention.static_shape_decode.install_into_ascend_aclgraph()`
-- `platforms.cuda.cuda_graph_guard.install_into_cuda_graph_wrapper()`
+Nothing here patches an upstream object: every patch (the graph-capture guard on `CUDAGraphWrapper` /
+`ACLGraphWrapper` included, whose rule is `graph_capture_guard.py`) lives in `vllm_omni_token2wav/patch/`
+and is installed by the plugin, never on import.
 """
 
 from __future__ import annotations
@@ -17,14 +16,14 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from vllm_omni_token2wav.platforms.device import DeviceSpec, device_key, normalize_device
-from vllm_omni_token2wav.platforms.interface import OmniPlatform, PlatformEnum
+from vllm_omni_token2wav.platforms.interface import DevicePlatform, PlatformEnum
 
 if TYPE_CHECKING:
-    current_omni_platform: OmniPlatform
+    current_omni_platform: DevicePlatform
 
 __all__ = [
     "DeviceSpec",
-    "OmniPlatform",
+    "DevicePlatform",
     "PlatformEnum",
     "current_omni_platform",
     "device_key",
@@ -36,10 +35,10 @@ __all__ = [
 # Process-wide: every stage of the process serves on one platform; the lock makes first
 # detection happen once when stage workers start concurrently.
 _platform_lock = threading.Lock()
-_platform: OmniPlatform | None = None
+_platform: DevicePlatform | None = None
 
 
-def get_current_platform() -> OmniPlatform:
+def get_current_platform() -> DevicePlatform:
     global _platform
     if _platform is None:
         with _platform_lock:
@@ -50,7 +49,7 @@ def get_current_platform() -> OmniPlatform:
     return _platform
 
 
-def reset_current_platform(platform: OmniPlatform | None = None) -> None:
+def reset_current_platform(platform: DevicePlatform | None = None) -> None:
     """Forget the detected platform (or force `platform`). For tests and for `VLLM_OMNI_TOKEN2WAV_PLATFORM` changes."""
     global _platform
     with _platform_lock:

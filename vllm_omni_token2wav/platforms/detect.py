@@ -22,7 +22,7 @@ import os
 import torch
 
 from vllm_omni_token2wav.logger import init_logger
-from vllm_omni_token2wav.platforms.interface import OmniPlatform
+from vllm_omni_token2wav.platforms.interface import DevicePlatform
 
 logger = init_logger(__name__)
 
@@ -50,35 +50,35 @@ def _cuda_unavailable_reason() -> str | None:
     return None if torch.cuda.is_available() else "torch.cuda.is_available() is False"
 
 
-def detect_platform() -> OmniPlatform:
+def detect_platform() -> DevicePlatform:
     """Build the platform object from the environment (see the module table)."""
-    from vllm_omni_token2wav.platforms.cpu.platform import CpuOmniPlatform
-    from vllm_omni_token2wav.platforms.cuda.platform import CudaOmniPlatform
-    from vllm_omni_token2wav.platforms.npu.platform import NpuOmniPlatform
+    from vllm_omni_token2wav.platforms.cpu.platform import CpuDevicePlatform
+    from vllm_omni_token2wav.platforms.cuda.platform import CudaDevicePlatform
+    from vllm_omni_token2wav.platforms.npu.platform import NpuDevicePlatform
 
     choice = os.environ.get(PLATFORM_ENV, "auto").strip().lower() or "auto"
     if choice not in _CHOICES:
         raise ValueError(f"{PLATFORM_ENV}={choice!r} is not one of {', '.join(_CHOICES)}")
     if choice == "cpu":
-        return CpuOmniPlatform()
+        return CpuDevicePlatform()
     if choice == "npu":
         reason = _npu_unavailable_reason()
         if reason is not None:
             raise RuntimeError(f"{PLATFORM_ENV}=npu but the NPU is not usable: {reason}")
-        return NpuOmniPlatform()
+        return NpuDevicePlatform()
     if choice == "cuda":
         reason = _cuda_unavailable_reason()
         if reason is not None:
             raise RuntimeError(f"{PLATFORM_ENV}=cuda but CUDA is not usable: {reason}")
-        return CudaOmniPlatform()
+        return CudaDevicePlatform()
 
     reason = _npu_unavailable_reason()
     if reason is None:
         logger.debug("platform: Ascend NPU detected")
-        return NpuOmniPlatform()
+        return NpuDevicePlatform()
     logger.debug("platform: not NPU (%s)", reason)
     if _cuda_unavailable_reason() is None:
         logger.debug("platform: CUDA detected")
-        return CudaOmniPlatform()
+        return CudaDevicePlatform()
     logger.debug("platform: falling back to CPU")
-    return CpuOmniPlatform()
+    return CpuDevicePlatform()

@@ -6,7 +6,7 @@ Eager PyTorch on an accelerator is launch-bound for the Token2Wav stage's networ
 and the flow estimator and HiFT are launch-bound the same way at streaming chunk sizes. A captured
 graph replays the whole recorded kernel sequence with one launch. `DeviceGraphRunner` is the one
 helper CAM++, the flow estimator and HiFT use for that; `platforms.graph_api` says what it needs
-from a platform, and the platform object supplies it (`OmniPlatform.device_graph_api()`).
+from a platform, and the platform object supplies it (`DevicePlatform.device_graph_api()`).
 
     runner = DeviceGraphRunner(model_forward, name="campplus", device=device)
     out = runner(feats)              # first call of a shape: warm up, capture, replay; later: replay

@@ -6,7 +6,7 @@ under the same names: a graph class (`CUDAGraph` / `NPUGraph`) with `replay()` a
 capture context `graph(g, pool=None, stream=None, capture_error_mode=...)`, `graph_pool_handle()`,
 and the stream/event types the capture needs (`Stream`, `stream(s)`, `current_stream(device)`,
 `Event`). `TorchGraphApi` adapts one such device module to the `DeviceGraphApi` Protocol; the
-platform objects build it (`OmniPlatform.device_graph_api()`), so the capture helper
+platform objects build it (`DevicePlatform.device_graph_api()`), so the capture helper
 (`platforms/device_graphs.py`) never names `torch.cuda` or `torch.npu`, and tests hand it a fake
 device module with the same names.
 

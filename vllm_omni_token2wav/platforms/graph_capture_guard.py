@@ -23,8 +23,9 @@ at the same dict and a captured decode step of the active capacity replays.
 Each bypass is counted per (descriptor, capacity) and warned about once: it means the step runs
 eager. `GuardCounters.snapshot()` exposes the counters to operators.
 
-The platform installers (`platforms/npu/attention/static_shape_decode.py`,
-`platforms/cuda/cuda_graph_guard.py`) bind vLLM's symbols once at install time, because this call
+This module patches nothing: the patches that put `make_guarded_call` on the wrappers are
+`patch/worker/patch_cuda_graph_wrapper.py` and `patch/worker/patch_acl_graph_wrapper.py` (through
+`patch/graph_guard_installer.py`), which bind vLLM's symbols once at install time, because this call
 sits on the replay hot path (once per piecewise segment per step).
 """
 
@@ -186,65 +187,3 @@ def make_guarded_call(
 
 def is_guarded(call: Any) -> bool:
     return bool(getattr(call, GUARD_MARKER, False))
-
-
-def bind_vllm_symbols() -> tuple[Any, Callable[[], Any], Any]:
-    """(CUDAGraphMode.NONE, get_forward_context, monitor module)."""
-    import vllm.compilation.monitor as monitor
-    from vllm import forward_context
-    from vllm.config import CUDAGraphMode
-
-    return (
-        CUDAGraphMode.NONE,
-        forward_context.get_forward_context,
-        monitor,
-    )
-
-
-class GuardInstaller:
-    """Install / uninstall the guard on one wrapper class, named by module path (imported lazily).
-
-    It remembers every class it patched together with that class's stock `__call__`, and
-    `uninstall()` restores those classes themselves rather than whatever the module path resolves
-    to at that moment: a test that swaps the module (fake vllm vs the real one) cannot make it
-    restore the wrong class or leave a patched one behind.
-    """
-
-    def __init__(self, *, platform: str, module: str, class_name: str, entries_attr: str, graph_attr: str) -> None:
-        self.module = module
-        self.class_name = class_name
-        self.entries_attr = entries_attr
-        self.graph_attr = graph_attr
-        self.counters = GuardCounters(platform=platform)
-        self._patched: dict[type, Callable[..., Any]] = {}
-        self._lock = threading.Lock()
-
-    def _wrapper_cls(self) -> type:
-        import importlib
-
-        return getattr(importlib.import_module(self.module), self.class_name)
-
-    def install(self) -> None:
-        with self._lock:
-            wrapper_cls = self._wrapper_cls()
-            stock_call = wrapper_cls.__call__
-            if is_guarded(stock_call):
-                return
-            mode_none, get_forward_context, monitor = bind_vllm_symbols()
-            self._patched[wrapper_cls] = stock_call
-            wrapper_cls.__call__ = make_guarded_call(  # type: ignore[method-assign]
-                stock_call,
-                entries_attr=self.entries_attr,
-                graph_attr=self.graph_attr,
-                mode_none=mode_none,
-                get_forward_context=get_forward_context,
-                monitor=monitor,
-                counters=self.counters,
-            )
-
-    def uninstall(self) -> None:
-        with self._lock:
-            for wrapper_cls, stock_call in self._patched.items():
-                if is_guarded(wrapper_cls.__call__):
-                    wrapper_cls.__call__ = stock_call  # type: ignore[method-assign]
-            self._patched.clear()

@@ -1,5 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The platform object: the one place that knows which accelerator serves this process.
+"""Our device-facing platform object: the one place that knows which accelerator serves this process.
+
+Not vLLM-Omni's engine platform (`vllm_omni.platforms.interface.OmniPlatform`, which picks workers and
+attention backends for the engine; ours for CPU-only hosts is `plugins/cpu_platform/platform.py`):
+`DevicePlatform` is what our model code asks about the device it runs on.
 
 Model code asks `current_omni_platform` (`is_npu()`, `torch_device()`, `synchronize()`) instead of
 calling `torch.cuda` / `torch.npu` itself, so the same module runs unchanged on Ascend NPUs, NVIDIA
@@ -31,7 +35,7 @@ class PlatformEnum(enum.Enum):
     NPU = "npu"
 
 
-class OmniPlatform:
+class DevicePlatform:
     """Base platform. `device_type` is the torch device type string of the serving device."""
 
     _enum: PlatformEnum = PlatformEnum.CPU

@@ -8,13 +8,14 @@ functions from our distribution's entry points (`pyproject.toml`):
 |------------------------------|-----------------------|---------------------------------------------------------|
 | `vllm_omni.general_plugins`  | `register`            | our stage classes under upstream's architecture names   |
 |                              |                       | (`overrides.py`), our code2wav-alone and stand-in        |
-|                              |                       | pipelines (`pipelines.py`), the engine patches (`patch/`)|
+|                              |                       | pipelines (`pipelines.py`), the patches of upstream      |
+|                              |                       | objects (`patch/`, register in `patch/register.py`)      |
 | `vllm.general_plugins`       | `register`            | the same: vLLM loads this group in its engine-core       |
 |                              |                       | processes, where vLLM-Omni's group is not loaded and     |
 |                              |                       | where the scheduler patch must live                      |
 | `vllm_omni.platform_plugins` | `cpu_platform_plugin` | the CPU platform for omni stages, only when no           |
 |                              |                       | accelerator platform applies                             |
-|                              |                       | (`platforms/cpu/engine_platform.py`)                     |
+|                              |                       | (`cpu_platform/platform.py`)                             |
 
 `register()` is idempotent (safe in every process, any number of times) and does nothing but log
 once when vLLM-Omni is not importable (a plain vLLM install that happens to have this package).
@@ -84,6 +85,6 @@ def load_plugins() -> None:
 
 def cpu_platform_plugin() -> str | None:
     """Entry point of `vllm_omni.platform_plugins`: our CPU platform's class path, or None."""
-    from vllm_omni_token2wav.platforms.cpu.engine_platform import cpu_platform_plugin as detect
+    from vllm_omni_token2wav.plugins.cpu_platform.platform import cpu_platform_plugin as detect
 
     return detect()

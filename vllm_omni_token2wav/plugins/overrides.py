@@ -7,7 +7,8 @@ vLLM-Omni resolves a stage's class by architecture name in two registries: `Omni
 first alone is not enough: vLLM-Omni re-registers its whole table into vLLM's registry every time
 it creates a stage's model config (`vllm_omni.engine.arg_utils.register_omni_models_to_vllm`), so
 vLLM would inspect upstream's class (and fail where upstream's module cannot import, e.g. Step-Audio2's
-without `hyperpyyaml`). We therefore wrap that function: each re-registration is followed by ours.
+without `hyperpyyaml`). We therefore wrap that function (a patch: `patch/platform/patch_omni_model_registration.py`,
+with its row in the patch register): each re-registration is followed by ours.
 
 | upstream architecture name                     | served by (this fork)                                  |
 |------------------------------------------------|--------------------------------------------------------|
@@ -134,20 +135,11 @@ def _register(table: Mapping[str, str]) -> None:
 
 
 def _reapply_after_upstream_registration() -> None:
-    """Wrap `register_omni_models_to_vllm` so every later call of it is followed by our registration."""
-    import vllm_omni.engine.arg_utils as arg_utils
+    """Follow every later `register_omni_models_to_vllm` call with ours (the patch and its register row:
+    `patch/platform/patch_omni_model_registration.py`)."""
+    from vllm_omni_token2wav.patch.platform import patch_omni_model_registration
 
-    stock = arg_utils.register_omni_models_to_vllm
-    if getattr(stock, "_token2wav_wrapped", False):
-        return
-
-    def register_omni_models_then_ours() -> None:
-        stock()
-        _register(active_table())
-
-    register_omni_models_then_ours._token2wav_wrapped = True  # type: ignore[attr-defined]
-    register_omni_models_then_ours.__wrapped__ = stock  # type: ignore[attr-defined]
-    arg_utils.register_omni_models_to_vllm = register_omni_models_then_ours
+    patch_omni_model_registration.install(lambda: _register(active_table()))
 
 
 __all__ = [

@@ -3,9 +3,9 @@
 
 from __future__ import annotations
 
-from vllm_omni_token2wav.platforms.interface import OmniPlatform, PlatformEnum
+from vllm_omni_token2wav.platforms.interface import DevicePlatform, PlatformEnum
 
 
-class CpuOmniPlatform(OmniPlatform):
+class CpuDevicePlatform(DevicePlatform):
     _enum = PlatformEnum.CPU
     device_type = "cpu"

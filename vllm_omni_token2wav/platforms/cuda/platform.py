@@ -8,10 +8,10 @@ from typing import Any
 import torch
 
 from vllm_omni_token2wav.platforms.graph_api import DeviceGraphApi, TorchGraphApi
-from vllm_omni_token2wav.platforms.interface import OmniPlatform, PlatformEnum
+from vllm_omni_token2wav.platforms.interface import DevicePlatform, PlatformEnum
 
 
-class CudaOmniPlatform(OmniPlatform):
+class CudaDevicePlatform(DevicePlatform):
     _enum = PlatformEnum.CUDA
     device_type = "cuda"
 

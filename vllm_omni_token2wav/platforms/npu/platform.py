@@ -9,12 +9,12 @@ import torch
 
 from vllm_omni_token2wav.logger import init_logger
 from vllm_omni_token2wav.platforms.graph_api import DeviceGraphApi, TorchGraphApi, missing_graph_names
-from vllm_omni_token2wav.platforms.interface import OmniPlatform, PlatformEnum
+from vllm_omni_token2wav.platforms.interface import DevicePlatform, PlatformEnum
 
 logger = init_logger(__name__)
 
 
-class NpuOmniPlatform(OmniPlatform):
+class NpuDevicePlatform(DevicePlatform):
     _enum = PlatformEnum.NPU
     device_type = "npu"
 

@@ -13,7 +13,7 @@ from vllm_omni_token2wav import platforms
 from vllm_omni_token2wav.benchmarks.seed_tts import asr
 from vllm_omni_token2wav.benchmarks.seed_tts.asr import faster_whisper_backend as fw
 from vllm_omni_token2wav.benchmarks.seed_tts.asr import hf_whisper
-from vllm_omni_token2wav.platforms.interface import OmniPlatform
+from vllm_omni_token2wav.platforms.interface import DevicePlatform
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 
@@ -77,7 +77,7 @@ def test_zh_without_funasr_says_how_to_enable_it(loaders, monkeypatch: pytest.Mo
 
 
 def test_device_priority_argument_env_platform(monkeypatch: pytest.MonkeyPatch) -> None:
-    class FakeNpu(OmniPlatform):
+    class FakeNpu(DevicePlatform):
         device_type = "npu"
 
         def current_device_index(self) -> int | None:

@@ -20,13 +20,13 @@ from vllm_omni_token2wav.model_executor.models.minicpmo_4_5.minicpmo_4_5_token2w
 )
 from vllm_omni_token2wav.model_executor.models.speaker_embedding import selection as speaker_embedding
 from vllm_omni_token2wav.model_executor.models.token2wav_core.core import Token2WavCore
-from vllm_omni_token2wav.platforms.cuda.platform import CudaOmniPlatform
-from vllm_omni_token2wav.platforms.npu.platform import NpuOmniPlatform
+from vllm_omni_token2wav.platforms.cuda.platform import CudaDevicePlatform
+from vllm_omni_token2wav.platforms.npu.platform import NpuDevicePlatform
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu, pytest.mark.usefixtures("cpu_platform")]
 
 
-class _OneCudaPlatform(CudaOmniPlatform):
+class _OneCudaPlatform(CudaDevicePlatform):
     """CUDA platform that answers without a GPU (device index 0)."""
 
     def current_device_index(self) -> int | None:
@@ -134,7 +134,7 @@ def test_stage_on_npu_enables_the_device_path(
     token2wav_dir: Path, monkeypatch: pytest.MonkeyPatch, enable_calls: list[str]
 ) -> None:
     install_fake_torch_npu(monkeypatch)
-    platforms.reset_current_platform(NpuOmniPlatform())
+    platforms.reset_current_platform(NpuDevicePlatform())
     counter = SessionCounter(monkeypatch)
     MiniCPMO45Code2Wav(model=str(token2wav_dir), device="cpu")
     assert enable_calls == ["device:cpu"]
@@ -143,7 +143,7 @@ def test_stage_on_npu_enables_the_device_path(
 
 def test_stage_on_npu_fails_when_the_device_path_fails(token2wav_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     install_fake_torch_npu(monkeypatch)
-    platforms.reset_current_platform(NpuOmniPlatform())
+    platforms.reset_current_platform(NpuDevicePlatform())
 
     def broken(self: Token2WavCore, request: str) -> str:
         raise RuntimeError("torch CAM++ cannot be placed on npu:0: device out of memory")

@@ -36,7 +36,7 @@ from vllm_omni_token2wav.model_executor.models.speaker_embedding.trt import (
     EngineCacheKey,
     load_or_build_engine,
 )
-from vllm_omni_token2wav.platforms.cuda.platform import CudaOmniPlatform
+from vllm_omni_token2wav.platforms.cuda.platform import CudaDevicePlatform
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu, pytest.mark.usefixtures("cpu_platform")]
 
@@ -436,7 +436,7 @@ def test_tensorrt_engine_matches_onnxruntime_on_gpu(tmp_path: Path, monkeypatch:
 # ---- TensorRT backend construction against a fake `tensorrt` module ----------------------------
 
 
-class _FakeCudaPlatform(CudaOmniPlatform):
+class _FakeCudaPlatform(CudaDevicePlatform):
     """A CUDA platform that answers without a GPU."""
 
     def get_device_name(self, index: int | None = None) -> str:

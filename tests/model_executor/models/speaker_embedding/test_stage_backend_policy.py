@@ -10,13 +10,13 @@ from vllm_omni_token2wav.model_executor.models.speaker_embedding.selection impor
     stage_backend_request,
 )
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.options import StageOptions
-from vllm_omni_token2wav.platforms.cpu.platform import CpuOmniPlatform
-from vllm_omni_token2wav.platforms.cuda.platform import CudaOmniPlatform
-from vllm_omni_token2wav.platforms.npu.platform import NpuOmniPlatform
+from vllm_omni_token2wav.platforms.cpu.platform import CpuDevicePlatform
+from vllm_omni_token2wav.platforms.cuda.platform import CudaDevicePlatform
+from vllm_omni_token2wav.platforms.npu.platform import NpuDevicePlatform
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 
-_PLATFORMS = {"npu": NpuOmniPlatform(), "cuda": CudaOmniPlatform(), "cpu": CpuOmniPlatform()}
+_PLATFORMS = {"npu": NpuDevicePlatform(), "cuda": CudaDevicePlatform(), "cpu": CpuDevicePlatform()}
 
 # The table of `stage_backend_request`'s docstring, written out independently of the code.
 _EXPECTED = {

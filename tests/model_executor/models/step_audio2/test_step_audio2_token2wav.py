@@ -233,8 +233,8 @@ torch.utils.rename_privateuse1_backend("npu")  # what torch_npu does; irreversib
 torch.npu = FakeNpuModule(True)
 sys.modules["torch_npu"] = types.ModuleType("torch_npu")
 from vllm_omni_token2wav import platforms
-from vllm_omni_token2wav.platforms.npu.platform import NpuOmniPlatform
-platforms.reset_current_platform(NpuOmniPlatform())
+from vllm_omni_token2wav.platforms.npu.platform import NpuDevicePlatform
+platforms.reset_current_platform(NpuDevicePlatform())
 from vllm_omni_token2wav.model_executor.models.speaker_embedding import torch_backend as speaker_embedding_torch
 loads, sessions = [], []
 

@@ -278,7 +278,7 @@ def test_the_environment_alone_drives_the_lookup_in_a_fresh_process(tmp_path: Pa
         f"""
         import json, sys
         from vllm_omni_token2wav import platforms
-        from vllm_omni_token2wav.platforms.cpu.platform import CpuOmniPlatform
+        from vllm_omni_token2wav.platforms.cpu.platform import CpuDevicePlatform
         from vllm_omni_token2wav.model_executor.models.step_audio2.step_audio2_token2wav_stage import (
             StepAudio2Token2WavForConditionalGeneration as Stage,
         )
@@ -287,7 +287,7 @@ def test_the_environment_alone_drives_the_lookup_in_a_fresh_process(tmp_path: Pa
         assert "huggingface_hub" not in sys.modules  # the environment is all it will read
         from tests.model_executor.models.token2wav_stage.test_hub_model import _config, _one_step
 
-        platforms.reset_current_platform(CpuOmniPlatform())
+        platforms.reset_current_platform(CpuDevicePlatform())
         stage = Stage(vllm_config=_config({repo_id!r}))
         out = {{"folder": str(stage.token2wav.model_path), "samples": _one_step(stage).numel()}}
         try:

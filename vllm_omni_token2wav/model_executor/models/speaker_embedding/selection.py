@@ -26,7 +26,7 @@ from vllm_omni_token2wav.model_executor.models.speaker_embedding.backend import 
 )
 
 if TYPE_CHECKING:
-    from vllm_omni_token2wav.platforms.interface import OmniPlatform
+    from vllm_omni_token2wav.platforms.interface import DevicePlatform
 
 logger = init_logger(__name__)
 
@@ -51,7 +51,7 @@ def check_spk_backend_option(value: object) -> str:
     return text
 
 
-def stage_backend_request(option: str, platform: OmniPlatform) -> BackendRequest:
+def stage_backend_request(option: str, platform: DevicePlatform) -> BackendRequest:
     """What a serving stage installs for `token2wav_spk_backend` on `platform`: the one serving policy.
 
     | option        | NPU platform | CUDA platform | CPU platform | why                                     |

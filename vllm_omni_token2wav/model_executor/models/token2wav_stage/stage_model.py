@@ -73,7 +73,7 @@ from vllm_omni_token2wav.model_executor.models.token2wav_stage.model_source impo
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.options import StageOptions, stage_options
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.stats import StatsWriter
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.store import StreamStore
-from vllm_omni_token2wav.platforms.interface import OmniPlatform
+from vllm_omni_token2wav.platforms.interface import DevicePlatform
 
 logger = init_logger(__name__)
 
@@ -156,7 +156,7 @@ class Token2WavStageModel(nn.Module):
             ),
         )
 
-    def _install_speaker_backend(self, opts: StageOptions, platform: OmniPlatform) -> None:
+    def _install_speaker_backend(self, opts: StageOptions, platform: DevicePlatform) -> None:
         """The speaker backend `token2wav_spk_backend` asks for on this platform (`stage_backend_request`).
 
         Nothing is installed for the onnxruntime fallback: the core starts with it and builds its session

@@ -1,8 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """The ACL capture guard on the real vllm-ascend `ACLGraphWrapper`, capturing real NPU graphs (Ascend only).
 
-The CPU twins are the fake-based tests (`test_static_shape_decode.py`, same rule, fakes that mirror
-the stock control flow) and the real-vLLM CUDA-wrapper tests (`tests/platforms/cuda/`). Here the
+The CPU twins are the fake-based tests (`test_graph_wrapper_guards.py`, same rule, fakes that mirror
+the stock control flow) and the real-vLLM CUDA-wrapper tests (`test_patch_cuda_graph_wrapper_real_vllm.py`). Here the
 stock wrapper captures an `NPUGraph` in the capture window and the guard must leave that alone:
 a captured descriptor replays (the runnable is not called again) and an uncaptured one runs eager
 and is counted, where the unguarded wrapper raises "CUDA graph capturing detected at an
@@ -44,10 +44,10 @@ def ascend() -> Iterator[dict[str, Any]]:
     from vllm.config import CUDAGraphMode, VllmConfig
     from vllm.forward_context import BatchDescriptor
 
-    from vllm_omni_token2wav.platforms.npu.attention import static_shape_decode
+    from vllm_omni_token2wav.patch.worker import patch_acl_graph_wrapper as acl_guard
 
     before = monitor.cudagraph_capturing_enabled
-    static_shape_decode.reset_stats()
+    acl_guard.reset_stats()
     yield {
         "acl_graph": acl_graph,
         "torch": torch,
@@ -56,10 +56,10 @@ def ascend() -> Iterator[dict[str, Any]]:
         "mode": CUDAGraphMode,
         "config": VllmConfig(),
         "descriptor": BatchDescriptor,
-        "guard": static_shape_decode,
+        "guard": acl_guard,
     }
-    static_shape_decode.uninstall_from_ascend_aclgraph()
-    static_shape_decode.reset_stats()
+    acl_guard.uninstall()
+    acl_guard.reset_stats()
     monitor.set_cudagraph_capturing_enabled(before)
 
 
@@ -88,7 +88,7 @@ def test_guard_on_the_real_aclgraph_wrapper_keeps_capture_and_replay_and_runs_mi
     with pytest.raises(RuntimeError, match="inappropriate time"):
         step(x16, missed)
 
-    ascend["guard"].install_into_ascend_aclgraph()
+    ascend["guard"].install()
     # Capture window: the stock call captures through the guard.
     monitor.set_cudagraph_capturing_enabled(True)
     out = step(x8, captured)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from vllm.v1.worker.cpu_worker import CPUWorker
 from vllm_omni.worker.mixins import OmniWorkerMixin
 
-from vllm_omni_token2wav.platforms.cpu.worker.generation_model_runner import CPUGenerationModelRunner
+from vllm_omni_token2wav.plugins.cpu_platform.worker.generation_model_runner import CPUGenerationModelRunner
 
 
 class CPUGenerationWorker(OmniWorkerMixin, CPUWorker):

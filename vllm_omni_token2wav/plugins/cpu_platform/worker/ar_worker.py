@@ -9,7 +9,7 @@ from __future__ import annotations
 from vllm.v1.worker.cpu_worker import CPUWorker
 from vllm_omni.worker.mixins import OmniWorkerMixin
 
-from vllm_omni_token2wav.platforms.cpu.worker.ar_model_runner import CPUARModelRunner
+from vllm_omni_token2wav.plugins.cpu_platform.worker.ar_model_runner import CPUARModelRunner
 
 
 class CPUARWorker(OmniWorkerMixin, CPUWorker):

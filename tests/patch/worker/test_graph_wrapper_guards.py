@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from tests.helpers.fake_vllm import BatchDescriptor, CUDAGraphMode, Entry, FakeGraph, ForwardContext, install_fake_vllm
+from vllm_omni_token2wav.patch.worker import patch_acl_graph_wrapper as acl_guard
+from vllm_omni_token2wav.patch.worker import patch_cuda_graph_wrapper as cuda_guard
 from vllm_omni_token2wav.platforms import graph_capture_guard
-from vllm_omni_token2wav.platforms.cuda import cuda_graph_guard
-from vllm_omni_token2wav.platforms.npu.attention import static_shape_decode
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 
@@ -39,19 +39,19 @@ def env(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iter
         target = Target(
             fake.acl_wrapper,
             "concrete_aclgraph_entries",
-            static_shape_decode.install_into_ascend_aclgraph,
-            static_shape_decode.uninstall_from_ascend_aclgraph,
-            static_shape_decode.stats,
-            static_shape_decode.reset_stats,
+            acl_guard.install,
+            acl_guard.uninstall,
+            acl_guard.stats,
+            acl_guard.reset_stats,
         )
     else:
         target = Target(
             fake.cuda_wrapper,
             "concrete_cudagraph_entries",
-            cuda_graph_guard.install_into_cuda_graph_wrapper,
-            cuda_graph_guard.uninstall_from_cuda_graph_wrapper,
-            cuda_graph_guard.stats,
-            cuda_graph_guard.reset_stats,
+            cuda_guard.install,
+            cuda_guard.uninstall,
+            cuda_guard.stats,
+            cuda_guard.reset_stats,
         )
     stock = target.wrapper_cls.__call__
     target.reset()

@@ -4,7 +4,7 @@
 vLLM-Omni 0.30 ships platforms for CUDA, ROCm, NPU, XPU and MUSA; on a host with none of them it
 resolves `UnspecifiedOmniPlatform`, whose `get_omni_generation_worker_cls()` raises
 `NotImplementedError` (and `GPUGenerationWorker.init_device` refuses the CPU device). This platform
-follows upstream's XPU pattern: `CPUOmniStagePlatform` is an `OmniPlatform` over vLLM's
+follows upstream's XPU pattern: `CpuEnginePlatform` is an `OmniPlatform` over vLLM's
 `CpuPlatform`, and its workers combine vLLM's `CPUWorker` with `OmniWorkerMixin`, and vLLM-Omni's
 generation / AR model runners with vLLM's `CPUModelRunner` (`worker/`). The V1 model runner is used
 (vLLM's V2 runner needs Triton, which the CPU build does not use).
@@ -34,10 +34,10 @@ from vllm_omni_token2wav.logger import init_logger
 
 logger = init_logger(__name__)
 
-_WORKERS = "vllm_omni_token2wav.platforms.cpu.worker"
+_WORKERS = "vllm_omni_token2wav.plugins.cpu_platform.worker"
 
 
-class CPUOmniStagePlatform(OmniPlatform, CpuPlatform):
+class CpuEnginePlatform(OmniPlatform, CpuPlatform):
     """vLLM's `CpuPlatform` with vLLM-Omni's stage interfaces (see the module docstring)."""
 
     _omni_enum = OmniPlatformEnum.OOT
@@ -92,7 +92,7 @@ class CPUOmniStagePlatform(OmniPlatform, CpuPlatform):
         cls, selected_backend: str | None, head_size: int, allow_trtllm_default: bool = False
     ) -> str:
         # upstream's torch SDPA, with a forward for the CPU (upstream's raises on any non-accelerator platform)
-        return "vllm_omni_token2wav.platforms.cpu.diffusion_attention.CPUSDPABackend"
+        return "vllm_omni_token2wav.plugins.cpu_platform.diffusion_attention.CPUSDPABackend"
 
 
 def accelerator_platform() -> str | None:
@@ -109,12 +109,12 @@ def accelerator_platform() -> str | None:
 
 
 def cpu_platform_plugin() -> str | None:
-    """`CPUOmniStagePlatform`'s class path on a host no accelerator platform claims, else None."""
+    """`CpuEnginePlatform`'s class path on a host no accelerator platform claims, else None."""
     claimed = accelerator_platform()
     if claimed is not None:
         logger.debug("%s platform applies: the CPU omni platform stays inactive", claimed)
         return None
-    return f"{__name__}.CPUOmniStagePlatform"
+    return f"{__name__}.CpuEnginePlatform"
 
 
-__all__ = ["CPUOmniStagePlatform", "accelerator_platform", "cpu_platform_plugin"]
+__all__ = ["CpuEnginePlatform", "accelerator_platform", "cpu_platform_plugin"]

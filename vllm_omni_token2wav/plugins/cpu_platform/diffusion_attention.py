@@ -10,7 +10,7 @@ CPU-only host upstream's CosyVoice3 code2wav stage could be built and loaded but
 `CPUSDPABackend` is upstream's SDPA backend whose implementation, `CPUSDPAImpl`, answers `forward`
 with the same SDPA call upstream's CUDA branch makes (`torch.nn.functional.scaled_dot_product_attention`,
 a 2-D key-padding mask broadcast as `[B, 1, 1, K]`), so the arithmetic is upstream's own.
-`CPUOmniStagePlatform.get_diffusion_attn_backend_cls` names it; only that platform uses it.
+`CpuEnginePlatform.get_diffusion_attn_backend_cls` names it; only that platform uses it.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 
 vLLM-Omni 0.30's diffusion `Attention` dispatches its forward on the platform and has no CPU branch
 (`NotImplementedError: No forward implementation for platform`), which stopped its CosyVoice3 code2wav
-DiT on a CPU-only host. Under `CPUOmniStagePlatform` the layer resolves `CPUSDPABackend`, whose forward
+DiT on a CPU-only host. Under `CpuEnginePlatform` the layer resolves `CPUSDPABackend`, whose forward
 is torch's SDPA with upstream's CUDA-branch mask layout: compared here with a direct SDPA call, with and
 without a key-padding mask, and through upstream's own DiT attention module.
 """
@@ -24,12 +24,12 @@ require_engine("the CPU platform's diffusion attention tests")
 
 @pytest.fixture
 def cpu_omni_platform(monkeypatch: pytest.MonkeyPatch) -> Iterator[object]:
-    """`CPUOmniStagePlatform` as vLLM-Omni's current platform (as on a CPU-only engine host) for the test."""
+    """`CpuEnginePlatform` as vLLM-Omni's current platform (as on a CPU-only engine host) for the test."""
     import vllm_omni.platforms as omni_platforms
 
-    from vllm_omni_token2wav.platforms.cpu.engine_platform import CPUOmniStagePlatform
+    from vllm_omni_token2wav.plugins.cpu_platform.platform import CpuEnginePlatform
 
-    platform = CPUOmniStagePlatform()
+    platform = CpuEnginePlatform()
     monkeypatch.setattr(omni_platforms, "_current_omni_platform", platform, raising=False)
     # modules that imported the name keep their own binding: point each at the same object
     import vllm_omni.diffusion.attention.backends.abstract as abstract
@@ -61,7 +61,7 @@ def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor 
 def test_the_platform_names_the_cpu_sdpa_backend(cpu_omni_platform: object) -> None:
     from vllm_omni.diffusion.attention.backends.sdpa import SDPABackend
 
-    from vllm_omni_token2wav.platforms.cpu.diffusion_attention import CPUSDPABackend, CPUSDPAImpl
+    from vllm_omni_token2wav.plugins.cpu_platform.diffusion_attention import CPUSDPABackend, CPUSDPAImpl
 
     path = cpu_omni_platform.get_diffusion_attn_backend_cls(None, 64)  # type: ignore[attr-defined]
     assert path == f"{CPUSDPABackend.__module__}.{CPUSDPABackend.__qualname__}"
@@ -73,7 +73,7 @@ def test_the_platform_names_the_cpu_sdpa_backend(cpu_omni_platform: object) -> N
 def test_the_impl_equals_torch_sdpa_with_upstreams_mask_layout(cpu_omni_platform: object, masked: bool) -> None:
     from vllm_omni.diffusion.attention.backends.abstract import AttentionMetadata
 
-    from vllm_omni_token2wav.platforms.cpu.diffusion_attention import CPUSDPAImpl
+    from vllm_omni_token2wav.plugins.cpu_platform.diffusion_attention import CPUSDPAImpl
 
     q, k, v = _qkv(2, 37, 4, 16, seed=3)
     mask = torch.ones(2, 37, dtype=torch.bool)

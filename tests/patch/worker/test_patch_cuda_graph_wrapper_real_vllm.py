@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """The CUDA capture guard against the real vLLM wrapper, monitor and forward context, on CPU.
 
-The fake-based tests (`tests/platforms/npu/attention/test_static_shape_decode.py`) pin the guard's
+The fake-based tests (`tests/patch/worker/test_graph_wrapper_guards.py`) pin the guard's
 rule; these pin that the real `vllm.compilation.cuda_graph.CUDAGraphWrapper` fails the way the
 fakes assume (capture disabled -> RuntimeError, and an empty entry left behind) and that the
 installed guard turns that failure into a counted eager step while captured steps still replay
@@ -29,8 +29,8 @@ import pytest
 
 from tests.helpers.engine import require_engine, vllm_version
 from tests.helpers.fake_vllm import install_fake_vllm
+from vllm_omni_token2wav.patch.worker import patch_cuda_graph_wrapper as cuda_guard
 from vllm_omni_token2wav.platforms import graph_capture_guard
-from vllm_omni_token2wav.platforms.cuda import cuda_graph_guard
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 
@@ -134,7 +134,7 @@ def step(real_vllm: RealVllm, monkeypatch: pytest.MonkeyPatch) -> Iterator[Step]
     capturing = real_vllm.monitor.cudagraph_capturing_enabled
     real_vllm.monitor.set_cudagraph_capturing_enabled(False)
     graph_capture_guard.clear_static_shape_capacity()
-    cuda_graph_guard.reset_stats()
+    cuda_guard.reset_stats()
 
     calls: list[int] = []
 
@@ -147,8 +147,8 @@ def step(real_vllm: RealVllm, monkeypatch: pytest.MonkeyPatch) -> Iterator[Step]
     descriptor = real_vllm.forward_context.BatchDescriptor(num_tokens=8, num_reqs=8, uniform=True)
     yield Step(real_vllm, wrapper, calls, descriptor)
 
-    cuda_graph_guard.uninstall_from_cuda_graph_wrapper()
-    cuda_graph_guard.reset_stats()
+    cuda_guard.uninstall()
+    cuda_guard.reset_stats()
     graph_capture_guard.clear_static_shape_capacity()
     real_vllm.monitor.set_cudagraph_capturing_enabled(capturing)
     assert cuda_graph.CUDAGraphWrapper.__call__ is stock_call
@@ -174,13 +174,13 @@ def test_guard_runs_the_failing_step_eager_counts_it_and_warns_once(
 ) -> None:
     with pytest.raises(RuntimeError, match="inappropriate time"):
         step.run(3)  # stock: raises, leaves the empty entry behind
-    cuda_graph_guard.install_into_cuda_graph_wrapper()
+    cuda_guard.install()
     with caplog.at_level(logging.WARNING, logger="vllm_omni_token2wav"):
         assert step.run(3) == 6
         assert step.run(4) == 8
     assert step.calls == [3, 4]
     assert step.entries[step.descriptor].cudagraph is None
-    stats = cuda_graph_guard.stats()
+    stats = cuda_guard.stats()
     assert stats["platform"] == "CUDA" and stats["eager_steps"] == 2
     assert list(stats["by_descriptor"].values()) == [2]
     warnings_logged = [r for r in caplog.records if "was not captured" in r.getMessage()]
@@ -188,38 +188,38 @@ def test_guard_runs_the_failing_step_eager_counts_it_and_warns_once(
 
 
 def test_guard_runs_a_never_seen_descriptor_eager_without_creating_an_entry(step: Step) -> None:
-    cuda_graph_guard.install_into_cuda_graph_wrapper()
+    cuda_guard.install()
     assert step.run(5) == 10
     assert step.descriptor not in step.entries
-    assert cuda_graph_guard.stats()["eager_steps"] == 1
+    assert cuda_guard.stats()["eager_steps"] == 1
 
 
 def test_captured_entry_replays_through_the_stock_call(step: Step) -> None:
-    cuda_graph_guard.install_into_cuda_graph_wrapper()
+    cuda_guard.install()
     graph = _seed_captured(step, output="captured output")
     assert step.run(1) == "captured output"
     assert step.run(2) == "captured output"
     assert graph.replays == 2 and step.calls == []
-    assert cuda_graph_guard.stats()["eager_steps"] == 0
+    assert cuda_guard.stats()["eager_steps"] == 0
 
 
 @pytest.mark.parametrize("mode_name", ["NONE", "FULL"])
 def test_none_and_mismatched_modes_stay_with_the_stock_eager_path(step: Step, mode_name: str) -> None:
-    cuda_graph_guard.install_into_cuda_graph_wrapper()
+    cuda_guard.install()
     assert step.run(7, mode=getattr(step.vllm.mode, mode_name)) == 14
     assert step.calls == [7] and step.entries == {}
-    assert cuda_graph_guard.stats()["eager_steps"] == 0
+    assert cuda_guard.stats()["eager_steps"] == 0
 
 
 def test_no_forward_context_stays_with_the_stock_eager_path(step: Step) -> None:
-    cuda_graph_guard.install_into_cuda_graph_wrapper()
+    cuda_guard.install()
     assert not step.vllm.forward_context.is_forward_context_available()
     assert step.wrapper(6) == 12 and step.calls == [6]
-    assert cuda_graph_guard.stats()["eager_steps"] == 0
+    assert cuda_guard.stats()["eager_steps"] == 0
 
 
 def test_active_capacity_replays_its_own_graph_on_the_real_wrapper(step: Step) -> None:
-    cuda_graph_guard.install_into_cuda_graph_wrapper()
+    cuda_guard.install()
     default_entries = step.entries
     graph_capture_guard.set_static_shape_capacity(1024)
     assert step.run(1) == 2  # nothing captured for capacity 1024 yet: eager
@@ -235,12 +235,12 @@ def test_active_capacity_replays_its_own_graph_on_the_real_wrapper(step: Step) -
 def test_double_install_wraps_once_and_uninstall_restores_the_stock_failure(step: Step) -> None:
     wrapper_cls = step.vllm.cuda_graph.CUDAGraphWrapper
     stock_call = wrapper_cls.__call__
-    cuda_graph_guard.install_into_cuda_graph_wrapper()
+    cuda_guard.install()
     patched = wrapper_cls.__call__
-    cuda_graph_guard.install_into_cuda_graph_wrapper()
+    cuda_guard.install()
     assert wrapper_cls.__call__ is patched and patched.__wrapped__ is stock_call
     assert step.run(1) == 2
-    cuda_graph_guard.uninstall_from_cuda_graph_wrapper()
+    cuda_guard.uninstall()
     assert wrapper_cls.__call__ is stock_call
     with pytest.raises(RuntimeError, match="inappropriate time"):
         step.run(1)
@@ -255,9 +255,9 @@ def test_fake_vllm_hides_the_real_modules_and_gives_them_back(real_vllm: RealVll
         assert not _is_real(sys.modules["vllm"])
         assert sys.modules["vllm.compilation.cuda_graph"].CUDAGraphWrapper is fake.cuda_wrapper
         assert not any(_is_real(m) for n, m in sys.modules.items() if n.split(".", 1)[0] == "vllm")
-        cuda_graph_guard.install_into_cuda_graph_wrapper()  # lands on the fake class only
+        cuda_guard.install()  # lands on the fake class only
         assert real_vllm.cuda_graph.CUDAGraphWrapper.__call__ is stock_call
-        cuda_graph_guard.uninstall_from_cuda_graph_wrapper()
+        cuda_guard.uninstall()
     finally:
         patcher.undo()
     assert {n: m for n, m in sys.modules.items() if n.split(".", 1)[0] == "vllm"} == real_modules

@@ -1,2 +1,0 @@
-# SPDX-License-Identifier: Apache-2.0
-"""NPU attention-path patches (static-shape decode, ACL graph capture guard)."""

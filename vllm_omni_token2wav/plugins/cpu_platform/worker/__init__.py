@@ -1,0 +1,2 @@
+# SPDX-License-Identifier: Apache-2.0
+"""CPU workers and model runners for vLLM-Omni stages (`../platform.py` names them)."""
