@@ -93,7 +93,7 @@ class Toy:
 
 def _start(family: str, async_chunk: bool, tmp: Path, *, upstream: bool) -> Toy:
     from vllm_omni_token2wav.benchmarks.engine_ab.run import UPSTREAM_PATH, arm_environment
-    from vllm_omni_token2wav.model_executor.models.standin.toy import TOY_PIPELINES, recorder
+    from vllm_omni_token2wav.model_executor.models.standin.toy import TOY_PIPELINES, recorder, site_pythonpath
 
     pipeline = TOY_PIPELINES[family]
     model = pipeline.ensure_model_dir()
@@ -104,7 +104,7 @@ def _start(family: str, async_chunk: bool, tmp: Path, *, upstream: bool) -> Toy:
         for key, value in arm_environment("0" if upstream else "1").items():
             patch.setenv(key, value)  # the engine's processes, spawned now, inherit it
         # the recorder's sitecustomize runs at each engine process's start (PYTHONPATH, read at start-up)
-        patch.setenv("PYTHONPATH", recorder.site_pythonpath(os.environ.get("PYTHONPATH")))
+        patch.setenv("PYTHONPATH", site_pythonpath(os.environ.get("PYTHONPATH")))
         patch.setenv(recorder.RECORD_ENV, str(records))
         if upstream:  # multiprocessing's spawn hands children this process's sys.path, not PYTHONPATH's
             patch.syspath_prepend(str(UPSTREAM_PATH))

@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from tests.helpers.engine import require_engine
-from vllm_omni_token2wav.model_executor.models.standin.toy import cosyvoice3_door, upstream_deploy_yaml
+from vllm_omni_token2wav.model_executor.models.standin.toy import cosyvoice3_door, site_pythonpath, upstream_deploy_yaml
 from vllm_omni_token2wav.model_executor.models.standin.toy.cosyvoice3 import (
     PIPELINE,
     SPECIAL_TOKENS,
@@ -154,7 +154,7 @@ def test_s3tokenizer_door_acts_only_where_the_toy_puts_it() -> None:
     require_engine("the s3tokenizer door", extra=("s3tokenizer",))
     plain = _probe(str(REPO))
     assert plain == {"marked": False, "door_imported": False}  # a deployment with the plugin: s3tokenizer's own
-    toy = _probe(cosyvoice3_door.site_pythonpath(str(REPO)))
+    toy = _probe(site_pythonpath(str(REPO)))
     assert toy["marked"] and toy["door_imported"]
     assert len(toy["codes"]) == 50 and all(0 <= c < 6561 for c in toy["codes"])  # 2 s at 25 Hz
     import s3tokenizer  # in this process: the stand-in built directly gives the same ids (seeded, no state)

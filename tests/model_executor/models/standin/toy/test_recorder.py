@@ -15,7 +15,7 @@ pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 
 require_engine("the toy recorder (upstream's stage input processors)")
 
-from vllm_omni_token2wav.model_executor.models.standin.toy import recorder  # noqa: E402
+from vllm_omni_token2wav.model_executor.models.standin.toy import recorder, site_pythonpath  # noqa: E402
 
 MODULE = "vllm_omni.model_executor.stage_input_processors.step_audio2"
 
@@ -45,7 +45,7 @@ def test_a_process_started_with_the_site_folder_records_every_payload(tmp_path: 
 
     repo = Path(__file__).resolve().parents[5]
     env = dict(os.environ)
-    env["PYTHONPATH"] = recorder.site_pythonpath(os.pathsep.join(p for p in (str(repo), env.get("PYTHONPATH")) if p))
+    env["PYTHONPATH"] = site_pythonpath(os.pathsep.join(p for p in (str(repo), env.get("PYTHONPATH")) if p))
     env[recorder.RECORD_ENV] = str(tmp_path)
     proc = subprocess.run(
         [sys.executable, "-c", _CHILD], capture_output=True, text=True, env=env, cwd=repo, timeout=300

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,15 +50,30 @@ from typing import Any, Protocol, runtime_checkable
 
 __all__ = [
     "CPU_KV_CACHE_BYTES",
+    "SITE_DIR",
     "FAST_CODE2WAV_OPTIONS",
     "TOY_PIPELINES",
     "ToyPipeline",
+    "site_pythonpath",
     "upstream_deploy_yaml",
     "write_overlay",
 ]
 
 CPU_KV_CACHE_BYTES = 64 * 1024 * 1024
 FAST_CODE2WAV_OPTIONS: dict[str, Any] = {"token2wav_n_timesteps": 2}
+
+
+#: The folder whose `sitecustomize.py` opens the toy doors (`recorder.py`, `cosyvoice3_door.py`) in every process
+#: that starts with it on `PYTHONPATH`: the engine processes a toy run spawns (never a user's deployment).
+SITE_DIR = Path(__file__).resolve().with_name("doors_site")
+
+
+def site_pythonpath(existing: str | None = None) -> str:
+    """`PYTHONPATH` with `SITE_DIR` first, then the folder holding this package (so `sitecustomize` imports it)."""
+    package_root = Path(__file__).resolve().parents[5]
+    parts = [str(SITE_DIR), str(package_root)]
+    parts += [p for p in (existing or "").split(os.pathsep) if p and p not in parts]
+    return os.pathsep.join(parts)
 
 
 def upstream_deploy_yaml(name: str) -> Path:

@@ -180,7 +180,8 @@ class CosyVoice3ToyPipeline(UpstreamToyPipeline):
 
     def engine_env(self, record_dir: Path | None = None, base: Mapping[str, str] | None = None) -> dict[str, str]:
         """Environment for the engine's processes: the toy door on `PYTHONPATH` (+ the recorder's folder)."""
-        from vllm_omni_token2wav.model_executor.models.standin.toy.cosyvoice3_door import RECORD_ENV, site_pythonpath
+        from vllm_omni_token2wav.model_executor.models.standin.toy import site_pythonpath
+        from vllm_omni_token2wav.model_executor.models.standin.toy.cosyvoice3_door import RECORD_ENV
 
         env = dict(os.environ if base is None else base)
         env["PYTHONPATH"] = site_pythonpath(env.get("PYTHONPATH"))

@@ -3,10 +3,10 @@
 
 TESTS AND TOY RUNS ONLY. Nothing in the plugin imports this module, and no entry point, plugin hook or
 environment variable of a deployment activates it: it acts only in a process that calls `install()`
-(a test's own process) or that starts with `SITE_DIR` on its `PYTHONPATH` (whose `sitecustomize.py`
-calls `install()`), which only the toy pipeline's tests and scripts set up for the engine processes they
-spawn. A user's deployment never has that folder on its path, so upstream's talker there loads the real
-tokenizer as it always does.
+(a test's own process) or that starts with the toy's `SITE_DIR` on its `PYTHONPATH`
+(`standin/toy/__init__.py`; its `sitecustomize.py` calls `install()`), which only the toy pipeline's tests and
+scripts set up for the engine processes they spawn. A user's deployment never has that folder on its path, so
+upstream's talker there loads the real tokenizer as it always does.
 
 Why a door is needed: vLLM-Omni 0.30's CosyVoice3 talker computes each request's prompt conditioning in
 its multimodal processor (`vllm_omni/model_executor/models/cosyvoice3/cosyvoice3.py` `_ensure_s3_model`), which calls
@@ -51,8 +51,6 @@ from vllm_omni_token2wav.logger import init_logger
 
 logger = init_logger(__name__)
 
-#: The folder whose `sitecustomize.py` calls `install()`: put it on an engine's PYTHONPATH (toy runs only).
-SITE_DIR: Final = Path(__file__).resolve().with_name("cosyvoice3_site")
 #: Set to a folder: the producer functions' results are saved there (see the module docstring).
 RECORD_ENV: Final = "VLLM_OMNI_TOKEN2WAV_TOY_RECORD"
 S3_MODULE: Final = "s3tokenizer"
@@ -254,24 +252,14 @@ def uninstall() -> None:
                 setattr(module, name, function.__wrapped__)
 
 
-def site_pythonpath(existing: str | None = None) -> str:
-    """`PYTHONPATH` with `SITE_DIR` first (and the folder holding this package, so `sitecustomize` finds it)."""
-    package_root = Path(__file__).resolve().parents[5]
-    parts = [str(SITE_DIR), str(package_root)]
-    parts += [p for p in (existing or "").split(os.pathsep) if p and p not in parts]
-    return os.pathsep.join(parts)
-
-
 __all__ = [
     "PRODUCER_MODULE",
     "RECORDED_FUNCTIONS",
     "RECORD_ENV",
     "S3_V3_NAME",
-    "SITE_DIR",
     "STANDIN_S3_CONFIG",
     "StandinS3Config",
     "install",
-    "site_pythonpath",
     "standin_s3tokenizer_v3",
     "uninstall",
 ]

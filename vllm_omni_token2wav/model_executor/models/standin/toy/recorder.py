@@ -2,7 +2,8 @@
 """Records what upstream's async-chunk functions hand the code2wav stage in a toy run (tests only).
 
 TESTS AND TOY RUNS ONLY. Nothing in the plugin imports this module; it acts in a process that calls
-`install()` or that starts with `SITE_DIR` on its `PYTHONPATH` (its `sitecustomize.py` calls `install()`),
+`install()` or that starts with the toy's `SITE_DIR` on its `PYTHONPATH` (`standin/toy/__init__.py`; its
+`sitecustomize.py` calls `install()`),
 and only while `RECORD_ENV` names a folder. The toy pipeline tests set both for the engine processes they
 spawn, so the chunks upstream's own function cut in the engine can be compared with what our code2wav stage
 counted (MiniCPM-o's talker codes never reach the client: this is the only way to see them).
@@ -27,20 +28,14 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Final
 
-__all__ = ["RECORDED", "RECORD_ENV", "SITE_DIR", "install", "read_records", "site_pythonpath"]
+__all__ = ["RECORDED", "RECORD_ENV", "install", "read_records"]
 
 RECORD_ENV: Final = "VLLM_OMNI_TOKEN2WAV_TOY_CHUNKS"
-SITE_DIR: Final = Path(__file__).resolve().with_name("recorder_site")
 RECORDED: Final[dict[str, tuple[str, ...]]] = {
     "vllm_omni.model_executor.stage_input_processors.minicpmo_4_5_omni": ("tts2code2wav_async_chunk",),
     "vllm_omni.model_executor.stage_input_processors.step_audio2": ("thinker2token2wav_async_chunk",),
 }
 _MARK: Final = "_vllm_omni_token2wav_toy_recorder"
-
-
-def site_pythonpath(current: str | None = None) -> str:
-    """`PYTHONPATH` with `SITE_DIR` first (for the engine processes a toy test spawns)."""
-    return os.pathsep.join(p for p in (str(SITE_DIR), current or "") if p)
 
 
 def _plain(value: Any) -> Any:
