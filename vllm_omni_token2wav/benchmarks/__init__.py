@@ -5,6 +5,5 @@ A home holds everything one benchmark is: `run.py` (what it measures), `report.p
 PNG), `cli.py` (its `bench` subcommand and, where it has one, its recorder for `benchmarks/record.py`).
 The modules directly in this package are the infrastructure several homes share: `common` (host
 description, timing, report files), `bench_cli` (the CLI skeleton and the `Recorder`), `progress`,
-`engine_server` / `engine_log` (a real served stack), `speech_stream_client`, `token2wav_producer` (the
-stand-in talker; the stage tests use it too).
+`engine_server` / `engine_log` (a real served stack), `speech_stream_client`.
 """

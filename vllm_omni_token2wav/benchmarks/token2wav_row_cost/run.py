@@ -38,7 +38,6 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Final
 
 from vllm_omni_token2wav.benchmarks.common import stamp_load_at_end, torch_threads
-from vllm_omni_token2wav.benchmarks.token2wav_producer import ChunkPayload, ProducerStream, all_chunks
 from vllm_omni_token2wav.benchmarks.token2wav_serve.run import (
     CLOCKS,
     StageRecipe,
@@ -47,6 +46,7 @@ from vllm_omni_token2wav.benchmarks.token2wav_serve.run import (
     load_stage,
     reference_pool,
 )
+from vllm_omni_token2wav.model_executor.models.standin.chunk_producer import ChunkPayload, ProducerStream, all_chunks
 
 SCHEMA: Final = "vllm-omni/bench-token2wav-row-cost/1"
 MODES: Final = ("batched", "solo")

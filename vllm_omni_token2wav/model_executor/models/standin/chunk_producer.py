@@ -1,8 +1,11 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The two sides around a Token2Wav stage, emulated: a producer chunking codec tokens, and the runner's call.
+"""The stand-in talker: the two sides around a Token2Wav stage, emulated (a producer chunking codec tokens, and
+the runner's call).
 
-The concurrency benchmark (`token2wav_serve.py`) and the stage's tests drive the stage model
-exactly as vLLM-Omni does, without vLLM: this module holds what that takes.
+The concurrency benchmark (`vllm_omni_token2wav/benchmarks/token2wav_serve/run.py`, `bench token2wav-serve`),
+the row-cost benchmark and the stage's tests drive the stage model exactly as vLLM-Omni does, without vLLM:
+this module holds what that takes. It sits with the stand-in model folders (`standin/`) because it stands in
+for the talker stage, as they stand in for the weights; it is not a benchmark.
 
 - `ProducerStream`: one request's codec tokens cut into chunks the way the families' producers cut
   them (`stage_input_processors` in vLLM-Omni 0.30): MiniCPM-o sends `[3 context | 25 new]` (the

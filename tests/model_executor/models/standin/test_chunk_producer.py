@@ -12,7 +12,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from vllm_omni_token2wav.benchmarks.token2wav_producer import ChunkPayload, ProducerStream, all_chunks, forward_inputs
+from vllm_omni_token2wav.model_executor.models.standin.chunk_producer import (
+    ChunkPayload,
+    ProducerStream,
+    all_chunks,
+    forward_inputs,
+)
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.contract import SegmentKind, parse_step
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.families import COSYVOICE3, MINICPMO_4_5, STEP_AUDIO2
 
