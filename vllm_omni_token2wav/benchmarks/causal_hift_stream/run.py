@@ -32,6 +32,7 @@ import torch
 
 from vllm_omni_token2wav.benchmarks.common import load_average, resolve_device, run_environment, timed_ms, torch_threads
 from vllm_omni_token2wav.benchmarks.progress import progress
+from vllm_omni_token2wav.benchmarks.token2wav.cosyvoice3.chunk_costs import cumulative_vocode
 from vllm_omni_token2wav.logger import init_logger
 
 logger = init_logger(__name__)
@@ -141,15 +142,6 @@ class StreamBenchReport:
             "runs_chunk_ms": self.chunk_ms,
             "whole_ms": self.whole_ms,
         }
-
-
-def cumulative_vocode(
-    model: Any, mel_so_far: torch.Tensor, emitted: int, *, finalize: bool
-) -> tuple[torch.Tensor, int]:
-    """Upstream CosyVoice3's streaming vocoder step (`CosyVoice3Model.token2wav`): `inference` over the whole
-    mel so far, keeping the samples past the `emitted` ones; returns (new samples, emitted after them)."""
-    speech = model.inference(mel_so_far, finalize=finalize)[:, emitted:]
-    return speech, emitted + int(speech.shape[-1])
 
 
 class CausalHiFTStreamBenchmark:

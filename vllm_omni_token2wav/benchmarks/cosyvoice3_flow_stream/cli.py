@@ -18,18 +18,11 @@ import argparse
 from pathlib import Path
 
 from vllm_omni_token2wav.benchmarks import bench_cli, common
+from vllm_omni_token2wav.benchmarks.token2wav.cosyvoice3.cli import parse_indices
 from vllm_omni_token2wav.cli_types import CLIUsageError
 
 DEFAULT_JSON = str(bench_cli.DEFAULT_REPORT_DIR / "cosyvoice3_flow_stream.json")
 DEFAULT_PLOT = str(bench_cli.DEFAULT_REPORT_DIR / "cosyvoice3_flow_stream.png")
-
-
-def parse_indices(text: str) -> tuple[int, ...]:
-    try:
-        values = tuple(sorted({int(part) for part in text.split(",") if part.strip()}))
-    except ValueError:
-        raise CLIUsageError(f"--baseline-at {text!r}: expected comma-separated chunk indices such as 1,20,50") from None
-    return values
 
 
 def build_config(args: argparse.Namespace):  # type: ignore[no-untyped-def]

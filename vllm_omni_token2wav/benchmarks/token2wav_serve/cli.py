@@ -116,7 +116,7 @@ def build_config(args: argparse.Namespace) -> Any:
         if not model_dir.is_dir():
             raise CLIUsageError(f"--model-dir {args.model_dir}: no such directory")
 
-    from vllm_omni_token2wav.benchmarks.token2wav_rtf.cli import _device_type
+    from vllm_omni_token2wav.benchmarks.token2wav.cli import _device_type
     from vllm_omni_token2wav.benchmarks.token2wav_serve.run import PLANS, ServeConfig
 
     device_type = _device_type(device)

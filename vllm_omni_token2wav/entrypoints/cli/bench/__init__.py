@@ -20,7 +20,7 @@ from vllm_omni_token2wav.cli_types import CLISubcommand
 BENCH_CLIS: tuple[str, ...] = (
     "vllm_omni_token2wav.benchmarks.spk_embedding.cli",
     "vllm_omni_token2wav.benchmarks.seed_tts.cli",
-    "vllm_omni_token2wav.benchmarks.token2wav_rtf.cli",
+    "vllm_omni_token2wav.benchmarks.token2wav.cli",
     "vllm_omni_token2wav.benchmarks.cosyvoice3_flow_stream.cli",
     "vllm_omni_token2wav.benchmarks.cosyvoice3_batched_flow.cli",
     "vllm_omni_token2wav.benchmarks.device_check.cli",

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.torch_state import one_intra_op_thread
-from vllm_omni_token2wav.benchmarks.token2wav_cosyvoice3 import report as render
-from vllm_omni_token2wav.benchmarks.token2wav_cosyvoice3.run import (
+from vllm_omni_token2wav.benchmarks.token2wav.cosyvoice3 import report as render
+from vllm_omni_token2wav.benchmarks.token2wav.cosyvoice3.run import (
     BenchConfig,
     BenchSetupError,
     CosyVoice3Benchmark,
@@ -62,7 +62,7 @@ def test_report_renders_as_table_json_and_png(report, tmp_path: Path) -> None:  
 
 
 def test_summary_ratios_come_from_the_chunks_they_name(report) -> None:  # type: ignore[no-untyped-def]
-    from vllm_omni_token2wav.benchmarks.cosyvoice3_flow_stream.run import ChunkCost
+    from vllm_omni_token2wav.benchmarks.token2wav.cosyvoice3.chunk_costs import ChunkCost
 
     fake = type(report)()
     for k in range(1, 21):

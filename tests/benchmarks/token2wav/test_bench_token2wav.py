@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from tests.helpers.bench_cli import run_bench, run_bench_subprocess
-from vllm_omni_token2wav.benchmarks.token2wav_rtf.cli import SUBCOMMAND, build_config
+from vllm_omni_token2wav.benchmarks.token2wav.cli import SUBCOMMAND, build_config
 from vllm_omni_token2wav.cli_types import CLIUsageError
 from vllm_omni_token2wav.entrypoints.cli.main import main
 

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Render the CosyVoice3 code2wav benchmark: terminal table, JSON file, PNG plot (RTF and cost per chunk).
 
-Kept apart from the measurement (`token2wav_cosyvoice3`) so a partial report from an interrupted run
+Kept apart from the measurement (`cosyvoice3/run.py`) so a partial report from an interrupted run
 renders the same way. Files are written atomically; the plot uses an Agg canvas.
 """
 
@@ -13,7 +13,7 @@ from pathlib import Path
 from vllm_omni_token2wav.atomic_io import write_bytes_atomic
 from vllm_omni_token2wav.benchmarks.common import agg_figure, environment_line, fmt, png_bytes
 from vllm_omni_token2wav.benchmarks.common import write_json as write_report_json
-from vllm_omni_token2wav.benchmarks.token2wav_cosyvoice3.run import BenchReport
+from vllm_omni_token2wav.benchmarks.token2wav.cosyvoice3.run import BenchReport
 
 
 def render_text(report: BenchReport) -> str:

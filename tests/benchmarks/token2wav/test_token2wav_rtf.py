@@ -20,8 +20,8 @@ import torch
 from torch import nn
 
 from tests.helpers.recorder import NamedRecorder, recorder
-from vllm_omni_token2wav.benchmarks.token2wav_rtf.report import plot_png, render_text, report_json
-from vllm_omni_token2wav.benchmarks.token2wav_rtf.run import (
+from vllm_omni_token2wav.benchmarks.token2wav.report import plot_png, render_text, report_json
+from vllm_omni_token2wav.benchmarks.token2wav.run import (
     COMPONENTS,
     PROMPT_CASES,
     SCHEMA,

@@ -41,7 +41,7 @@ not pay again (whole: `prepare_prompt`; stream: `set_stream_cache`); "1st audio"
 hears the first sample of a new voice (stream: setup + first chunk; whole: the whole call).
 
 The report object is filled while the run progresses, so an interrupted run still has what was
-measured; `vllm_omni_token2wav.benchmarks.token2wav_rtf.report` renders it (table, JSON, PNG).
+measured; `vllm_omni_token2wav.benchmarks.token2wav.report` renders it (table, JSON, PNG).
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from typing import Final
 from vllm_omni_token2wav.atomic_io import write_bytes_atomic
 from vllm_omni_token2wav.benchmarks.common import agg_figure, fmt, json_text, png_bytes
 from vllm_omni_token2wav.benchmarks.common import write_json as write_report_json
-from vllm_omni_token2wav.benchmarks.token2wav_rtf.run import COMPONENTS, BenchReport
+from vllm_omni_token2wav.benchmarks.token2wav.run import COMPONENTS, BenchReport
 
 
 def header_lines(report: BenchReport) -> list[str]:

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """`vllm-omni-token2wav bench token2wav`: how fast is the end-to-end Token2Wav stage here, and where does the time go?
 
-Runs `vllm_omni_token2wav.benchmarks.token2wav_rtf.run` on a token2wav directory (default: the deterministic
+Runs `vllm_omni_token2wav.benchmarks.token2wav.run` on a token2wav directory (default: the deterministic
 full-size stand-in, generated on first use and cached under the vllm_omni_token2wav cache folder; `--reduced`
 for the small one tests use; `--model-dir` for a real `token2wav/`). Prints a table and writes
 `out/token2wav_rtf_report.json` and `out/token2wav_rtf_report.png` (`./out/` is git-ignored) unless
@@ -11,8 +11,8 @@ Sizes follow the issue on an accelerator (10 s of speech tokens, 10 Euler steps,
 the full-size flow runs several times slower than real time, so the CPU default is 2 s and 5 steps
 (3 runs), and the table and JSON say which defaults applied. Explicit options always win.
 
-`--family cosyvoice3` runs the CosyVoice3 code2wav report instead (its options and run: `token2wav_cosyvoice3/cli.py`,
-`vllm_omni_token2wav.benchmarks.token2wav_cosyvoice3.run`): whole and streaming RTF, first audio, and the cost per
+`--family cosyvoice3` runs the CosyVoice3 code2wav report instead (its options and run: `cosyvoice3/cli.py`,
+`vllm_omni_token2wav.benchmarks.token2wav.cosyvoice3.run`): whole and streaming RTF, first audio, and the cost per
 chunk vs chunk index against upstream's prefix re-run, on the reduced stand-in unless `--full`.
 
 Exit codes: 0 done; 2 usage error (bad option, unusable directory or device); 130 interrupted
@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from vllm_omni_token2wav.benchmarks import bench_cli, common
-from vllm_omni_token2wav.benchmarks.token2wav_cosyvoice3 import cli as token2wav_cosyvoice3
+from vllm_omni_token2wav.benchmarks.token2wav.cosyvoice3 import cli as token2wav_cosyvoice3
 from vllm_omni_token2wav.cli_types import CLIUsageError
 
 DEFAULT_JSON = str(bench_cli.DEFAULT_REPORT_DIR / "token2wav_rtf_report.json")
@@ -80,7 +80,7 @@ def build_config(args: argparse.Namespace) -> Any:
     bench_cli.check_output_files(args)
     model_dir = _model_dir(args.model_dir)
 
-    from vllm_omni_token2wav.benchmarks.token2wav_rtf.run import (
+    from vllm_omni_token2wav.benchmarks.token2wav.run import (
         MAX_PROMPT_SECONDS,
         MIN_PROMPT_SECONDS,
         BenchConfig,
@@ -171,8 +171,8 @@ class Token2WavSubcommand:
             return token2wav_cosyvoice3.run(args)
         token2wav_cosyvoice3.check_family_options(args)
         config = build_config(args)
-        from vllm_omni_token2wav.benchmarks.token2wav_rtf import report as token2wav_rtf_report
-        from vllm_omni_token2wav.benchmarks.token2wav_rtf.run import BenchSetupError, Token2WavBenchmark
+        from vllm_omni_token2wav.benchmarks.token2wav import report as token2wav_rtf_report
+        from vllm_omni_token2wav.benchmarks.token2wav.run import BenchSetupError, Token2WavBenchmark
 
         bench = Token2WavBenchmark(config, stage=bench_cli.stage_printer("token2wav"))
         bench.report.command = bench_cli.invoked_command()

@@ -11,10 +11,10 @@ through the same code the stage runs (`CosyVoice3Token2Wav`, `cosyvoice3.synthes
 |            | 100, ... tokens; 3 lookahead): RTF = total / audio, first audio = set-up + first chunk   |
 | per chunk  | a long stream with a fixed hop (default 25 tokens = one 50-frame attention chunk after    |
 |            | upstream's first hop), chunk by chunk: ours = the cached flow chunk (`measure_chunk_costs`,|
-|            | shared with `bench cosyvoice3-flow`) + the bounded HiFT push; the baseline at selected   |
+|            | `chunk_costs.py`) + the bounded HiFT push; the baseline at selected                      |
 |            | indices = what upstream runs for that chunk: the flow re-run over the whole prefix      |
 |            | (`streaming=True, finalize=False`) + the vocoder re-run over all mel so far             |
-|            | (`causal_hift_stream.cumulative_vocode`), right after ours (A/B interleaved)            |
+|            | (`chunk_costs.cumulative_vocode`), right after ours (A/B interleaved)                   |
 
 Ours should stay flat; the baseline grows with the index; the report gives the ratio at chunks 20
 and 50 and checks equality (max |diff| of the chunk's mel and audio between the two). Wall and process
@@ -37,7 +37,6 @@ from typing import Any, Final
 
 import torch
 
-from vllm_omni_token2wav.benchmarks.causal_hift_stream.run import cumulative_vocode
 from vllm_omni_token2wav.benchmarks.common import (
     resolve_device,
     run_environment,
@@ -45,9 +44,14 @@ from vllm_omni_token2wav.benchmarks.common import (
     synced_seconds,
     torch_threads,
 )
-from vllm_omni_token2wav.benchmarks.cosyvoice3_flow_stream.run import BenchConfig as FlowCurveConfig
-from vllm_omni_token2wav.benchmarks.cosyvoice3_flow_stream.run import ChunkCost, cpu_timed, measure_chunk_costs
 from vllm_omni_token2wav.benchmarks.progress import progress
+from vllm_omni_token2wav.benchmarks.token2wav.cosyvoice3.chunk_costs import (
+    ChunkCost,
+    StreamShape,
+    cpu_timed,
+    cumulative_vocode,
+    measure_chunk_costs,
+)
 
 SCHEMA: Final = "vllm-omni/bench-token2wav-cosyvoice3/1"
 OUTPUT_RATE: Final = 24_000
@@ -131,9 +135,9 @@ class BenchConfig:
         return int(self.prompt_seconds * TOKEN_RATE)
 
     @property
-    def curve(self) -> FlowCurveConfig:
+    def curve(self) -> StreamShape:
         """The cost curve's stream as `bench cosyvoice3-flow` defines it (upstream's first hop, then fixed hops)."""
-        return FlowCurveConfig(prompt_tokens=self.prompt_tokens, hop_tokens=self.hop_tokens, chunks=self.chunks)
+        return StreamShape(prompt_tokens=self.prompt_tokens, hop_tokens=self.hop_tokens, chunks=self.chunks)
 
     @property
     def first_hop(self) -> int:

@@ -17,11 +17,20 @@ from pathlib import Path
 from typing import Any
 
 from vllm_omni_token2wav.benchmarks import bench_cli, common
-from vllm_omni_token2wav.benchmarks.cosyvoice3_flow_stream.cli import parse_indices
 from vllm_omni_token2wav.cli_types import CLIUsageError
 
 DEFAULT_JSON = str(bench_cli.DEFAULT_REPORT_DIR / "token2wav_cosyvoice3.json")
 DEFAULT_PLOT = str(bench_cli.DEFAULT_REPORT_DIR / "token2wav_cosyvoice3.png")
+
+
+def parse_indices(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(sorted({int(part) for part in text.split(",") if part.strip()}))
+    except ValueError:
+        raise CLIUsageError(f"--baseline-at {text!r}: expected comma-separated chunk indices such as 1,20,50") from None
+    return values
+
+
 MODEL_DIR_FILES = ("campplus.onnx", "flow.pt", "hift.pt", "default_voice.wav", "default_voice.tokens")
 #: Options only this report reads, and only the Step-Audio2 report reads (`bench token2wav`'s others are shared).
 COSYVOICE3_ONLY = ("full", "chunks", "hop_tokens", "baseline_at")
@@ -64,7 +73,7 @@ def check_family_options(args: argparse.Namespace) -> None:
 
 def build_config(args: argparse.Namespace) -> Any:
     """The validated CosyVoice3 `BenchConfig` for `args` (raises `CLIUsageError` for user mistakes)."""
-    from vllm_omni_token2wav.benchmarks.token2wav_cosyvoice3.run import BenchConfig, BenchSetupError, default_plan
+    from vllm_omni_token2wav.benchmarks.token2wav.cosyvoice3.run import BenchConfig, BenchSetupError, default_plan
 
     check_family_options(args)
     if args.full and args.model_dir is not None:
@@ -121,8 +130,8 @@ def _auto_is_cpu() -> bool:
 
 def run(args: argparse.Namespace) -> int:
     config = build_config(args)
-    from vllm_omni_token2wav.benchmarks.token2wav_cosyvoice3 import report as token2wav_cosyvoice3_report
-    from vllm_omni_token2wav.benchmarks.token2wav_cosyvoice3.run import BenchSetupError, CosyVoice3Benchmark
+    from vllm_omni_token2wav.benchmarks.token2wav.cosyvoice3 import report as token2wav_cosyvoice3_report
+    from vllm_omni_token2wav.benchmarks.token2wav.cosyvoice3.run import BenchSetupError, CosyVoice3Benchmark
 
     bench = CosyVoice3Benchmark(config, stage=bench_cli.stage_printer("token2wav"))
     bench.report.command = bench_cli.invoked_command()
