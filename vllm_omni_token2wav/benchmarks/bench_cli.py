@@ -32,8 +32,12 @@ DEFAULT_REPORT_DIR: Final = Path("out")
 
 def invoked_command() -> str:
     """The command line this process was started with, as a user would type it (for the report header)."""
-    program = Path(sys.argv[0]).name
-    return " ".join(["python -m vllm_omni_token2wav" if program == "__main__.py" else program, *sys.argv[1:]])
+    path = Path(sys.argv[0])
+    program = path.name
+    if program == "__main__.py":  # `python -m vllm_omni_token2wav` or a developer home's `python -m benchmarks.<name>`
+        home = path.parent.name
+        program = "python -m vllm_omni_token2wav" if home == "vllm_omni_token2wav" else f"python -m benchmarks.{home}"
+    return " ".join([program, *sys.argv[1:]])
 
 
 def stage_printer(name: str) -> Callable[[str], None]:
@@ -190,15 +194,21 @@ class Recorder:
     The files are `<stem>_<device>[_<tag>].txt`, `.json` and `.png`: `stem` names the variant from the
     user's options (`--full`, `--threads`, ...), `<device>` is cpu, cuda or npu (from `--device`), and
     `_<tag>` follows `--tag T` where `tag_option` is set. `--results-dir DIR` records elsewhere (tests).
+    A developer benchmark of the checkout (`benchmarks/<name>/`) sets `program` and `entry` (its own runner),
+    and `command` is empty.
     The table is kept only for an exit code in `recorded_codes`, so the three files come from one run.
     """
 
     name: str  # NAME on record.py's command line
-    command: tuple[str, ...]  # the CLI words before the user's options, e.g. ("bench", "token2wav")
+    command: tuple[str, ...]  # the words after `program`, before the user's options, e.g. ("bench", "token2wav")
     stem: Callable[[Sequence[str]], str]  # variant name from the user's options, before `_<device>`
     summary: str  # one line for `record.py --list`
     recorded_codes: tuple[int, ...] = (0,)
     tag_option: bool = False
+    #: how a user starts the command, for `record.py --list` (a developer benchmark: `python -m benchmarks.<name>`)
+    program: str = "vllm-omni-token2wav"
+    #: what runs the command line in-process; None: the package CLI's `main` (`command` starts with its words)
+    entry: Callable[[Sequence[str]], int] | None = None
 
     def stem_for(self, argv: Sequence[str]) -> str:
         return self.stem(argv)

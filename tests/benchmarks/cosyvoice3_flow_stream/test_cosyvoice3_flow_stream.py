@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.cosyvoice3_flow_stream import report as render
+from benchmarks.cosyvoice3_flow_stream.run import BenchConfig, BenchSetupError, FlowStreamBenchmark
 from tests.helpers.torch_state import one_intra_op_thread
-from vllm_omni_token2wav.benchmarks.cosyvoice3_flow_stream import report as render
-from vllm_omni_token2wav.benchmarks.cosyvoice3_flow_stream.run import BenchConfig, BenchSetupError, FlowStreamBenchmark
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 

@@ -136,7 +136,7 @@ class BenchConfig:
 
     @property
     def curve(self) -> StreamShape:
-        """The cost curve's stream as `bench cosyvoice3-flow` defines it (upstream's first hop, then fixed hops)."""
+        """The cost curve's stream (upstream's first hop, then fixed hops), as the flow-only curve cuts it too."""
         return StreamShape(prompt_tokens=self.prompt_tokens, hop_tokens=self.hop_tokens, chunks=self.chunks)
 
     @property

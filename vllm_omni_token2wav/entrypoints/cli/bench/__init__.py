@@ -21,18 +21,9 @@ BENCH_CLIS: tuple[str, ...] = (
     "vllm_omni_token2wav.benchmarks.spk_embedding.cli",
     "vllm_omni_token2wav.benchmarks.seed_tts.cli",
     "vllm_omni_token2wav.benchmarks.token2wav.cli",
-    "vllm_omni_token2wav.benchmarks.cosyvoice3_flow_stream.cli",
-    "vllm_omni_token2wav.benchmarks.cosyvoice3_batched_flow.cli",
     "vllm_omni_token2wav.benchmarks.device_check.cli",
-    "vllm_omni_token2wav.benchmarks.causal_hift_stream.cli",
     "vllm_omni_token2wav.benchmarks.token2wav_serve.cli",
     "vllm_omni_token2wav.benchmarks.engine_ab.cli",
-    "vllm_omni_token2wav.benchmarks.upstream_audio.cli",
-    "vllm_omni_token2wav.benchmarks.token2wav_row_cost.cli",
-    "vllm_omni_token2wav.benchmarks.token2wav_stream_memory.cli",
-    "vllm_omni_token2wav.benchmarks.flow_rtf.cli",
-    "vllm_omni_token2wav.benchmarks.prompt_path.cli",
-    "vllm_omni_token2wav.benchmarks.audio_frontend.cli",
 )
 
 
