@@ -197,7 +197,7 @@ def execute(args: argparse.Namespace) -> int:
             print(f"  {table:<34} {name:<22} {d['max_abs']:.3g} / {d['mean_abs']:.3g}")
     print(f"load average before {load_before}, after {load_after}")
     _write_json(
-        args.out,
+        args.json,
         {
             "benchmark": "audio_frontend",
             "command": invoked_command(),
@@ -214,5 +214,5 @@ def execute(args: argparse.Namespace) -> int:
             "agreement": agreement,
         },
     )
-    print(f"wrote {args.out}")
+    print(f"wrote {args.json}")
     return 0

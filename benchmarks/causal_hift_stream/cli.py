@@ -81,15 +81,14 @@ class CausalHiFTSubcommand:
             bench = CausalHiFTStreamBenchmark(config, stage=bench_cli.stage_printer("causal-hift"))
         except BenchSetupError as exc:
             raise CLIUsageError(str(exc)) from None
-        bench.report.command = bench_cli.invoked_command()
-        interrupted = bench_cli.run_benchmark(bench.run, BenchSetupError)
-        return bench_cli.publish_report(
-            bench.report,
+        return bench_cli.run_and_publish(
+            bench,
             causal_hift_stream_report,
-            Path(args.json or DEFAULT_JSON),
-            Path(args.plot or DEFAULT_PLOT),
-            plot=bool(bench.report.median_chunk_ms("bounded")),
-            interrupted=interrupted,
+            BenchSetupError,
+            args,
+            DEFAULT_JSON,
+            DEFAULT_PLOT,
+            plot=lambda report: bool(report.median_chunk_ms("bounded")),
         )
 
 

@@ -14,7 +14,6 @@ Exit codes: 0 done; 2 usage error. This module only parses options; torch is imp
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from vllm_omni_token2wav.atomic_io import write_bytes_atomic
 from vllm_omni_token2wav.benchmarks import bench_cli
@@ -31,7 +30,7 @@ class BatchedFlowSubcommand:
         parser.add_argument("--hop", type=int, default=25, help="speech tokens per chunk after the first hop")
         parser.add_argument("--n-timesteps", type=int, default=10, help="flow-matching Euler steps")
         parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
-        parser.add_argument("--json", type=Path, default=None, metavar="OUT", help="write the JSON document here")
+        bench_cli.add_json_option(parser, None)
 
     def run(self, args: argparse.Namespace) -> int:
         for option in ("chunks", "hop", "n_timesteps", "threads"):

@@ -104,16 +104,14 @@ class CosyVoice3FlowSubcommand:
         from benchmarks.cosyvoice3_flow_stream.run import BenchSetupError, FlowStreamBenchmark
 
         bench = FlowStreamBenchmark(config, stage=bench_cli.stage_printer("cosyvoice3-flow"))
-        bench.report.command = bench_cli.invoked_command()
-        interrupted = bench_cli.run_benchmark(bench.run, BenchSetupError)
-        report = bench.report
-        return bench_cli.publish_report(
-            report,
+        return bench_cli.run_and_publish(
+            bench,
             cosyvoice3_flow_stream_report,
-            Path(args.json or DEFAULT_JSON),
-            Path(args.plot or DEFAULT_PLOT),
-            plot=any(c.ours_ms for c in report.chunks),
-            interrupted=interrupted,
+            BenchSetupError,
+            args,
+            DEFAULT_JSON,
+            DEFAULT_PLOT,
+            plot=lambda report: any(c.ours_ms for c in report.chunks),
         )
 
 

@@ -2,8 +2,8 @@
 """`python -m benchmarks.flow_rtf`: what does the in-tree flow model cost on this device, whole and streaming?
 
 Runs `benchmarks.flow_rtf.run` (conformer encoder + DiT + CFM at the real or the
-reduced geometry, seeded weights) and prints a table; writes `out/flow_rtf.json` unless `--output` says
-elsewhere (the recorded `benchmarks/results/flow_rtf.json` came from `--output` there).
+reduced geometry, seeded weights) and prints a table; writes `out/flow_rtf.json` unless `--json` says
+elsewhere (the recorded `benchmarks/results/flow_rtf.json` came from `--json` there).
 
     python -m benchmarks.flow_rtf --threads 1
     python -m benchmarks.flow_rtf --gen-seconds 10 --prompt-seconds 3 --runs 5     # accelerator
@@ -14,7 +14,6 @@ This module only parses options; torch and the models are imported inside `run`.
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from vllm_omni_token2wav.benchmarks import bench_cli
 
@@ -35,7 +34,7 @@ class FlowRtfSubcommand:
         parser.add_argument("--modes", nargs="+", choices=("whole", "stream"), default=["whole", "stream"])
         parser.add_argument("--runs", type=int, default=5)
         parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
-        parser.add_argument("--output", type=Path, default=bench_cli.DEFAULT_REPORT_DIR / "flow_rtf.json")
+        bench_cli.add_json_option(parser, bench_cli.DEFAULT_REPORT_DIR / "flow_rtf.json", deprecated=("--output",))
 
     def run(self, args: argparse.Namespace) -> int:
         from benchmarks.flow_rtf.run import execute

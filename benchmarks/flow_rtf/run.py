@@ -17,7 +17,7 @@ recorded before and after.
     python -m benchmarks.flow_rtf --gen-seconds 10 --prompt-seconds 3 --runs 5   # accelerator
 
 Defaults: 10 s generated + 3 s prompt on an accelerator; 2 s + 1 s on CPU (a full-size step over
-13 s of audio takes minutes there). Writes out/flow_rtf.json (atomically; `--output` elsewhere; the
+13 s of audio takes minutes there). Writes out/flow_rtf.json (atomically; `--json` elsewhere; the
 recorded one is benchmarks/results/flow_rtf.json).
 """
 
@@ -189,10 +189,10 @@ def execute(args: argparse.Namespace) -> int:
         "runs": args.runs,
         "results": rows,
     }
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=args.output.parent, prefix=f".{args.output.name}.", suffix=".tmp")
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=args.json.parent, prefix=f".{args.json.name}.", suffix=".tmp")
     with os.fdopen(fd, "w") as f:
         json.dump(result, f, indent=2)
-    os.replace(tmp, args.output)
-    print(f"wrote {args.output}")
+    os.replace(tmp, args.json)
+    print(f"wrote {args.json}")
     return 0

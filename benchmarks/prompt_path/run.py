@@ -159,7 +159,7 @@ def execute(args: argparse.Namespace) -> int:
         )
     platform = platforms.current_omni_platform
     _write_json(
-        args.out,
+        args.json,
         {
             "benchmark": "prompt_path",
             "command": invoked_command(),
@@ -177,5 +177,5 @@ def execute(args: argparse.Namespace) -> int:
             "rows": rows,
         },
     )
-    print(f"wrote {args.out}")
+    print(f"wrote {args.json}")
     return 0

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 from benchmarks import program, run_home
@@ -92,15 +91,14 @@ class Token2WavRowCostSubcommand:
         from benchmarks.token2wav_row_cost.run import RowCostSetupError, Token2WavRowCost
 
         bench = Token2WavRowCost(config, stage=bench_cli.stage_printer("token2wav-row-cost"))
-        bench.report.command = bench_cli.invoked_command()
-        interrupted = bench_cli.run_benchmark(bench.run, RowCostSetupError)
-        return bench_cli.publish_report(
-            bench.report,
+        return bench_cli.run_and_publish(
+            bench,
             token2wav_row_cost_report,
-            Path(args.json or DEFAULT_JSON),
-            Path(args.plot or DEFAULT_PLOT),
-            plot=bool(bench.report.per_row_ms),
-            interrupted=interrupted,
+            RowCostSetupError,
+            args,
+            DEFAULT_JSON,
+            DEFAULT_PLOT,
+            plot=lambda report: bool(report.per_row_ms),
         )
 
 

@@ -3,11 +3,11 @@
 
 Runs `benchmarks.token2wav_stream_memory.run` on the stand-in of the shipped geometry
 (`--reduced` for a quick check) and prints a table; writes `out/token2wav_stream_memory.json` and `.txt`
-unless `--output` says elsewhere (the recorded `benchmarks/results/token2wav_stream_memory.{json,txt}`
-came from `--output` there).
+unless `--json` says elsewhere (the recorded `benchmarks/results/token2wav_stream_memory.{json,txt}`
+came from `--json` there).
 
     python -m benchmarks.token2wav_stream_memory                   # full size, 10 s prompt
-    python -m benchmarks.token2wav_stream_memory --reduced --chunks 3 --output /tmp/m.json
+    python -m benchmarks.token2wav_stream_memory --reduced --chunks 3 --json /tmp/m.json
 
 This module only parses options; torch and the models are imported inside `run`.
 """
@@ -15,7 +15,6 @@ This module only parses options; torch and the models are imported inside `run`.
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from vllm_omni_token2wav.benchmarks import bench_cli
 
@@ -30,8 +29,8 @@ class Token2wavStreamMemorySubcommand:
         parser.add_argument("--chunks", type=int, default=4, help="25 + 3 token chunks (3 reach the trimmed state)")
         parser.add_argument("--n-timesteps", type=int, default=10)
         parser.add_argument("--threads", type=int, default=1)
-        parser.add_argument(
-            "--output", type=Path, default=bench_cli.DEFAULT_REPORT_DIR / "token2wav_stream_memory.json"
+        bench_cli.add_json_option(
+            parser, bench_cli.DEFAULT_REPORT_DIR / "token2wav_stream_memory.json", deprecated=("--output",)
         )
 
     def run(self, args: argparse.Namespace) -> int:

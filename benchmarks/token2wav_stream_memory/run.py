@@ -16,9 +16,9 @@ script measures, on the stand-in of the shipped geometry (default) with a 10 s p
 - the reference implementation's preallocated estimator scratch (16 step slots x 1000 frames).
 
     python -m benchmarks.token2wav_stream_memory                 # full size, 10 s prompt
-    python -m benchmarks.token2wav_stream_memory --reduced --chunks 3 --output /tmp/m.json
+    python -m benchmarks.token2wav_stream_memory --reduced --chunks 3 --json /tmp/m.json
 
-Writes out/token2wav_stream_memory.json (atomically; `--output` elsewhere; the recorded one is
+Writes out/token2wav_stream_memory.json (atomically; `--json` elsewhere; the recorded one is
 benchmarks/results/token2wav_stream_memory.json) and prints
 a table. Timings are incidental (single run), the byte counts are exact.
 """
@@ -179,8 +179,8 @@ def execute(args: argparse.Namespace) -> int:
     }
     text = render(result)
     print(text, end="")
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    write_bytes_atomic(args.output, (json.dumps(result, indent=2) + "\n").encode())
-    write_bytes_atomic(args.output.with_suffix(".txt"), text.encode())
-    print(f"wrote {args.output} and {args.output.with_suffix('.txt')}")
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    write_bytes_atomic(args.json, (json.dumps(result, indent=2) + "\n").encode())
+    write_bytes_atomic(args.json.with_suffix(".txt"), text.encode())
+    print(f"wrote {args.json} and {args.json.with_suffix('.txt')}")
     return 0

@@ -65,15 +65,14 @@ class UpstreamAudioSubcommand:
             bench = UpstreamAudioComparison(config, stage=bench_cli.stage_printer("upstream-audio"))
         except BenchSetupError as exc:
             raise CLIUsageError(str(exc)) from None
-        bench.report.command = bench_cli.invoked_command()
-        interrupted = bench_cli.run_benchmark(bench.run, BenchSetupError)
-        return bench_cli.publish_report(
-            bench.report,
+        return bench_cli.run_and_publish(
+            bench,
             upstream_audio_report,
-            Path(args.json or DEFAULT_JSON),
-            Path(args.plot or DEFAULT_PLOT),
-            plot=False,
-            interrupted=interrupted,
+            BenchSetupError,
+            args,
+            DEFAULT_JSON,
+            DEFAULT_PLOT,
+            plot=lambda report: False,
         )
 
 

@@ -1,13 +1,15 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The skeleton every benchmark home's `cli.py` shares: options, checks, publishing a report, recording a run.
+"""The skeleton every benchmark home's `cli.py` shares: options, checks, the run body, publishing, recording a run.
 
-A `bench` subcommand is argparse plus a benchmark run; the parts that are not about what it measures are
-written once here so that the subcommands cannot drift apart: the options they share (`--device`,
-`--threads`, `--json` / `--plot`) and their checks (one-line usage errors, exit code 2), how a run is
-started and interrupted, how its report is published (the table on stdout, the JSON always, the PNG when
-there is something to plot; 130 for Ctrl-C), and how `benchmarks/record.py` keeps one run's three files
-under `benchmarks/results/` (a `Recorder` per recorded benchmark, declared in its home's `cli.py`; running
-it is `entrypoints/cli/record.py`, above the benchmarks, since it calls the CLI's `main`).
+A `bench` subcommand (and a developer benchmark of the checkout, `python -m benchmarks.<name>`) is argparse
+plus a benchmark run; the parts that are not about what it measures are written once here so that the
+subcommands cannot drift apart: the options they share (`--device`, `--threads`, `--json` / `--plot`: the
+one spelling of a report file; a report folder is `--out-dir`) and their checks (one-line usage errors,
+exit code 2), the `run` body (`run_and_publish`: stamp the command, run, interrupt, publish), how a report
+is published (the table on stdout, the JSON always, the PNG when there is something to plot; 130 for
+Ctrl-C), and how `benchmarks/record.py` keeps one run's three files under `benchmarks/results/` (a
+`Recorder` per recorded benchmark, declared in its home's `cli.py`; running it is
+`entrypoints/cli/record.py`, above the benchmarks, since it calls the CLI's `main`).
 
 Cheap to import (every `cli.py` imports it at `vllm-omni-token2wav --help` time): the platforms, torch and
 matplotlib are imported inside the functions that use them.
@@ -25,7 +27,6 @@ from typing import Any, Final, Protocol
 from vllm_omni_token2wav.benchmarks.common import MAX_DEFAULT_THREADS
 from vllm_omni_token2wav.cli_types import CLIUsageError
 
-# Where reports go unless an output path is given: one folder, ignored by git (.gitignore: /out/).
 # Where reports go unless an output path is given: one folder, ignored by git (.gitignore: /out/).
 DEFAULT_REPORT_DIR: Final = Path("out")
 
@@ -90,6 +91,18 @@ def add_report_file_options(parser: argparse.ArgumentParser, default_json: str, 
     )
 
 
+def add_json_option(parser: argparse.ArgumentParser, default: Path | None, *, deprecated: Sequence[str] = ()) -> None:
+    """`--json OUT`: the one spelling of a report file across the subcommands (a folder is `--out-dir`).
+
+    `deprecated`: spellings a benchmark used before (`--out`, `--output`); they still parse, into the same
+    value, but `--help` no longer shows them.
+    """
+    shown = f"default ./{default}" if default is not None else "default: not written"
+    parser.add_argument("--json", type=Path, default=default, metavar="OUT", help=f"JSON report path ({shown})")
+    for old in deprecated:
+        parser.add_argument(old, dest="json", type=Path, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+
+
 class ReportWriter(Protocol):
     """A benchmark's rendering module (`<home>/report.py`): the table it prints and the files it writes."""
 
@@ -140,6 +153,52 @@ def publish_report(
         print("vllm-omni-token2wav: interrupted; the report above and the JSON are partial", file=sys.stderr)
         return 130
     return code
+
+
+class Benchmark(Protocol):
+    """What `run_and_publish` drives: a benchmark object whose `run()` fills `report` as it goes."""
+
+    report: Any
+
+    def run(self) -> object: ...
+
+
+def run_and_publish(
+    bench: Benchmark,
+    writer: ReportWriter,
+    setup_error: type[Exception],
+    args: argparse.Namespace,
+    default_json: str | Path,
+    default_plot: str | Path,
+    *,
+    plot: Callable[[Any], bool],
+    failed: Callable[[Any], bool] = lambda report: False,
+    after_run: Callable[[], None] | None = None,
+) -> int:
+    """The `run` body every benchmark subcommand shares, once: stamp the command line on the report, run the
+    benchmark (`run_benchmark`), then `publish_report` to `--json` / `--plot` (or the defaults).
+
+    `plot(report)`: whether there is something to draw; `failed(report)`: exit code 1 (a parity or serving
+    failure the report shows); `after_run`: called when the run ends, however it ends (closing a progress bar
+    before the table is printed). Returns the exit code (0, 1, 130 interrupted; a usage error raises).
+    """
+    if hasattr(bench.report, "command"):
+        bench.report.command = invoked_command()
+    try:
+        interrupted = run_benchmark(bench.run, setup_error)
+    finally:
+        if after_run is not None:
+            after_run()
+    report = bench.report
+    return publish_report(
+        report,
+        writer,
+        Path(args.json or default_json),
+        Path(args.plot or default_plot),
+        plot=plot(report),
+        interrupted=interrupted,
+        code=1 if failed(report) else 0,
+    )
 
 
 def option_value(argv: Sequence[str], option: str) -> str | None:
@@ -237,8 +296,10 @@ def full_stem(name: str) -> Callable[[Sequence[str]], str]:
 __all__ = [
     "DEFAULT_REPORT_DIR",
     "Recorder",
+    "Benchmark",
     "ReportWriter",
     "add_device_option",
+    "add_json_option",
     "add_report_file_options",
     "add_threads_option",
     "argv_device_type",
@@ -250,6 +311,7 @@ __all__ = [
     "invoked_command",
     "option_value",
     "publish_report",
+    "run_and_publish",
     "run_benchmark",
     "stage_printer",
     "thread_clock_suffix",

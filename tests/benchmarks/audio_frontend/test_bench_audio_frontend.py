@@ -20,6 +20,7 @@ def test_one_case_run_reports_speed_and_agreement_in_the_recorded_layout(
 ) -> None:
     pytest.importorskip("kaldi_native_fbank", reason="the reference fbank comes with the dev extra")
     out = tmp_path / "audio_frontend.json"
+    # `--out`, the spelling before `--json`, still parses (hidden from --help)
     argv = ["--device", "cpu", "--durations", "1", "--batches", "1", "--repeats", "1", "--out", str(out)]
     code, stdout, _ = run_dev(capsys, "audio_frontend", *argv)
     assert code == 0 and "agreement (max / mean |diff|):" in stdout

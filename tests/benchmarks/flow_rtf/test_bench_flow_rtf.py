@@ -22,7 +22,7 @@ def test_reduced_run_times_whole_and_stream_and_keeps_the_recorded_layout(
     out = tmp_path / "flow_rtf.json"
     argv = ["--config", "reduced", "--gen-seconds", "1.2", "--prompt-seconds", "1", "--timesteps", "1"]
     with one_intra_op_thread():
-        code, stdout, _ = run_dev(capsys, "flow_rtf", *argv, "--runs", "1", "--device", "cpu", "--output", str(out))
+        code, stdout, _ = run_dev(capsys, "flow_rtf", *argv, "--runs", "1", "--device", "cpu", "--json", str(out))
     assert code == 0 and "frames/s" in stdout
     doc = json.loads(out.read_text())
     assert doc.keys() == json.loads((RESULTS / "flow_rtf.json").read_text()).keys()

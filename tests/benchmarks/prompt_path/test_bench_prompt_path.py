@@ -22,7 +22,7 @@ def test_one_length_run_times_every_case_and_keeps_the_recorded_layout(
 ) -> None:
     out = tmp_path / "prompt_path.json"
     with one_intra_op_thread():
-        code, stdout, _ = run_dev(capsys, "prompt_path", "--seconds", "1", "--repeats", "20", "--out", str(out))
+        code, stdout, _ = run_dev(capsys, "prompt_path", "--seconds", "1", "--repeats", "20", "--json", str(out))
     assert code == 0 and "device backend" in stdout
     doc = json.loads(out.read_text())
     recorded = json.loads((RESULTS / "prompt_path.json").read_text())

@@ -20,7 +20,7 @@ def test_reduced_run_writes_json_and_table_in_the_recorded_layout(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "memory.json"
-    argv = ["--reduced", "--chunks", "3", "--n-timesteps", "2", "--prompt-seconds", "2", "--output", str(out)]
+    argv = ["--reduced", "--chunks", "3", "--n-timesteps", "2", "--prompt-seconds", "2", "--json", str(out)]
     code, stdout, _ = run_dev(capsys, "token2wav_stream_memory", *argv)
     assert code == 0 and "bf16 caches vs fp32" in stdout
     doc = json.loads(out.read_text())

@@ -175,16 +175,14 @@ class Token2WavSubcommand:
         from vllm_omni_token2wav.benchmarks.token2wav.run import BenchSetupError, Token2WavBenchmark
 
         bench = Token2WavBenchmark(config, stage=bench_cli.stage_printer("token2wav"))
-        bench.report.command = bench_cli.invoked_command()
-        interrupted = bench_cli.run_benchmark(bench.run, BenchSetupError)
-        report = bench.report
-        return bench_cli.publish_report(
-            report,
+        return bench_cli.run_and_publish(
+            bench,
             token2wav_rtf_report,
-            Path(args.json or DEFAULT_JSON),
-            Path(args.plot or DEFAULT_PLOT),
-            plot=any(m.runs for m in report.modes) or bool(report.prompt_cases),
-            interrupted=interrupted,
+            BenchSetupError,
+            args,
+            DEFAULT_JSON,
+            DEFAULT_PLOT,
+            plot=lambda report: any(m.runs for m in report.modes) or bool(report.prompt_cases),
         )
 
 

@@ -212,18 +212,15 @@ class Token2WavServeSubcommand:
         from vllm_omni_token2wav.benchmarks.token2wav_serve.run import ServeSetupError, Token2WavServeBenchmark
 
         bench = Token2WavServeBenchmark(config, stage=bench_cli.stage_printer("token2wav-serve"))
-        bench.report.command = bench_cli.invoked_command()
-        interrupted = bench_cli.run_benchmark(bench.run, ServeSetupError)
-        report = bench.report
-        failed = any(run.summary()["errors"] for run in report.runs.values())
-        return bench_cli.publish_report(
-            report,
+        return bench_cli.run_and_publish(
+            bench,
             token2wav_serve_report,
-            Path(args.json or DEFAULT_JSON),
-            Path(args.plot or DEFAULT_PLOT),
-            plot=bool(report.runs),
-            interrupted=interrupted,
-            code=1 if failed else 0,
+            ServeSetupError,
+            args,
+            DEFAULT_JSON,
+            DEFAULT_PLOT,
+            plot=lambda report: bool(report.runs),
+            failed=lambda report: any(run.summary()["errors"] for run in report.runs.values()),
         )
 
 

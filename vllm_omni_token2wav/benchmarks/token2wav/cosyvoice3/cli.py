@@ -134,16 +134,14 @@ def run(args: argparse.Namespace) -> int:
     from vllm_omni_token2wav.benchmarks.token2wav.cosyvoice3.run import BenchSetupError, CosyVoice3Benchmark
 
     bench = CosyVoice3Benchmark(config, stage=bench_cli.stage_printer("token2wav"))
-    bench.report.command = bench_cli.invoked_command()
-    interrupted = bench_cli.run_benchmark(bench.run, BenchSetupError)
-    report = bench.report
-    return bench_cli.publish_report(
-        report,
+    return bench_cli.run_and_publish(
+        bench,
         token2wav_cosyvoice3_report,
-        Path(args.json or DEFAULT_JSON),
-        Path(args.plot or DEFAULT_PLOT),
-        plot=any(m.total_ms for m in report.modes) or bool(report.flow),
-        interrupted=interrupted,
+        BenchSetupError,
+        args,
+        DEFAULT_JSON,
+        DEFAULT_PLOT,
+        plot=lambda report: any(m.total_ms for m in report.modes) or bool(report.flow),
     )
 
 
