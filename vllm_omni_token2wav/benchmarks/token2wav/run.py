@@ -298,10 +298,10 @@ class BenchReport:
 class _ComponentClock:
     """Attribute a request's wall time to the stage's components while it runs through the public API.
 
-    Wraps, only inside `with`, the calls the stage composes (see `token2wav_synthesis.py`): on the
+    Wraps, only inside `with`, the calls the stage composes (see `token2wav_core/synthesis.py`): on the
     instances, the core's `prepare_prompt`, the flow's `setup_cache`, `inference`, `inference_chunk`,
     and HiFT's forward (module hooks); the streaming flow launch `flow_chunks` where
-    `token2wav_synthesis.stream_chunk` looks it up, and the core's stream vocoder's `vocode` (a
+    `token2wav_core/synthesis.py:stream_chunk` looks it up, and the core's stream vocoder's `vocode` (a
     streaming vocoder launch runs HiFT through `vocode_rows`, not its forward; a HiFT forward inside it
     is not counted twice). Each
     wrapped call is bracketed by `synchronize()`, so asynchronous device work is billed to the

@@ -14,7 +14,7 @@ on an accelerator c = 1, 8, 32 (`accelerator`); `--smoke` a seconds-long run for
 On CPU with the reduced stand-in the default is 1 torch thread: its ops are too small to gain from
 more, and on a shared 2-core host 2 threads measured slower.
 
-`--engine` measures the real served stack instead (`benchmarks/token2wav_serve_engine.py`): the
+`--engine` measures the real served stack instead (`engine.py` beside this module): the
 stand-in producer feeding our Step-Audio2 code2wav in `vllm-omni-token2wav serve` on loopback,
 code2wav `max_num_seqs` = the largest level vs 1 (two servers), with the emulated run of the same
 work beside it; reports go to `./out/token2wav_serve_engine.{json,png}`. Options that only shape the

@@ -2,7 +2,7 @@
 """CosyVoice3's code2wav end to end (DiT flow + causal HiFT): RTF, first audio, and cost per chunk vs index.
 
 Three questions an operator asks of the CosyVoice3 stage on the host at hand, answered in one run
-through the same code the stage runs (`CosyVoice3Token2Wav`, `cosyvoice3.synthesis`):
+through the same code the stage runs (`CosyVoice3Token2Wav`, `models/cosyvoice3/synthesis.py`):
 
 | part       | what is timed                                                                            |
 |------------|------------------------------------------------------------------------------------------|
