@@ -13,7 +13,7 @@ batched == alone rule, <= 1e-5 with equal length).
   async-chunk function of the family (`thinker2token2wav_async_chunk`: 25 + 3 lookahead tokens, the rest
   at the end; `talker2code2wav_async_chunk`: growing prefixes), called in this process once per generated
   token with a stand-in transfer manager, the way the AR scheduler calls it once per step; each chunk then
-  reaches the stage as the chunk adapter delivers it (`token2wav_producer.forward_inputs`). No seed
+  reaches the stage as the chunk adapter delivers it (`standin/chunk_producer.py`: `forward_inputs`). No seed
   reaches the stage on that path, so the reference gets the seed the engine's stage used (its counters).
 
 References run with one intra-op thread (`tests/helpers/torch_state.py`): on a busy 2-core host two
@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from tests.helpers.torch_state import one_intra_op_thread
-from vllm_omni_token2wav.benchmarks.token2wav_producer import ChunkPayload, forward_inputs
+from vllm_omni_token2wav.model_executor.models.standin.chunk_producer import ChunkPayload, forward_inputs
 from vllm_omni_token2wav.model_executor.models.standin.codes import expected_codes
 from vllm_omni_token2wav.model_executor.models.standin.model_dirs import producer_codec_offset
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.errors import segment_errors

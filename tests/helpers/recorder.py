@@ -38,9 +38,9 @@ class NamedRecorder:
 
     @property
     def stem_for(self) -> Callable[[Sequence[str]], str]:
-        from vllm_omni_token2wav.entrypoints.cli.bench import load_recorders
+        from benchmarks import all_recorders
 
-        return load_recorders()[self.name].stem_for
+        return all_recorders()[self.name].stem_for
 
 
 def recorder(name: str) -> NamedRecorder:

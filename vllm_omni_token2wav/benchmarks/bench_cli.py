@@ -1,13 +1,15 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The skeleton every benchmark home's `cli.py` shares: options, checks, publishing a report, recording a run.
+"""The skeleton every benchmark home's `cli.py` shares: options, checks, the run body, publishing, recording a run.
 
-A `bench` subcommand is argparse plus a benchmark run; the parts that are not about what it measures are
-written once here so that the subcommands cannot drift apart: the options they share (`--device`,
-`--threads`, `--json` / `--plot`) and their checks (one-line usage errors, exit code 2), how a run is
-started and interrupted, how its report is published (the table on stdout, the JSON always, the PNG when
-there is something to plot; 130 for Ctrl-C), and how `benchmarks/record.py` keeps one run's three files
-under `benchmarks/results/` (a `Recorder` per recorded benchmark, declared in its home's `cli.py`; running
-it is `entrypoints/cli/record.py`, above the benchmarks, since it calls the CLI's `main`).
+A `bench` subcommand (and a developer benchmark of the checkout, `python -m benchmarks.<name>`) is argparse
+plus a benchmark run; the parts that are not about what it measures are written once here so that the
+subcommands cannot drift apart: the options they share (`--device`, `--threads`, `--json` / `--plot`: the
+one spelling of a report file; a report folder is `--out-dir`) and their checks (one-line usage errors,
+exit code 2), the `run` body (`run_and_publish`: stamp the command, run, interrupt, publish), how a report
+is published (the table on stdout, the JSON always, the PNG when there is something to plot; 130 for
+Ctrl-C), and how `benchmarks/record.py` keeps one run's three files under `benchmarks/results/` (a
+`Recorder` per recorded benchmark, declared in its home's `cli.py`; running it is
+`entrypoints/cli/record.py`, above the benchmarks, since it calls the CLI's `main`).
 
 Cheap to import (every `cli.py` imports it at `vllm-omni-token2wav --help` time): the platforms, torch and
 matplotlib are imported inside the functions that use them.
@@ -26,14 +28,17 @@ from vllm_omni_token2wav.benchmarks.common import MAX_DEFAULT_THREADS
 from vllm_omni_token2wav.cli_types import CLIUsageError
 
 # Where reports go unless an output path is given: one folder, ignored by git (.gitignore: /out/).
-# Where reports go unless an output path is given: one folder, ignored by git (.gitignore: /out/).
 DEFAULT_REPORT_DIR: Final = Path("out")
 
 
 def invoked_command() -> str:
     """The command line this process was started with, as a user would type it (for the report header)."""
-    program = Path(sys.argv[0]).name
-    return " ".join(["python -m vllm_omni_token2wav" if program == "__main__.py" else program, *sys.argv[1:]])
+    path = Path(sys.argv[0])
+    program = path.name
+    if program == "__main__.py":  # `python -m vllm_omni_token2wav` or a developer home's `python -m benchmarks.<name>`
+        home = path.parent.name
+        program = "python -m vllm_omni_token2wav" if home == "vllm_omni_token2wav" else f"python -m benchmarks.{home}"
+    return " ".join([program, *sys.argv[1:]])
 
 
 def stage_printer(name: str) -> Callable[[str], None]:
@@ -84,6 +89,18 @@ def add_report_file_options(parser: argparse.ArgumentParser, default_json: str, 
     parser.epilog = (parser.epilog + "\n" if parser.epilog else "") + (
         f"Reports go to ./{DEFAULT_REPORT_DIR}/ (ignored by git) unless --json / --plot name other files."
     )
+
+
+def add_json_option(parser: argparse.ArgumentParser, default: Path | None, *, deprecated: Sequence[str] = ()) -> None:
+    """`--json OUT`: the one spelling of a report file across the subcommands (a folder is `--out-dir`).
+
+    `deprecated`: spellings a benchmark used before (`--out`, `--output`); they still parse, into the same
+    value, but `--help` no longer shows them.
+    """
+    shown = f"default ./{default}" if default is not None else "default: not written"
+    parser.add_argument("--json", type=Path, default=default, metavar="OUT", help=f"JSON report path ({shown})")
+    for old in deprecated:
+        parser.add_argument(old, dest="json", type=Path, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
 
 
 class ReportWriter(Protocol):
@@ -138,6 +155,52 @@ def publish_report(
     return code
 
 
+class Benchmark(Protocol):
+    """What `run_and_publish` drives: a benchmark object whose `run()` fills `report` as it goes."""
+
+    report: Any
+
+    def run(self) -> object: ...
+
+
+def run_and_publish(
+    bench: Benchmark,
+    writer: ReportWriter,
+    setup_error: type[Exception],
+    args: argparse.Namespace,
+    default_json: str | Path,
+    default_plot: str | Path,
+    *,
+    plot: Callable[[Any], bool],
+    failed: Callable[[Any], bool] = lambda report: False,
+    after_run: Callable[[], None] | None = None,
+) -> int:
+    """The `run` body every benchmark subcommand shares, once: stamp the command line on the report, run the
+    benchmark (`run_benchmark`), then `publish_report` to `--json` / `--plot` (or the defaults).
+
+    `plot(report)`: whether there is something to draw; `failed(report)`: exit code 1 (a parity or serving
+    failure the report shows); `after_run`: called when the run ends, however it ends (closing a progress bar
+    before the table is printed). Returns the exit code (0, 1, 130 interrupted; a usage error raises).
+    """
+    if hasattr(bench.report, "command"):
+        bench.report.command = invoked_command()
+    try:
+        interrupted = run_benchmark(bench.run, setup_error)
+    finally:
+        if after_run is not None:
+            after_run()
+    report = bench.report
+    return publish_report(
+        report,
+        writer,
+        Path(args.json or default_json),
+        Path(args.plot or default_plot),
+        plot=plot(report),
+        interrupted=interrupted,
+        code=1 if failed(report) else 0,
+    )
+
+
 def option_value(argv: Sequence[str], option: str) -> str | None:
     """The value of `option` in `argv` (`--opt V` or `--opt=V`, the last one wins), or None."""
     value = None
@@ -190,15 +253,21 @@ class Recorder:
     The files are `<stem>_<device>[_<tag>].txt`, `.json` and `.png`: `stem` names the variant from the
     user's options (`--full`, `--threads`, ...), `<device>` is cpu, cuda or npu (from `--device`), and
     `_<tag>` follows `--tag T` where `tag_option` is set. `--results-dir DIR` records elsewhere (tests).
+    A developer benchmark of the checkout (`benchmarks/<name>/`) sets `program` and `entry` (its own runner),
+    and `command` is empty.
     The table is kept only for an exit code in `recorded_codes`, so the three files come from one run.
     """
 
     name: str  # NAME on record.py's command line
-    command: tuple[str, ...]  # the CLI words before the user's options, e.g. ("bench", "token2wav")
+    command: tuple[str, ...]  # the words after `program`, before the user's options, e.g. ("bench", "token2wav")
     stem: Callable[[Sequence[str]], str]  # variant name from the user's options, before `_<device>`
     summary: str  # one line for `record.py --list`
     recorded_codes: tuple[int, ...] = (0,)
     tag_option: bool = False
+    #: how a user starts the command, for `record.py --list` (a developer benchmark: `python -m benchmarks.<name>`)
+    program: str = "vllm-omni-token2wav"
+    #: what runs the command line in-process; None: the package CLI's `main` (`command` starts with its words)
+    entry: Callable[[Sequence[str]], int] | None = None
 
     def stem_for(self, argv: Sequence[str]) -> str:
         return self.stem(argv)
@@ -227,8 +296,10 @@ def full_stem(name: str) -> Callable[[Sequence[str]], str]:
 __all__ = [
     "DEFAULT_REPORT_DIR",
     "Recorder",
+    "Benchmark",
     "ReportWriter",
     "add_device_option",
+    "add_json_option",
     "add_report_file_options",
     "add_threads_option",
     "argv_device_type",
@@ -240,6 +311,7 @@ __all__ = [
     "invoked_command",
     "option_value",
     "publish_report",
+    "run_and_publish",
     "run_benchmark",
     "stage_printer",
     "thread_clock_suffix",

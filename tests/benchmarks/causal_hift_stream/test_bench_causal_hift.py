@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""`vllm-omni-token2wav bench causal-hift`: one small run as a user types it, and the option errors.
+"""`python -m benchmarks.causal_hift_stream`: one small run as a user types it, and the option errors.
 
 The run uses the reduced stand-in (the shipped layout, narrow layers): it checks the report's shape
 and honesty (both curves, ratios only where measured, the two streams' audio agreeing, the files
@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from tests.helpers.bench_cli import run_bench, run_bench_subprocess
-from vllm_omni_token2wav.benchmarks.causal_hift_stream.report import render_text
-from vllm_omni_token2wav.benchmarks.causal_hift_stream.run import StreamBenchReport
+from benchmarks.causal_hift_stream.report import render_text
+from benchmarks.causal_hift_stream.run import StreamBenchReport
+from tests.helpers.bench_cli import run_dev, run_dev_subprocess
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 
@@ -27,9 +27,9 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 @pytest.fixture(scope="module")
 def e2e(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     out = tmp_path_factory.mktemp("causal_hift_bench")
-    proc = run_bench_subprocess(
+    proc = run_dev_subprocess(
         out,
-        "causal-hift",
+        "causal_hift_stream",
         "--chunks",
         "5",
         "--chunk-frames",
@@ -92,12 +92,12 @@ def test_ratio_is_the_median_cumulative_over_the_median_bounded_time() -> None:
 )
 def test_usage_errors_exit_2_with_one_line(capsys: pytest.CaptureFixture[str], args: list[str], message: str) -> None:
     argv = args if "--device" in args else ["--device", "cpu", *args]
-    code, _, err = run_bench(capsys, "causal-hift", *argv)
+    code, _, err = run_dev(capsys, "causal_hift_stream", *argv)
     assert code == 2
     assert message in err and "Traceback" not in err
 
 
 def test_full_and_hift_are_exclusive(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     with pytest.raises(SystemExit) as exc:
-        run_bench(capsys, "causal-hift", "--full", "--hift", str(tmp_path / "hift.pt"))
+        run_dev(capsys, "causal_hift_stream", "--full", "--hift", str(tmp_path / "hift.pt"))
     assert exc.value.code == 2

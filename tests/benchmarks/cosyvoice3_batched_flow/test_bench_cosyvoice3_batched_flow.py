@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""`vllm-omni-token2wav bench cosyvoice3-batched-flow`: a tiny run as typed (rows agree, JSON layout), option errors."""
+"""`python -m benchmarks.cosyvoice3_batched_flow`: a tiny run as typed (rows agree, JSON layout), option errors."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.bench_cli import run_bench
+from tests.helpers.bench_cli import run_dev
 from tests.helpers.torch_state import one_intra_op_thread
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
@@ -21,7 +21,7 @@ def test_small_run_prints_one_line_per_row_count_and_keeps_the_recorded_layout(
     out = tmp_path / "batched.json"
     argv = ["--rows", "1", "2", "--chunks", "2", "--n-timesteps", "1", "--json", str(out)]
     with one_intra_op_thread():
-        code, stdout, _ = run_bench(capsys, "cosyvoice3-batched-flow", *argv)
+        code, stdout, _ = run_dev(capsys, "cosyvoice3_batched_flow", *argv)
     assert code == 0
     assert [line.split(":")[0] for line in stdout.splitlines()] == ["rows  1", "rows  2"]
     doc = json.loads(out.read_text())
@@ -41,5 +41,5 @@ def test_small_run_prints_one_line_per_row_count_and_keeps_the_recorded_layout(
 def test_option_errors_are_one_line_and_exit_2(
     capsys: pytest.CaptureFixture[str], argv: list[str], message: str
 ) -> None:
-    code, _, err = run_bench(capsys, "cosyvoice3-batched-flow", *argv)
+    code, _, err = run_dev(capsys, "cosyvoice3_batched_flow", *argv)
     assert code == 2 and message in err and "Traceback" not in err

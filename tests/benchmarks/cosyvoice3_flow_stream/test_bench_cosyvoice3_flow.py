@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""`vllm-omni-token2wav bench cosyvoice3-flow`: option errors and one small run as a user types it."""
+"""`python -m benchmarks.cosyvoice3_flow_stream`: option errors and one small run as a user types it."""
 
 from __future__ import annotations
 
@@ -8,15 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.bench_cli import run_bench, run_bench_subprocess
+from tests.helpers.bench_cli import run_dev, run_dev_subprocess
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 
 
 def test_small_run_prints_the_table_and_writes_json_and_plot(tmp_path: Path) -> None:
-    proc = run_bench_subprocess(
+    proc = run_dev_subprocess(
         tmp_path,
-        "cosyvoice3-flow",
+        "cosyvoice3_flow_stream",
         *("--device", "cpu", "--threads", "1", "--chunks", "3", "--n-timesteps", "1", "--repeats", "1"),
         *("--prompt-tokens", "25", "--baseline-at", "1,3,50"),
         timeout=600,
@@ -42,5 +42,5 @@ def test_small_run_prints_the_table_and_writes_json_and_plot(tmp_path: Path) -> 
 def test_usage_errors_exit_2_with_one_line(
     capsys: pytest.CaptureFixture[str], args: tuple[str, ...], message: str
 ) -> None:
-    code, _, err = run_bench(capsys, "cosyvoice3-flow", *args)
+    code, _, err = run_dev(capsys, "cosyvoice3_flow_stream", *args)
     assert code == 2 and message in err and "Traceback" not in err

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.cosyvoice3_flow_stream import report as render
+from benchmarks.cosyvoice3_flow_stream.run import BenchConfig, BenchSetupError, FlowStreamBenchmark
 from tests.helpers.torch_state import one_intra_op_thread
-from vllm_omni_token2wav.benchmarks.cosyvoice3_flow_stream import report as render
-from vllm_omni_token2wav.benchmarks.cosyvoice3_flow_stream.run import BenchConfig, BenchSetupError, FlowStreamBenchmark
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 
@@ -61,7 +61,7 @@ def test_the_last_call_is_timed_with_full_attention_and_block_causal_each_repeat
 
 def test_the_last_call_comparison_needs_a_full_attention_stream(tmp_path: Path) -> None:
     from tests.model_executor.layers.flow.inputs import make_prompt, make_tokens
-    from vllm_omni_token2wav.benchmarks.cosyvoice3_flow_stream.run import FinalChunkCost, measure_final_chunk
+    from vllm_omni_token2wav.benchmarks.token2wav.cosyvoice3.chunk_costs import FinalChunkCost, measure_final_chunk
     from vllm_omni_token2wav.model_executor.layers.flow_cosyvoice3 import (
         FinalChunk,
         load_flow,

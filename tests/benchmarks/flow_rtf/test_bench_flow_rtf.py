@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""`vllm-omni-token2wav bench flow-rtf`: a reduced run as typed keeps the recorded layout; option errors."""
+"""`python -m benchmarks.flow_rtf`: a reduced run as typed keeps the recorded layout; option errors."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.bench_cli import run_bench
+from tests.helpers.bench_cli import run_dev
 from tests.helpers.torch_state import one_intra_op_thread
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
@@ -22,7 +22,7 @@ def test_reduced_run_times_whole_and_stream_and_keeps_the_recorded_layout(
     out = tmp_path / "flow_rtf.json"
     argv = ["--config", "reduced", "--gen-seconds", "1.2", "--prompt-seconds", "1", "--timesteps", "1"]
     with one_intra_op_thread():
-        code, stdout, _ = run_bench(capsys, "flow-rtf", *argv, "--runs", "1", "--device", "cpu", "--output", str(out))
+        code, stdout, _ = run_dev(capsys, "flow_rtf", *argv, "--runs", "1", "--device", "cpu", "--json", str(out))
     assert code == 0 and "frames/s" in stdout
     doc = json.loads(out.read_text())
     assert doc.keys() == json.loads((RESULTS / "flow_rtf.json").read_text()).keys()
@@ -31,5 +31,5 @@ def test_reduced_run_times_whole_and_stream_and_keeps_the_recorded_layout(
 
 
 def test_runs_below_one_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
-    code, _, err = run_bench(capsys, "flow-rtf", "--config", "reduced", "--device", "cpu", "--runs", "0")
+    code, _, err = run_dev(capsys, "flow_rtf", "--config", "reduced", "--device", "cpu", "--runs", "0")
     assert code == 2 and "--runs must be >= 1" in err and "Traceback" not in err

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""`vllm-omni-token2wav bench prompt-path`: a one-length run (every case, the cache lookup hits); option errors."""
+"""`python -m benchmarks.prompt_path`: a one-length run (every case, the cache lookup hits); option errors."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.bench_cli import run_bench
+from tests.helpers.bench_cli import run_dev
 from tests.helpers.torch_state import one_intra_op_thread
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
@@ -22,7 +22,7 @@ def test_one_length_run_times_every_case_and_keeps_the_recorded_layout(
 ) -> None:
     out = tmp_path / "prompt_path.json"
     with one_intra_op_thread():
-        code, stdout, _ = run_bench(capsys, "prompt-path", "--seconds", "1", "--repeats", "20", "--out", str(out))
+        code, stdout, _ = run_dev(capsys, "prompt_path", "--seconds", "1", "--repeats", "20", "--json", str(out))
     assert code == 0 and "device backend" in stdout
     doc = json.loads(out.read_text())
     recorded = json.loads((RESULTS / "prompt_path.json").read_text())
@@ -41,5 +41,5 @@ def test_one_length_run_times_every_case_and_keeps_the_recorded_layout(
 def test_option_errors_are_one_line_and_exit_2(
     capsys: pytest.CaptureFixture[str], argv: list[str], message: str
 ) -> None:
-    code, _, err = run_bench(capsys, "prompt-path", *argv)
+    code, _, err = run_dev(capsys, "prompt_path", *argv)
     assert code == 2 and message in err and "Traceback" not in err

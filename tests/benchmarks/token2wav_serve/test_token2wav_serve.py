@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 
-from vllm_omni_token2wav.benchmarks.token2wav_producer import ProducerStream, all_chunks
 from vllm_omni_token2wav.benchmarks.token2wav_serve.run import (
     ModeRun,
     RequestResult,
@@ -17,6 +16,7 @@ from vllm_omni_token2wav.benchmarks.token2wav_serve.run import (
     ready_offsets,
     talker_bound,
 )
+from vllm_omni_token2wav.model_executor.models.standin.chunk_producer import ProducerStream, all_chunks
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.families import MINICPMO_4_5, STEP_AUDIO2
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]

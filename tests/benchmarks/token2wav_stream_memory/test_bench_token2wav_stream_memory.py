@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""`vllm-omni-token2wav bench token2wav-stream-memory`: a reduced run writes the recorded layout, JSON and table."""
+"""`python -m benchmarks.token2wav_stream_memory`: a reduced run writes the recorded layout, JSON and table."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.bench_cli import run_bench
+from tests.helpers.bench_cli import run_dev
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 
@@ -20,8 +20,8 @@ def test_reduced_run_writes_json_and_table_in_the_recorded_layout(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "memory.json"
-    argv = ["--reduced", "--chunks", "3", "--n-timesteps", "2", "--prompt-seconds", "2", "--output", str(out)]
-    code, stdout, _ = run_bench(capsys, "token2wav-stream-memory", *argv)
+    argv = ["--reduced", "--chunks", "3", "--n-timesteps", "2", "--prompt-seconds", "2", "--json", str(out)]
+    code, stdout, _ = run_dev(capsys, "token2wav_stream_memory", *argv)
     assert code == 0 and "bf16 caches vs fp32" in stdout
     doc = json.loads(out.read_text())
     assert doc.keys() == json.loads((RESULTS / "token2wav_stream_memory.json").read_text()).keys()

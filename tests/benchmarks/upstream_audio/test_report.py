@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: Apache-2.0
-"""`bench upstream-audio`'s arithmetic and rendering, without the engine: what the table and JSON claim."""
+"""`python -m benchmarks.upstream_audio`'s arithmetic and rendering, without the engine."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from vllm_omni_token2wav.benchmarks.upstream_audio import report
-from vllm_omni_token2wav.benchmarks.upstream_audio.run import (
+from benchmarks.upstream_audio import report
+from benchmarks.upstream_audio.run import (
     Agreement,
     UpstreamAudioConfig,
     UpstreamAudioReport,
@@ -73,11 +73,13 @@ def test_json_holds_config_and_rows(tmp_path: Path) -> None:
     assert data["rows"][1]["max_abs"] == 1.5e-6
 
 
-def test_subcommand_and_recorder_are_registered() -> None:
-    from vllm_omni_token2wav.entrypoints.cli.bench import load_bench_subcommands, load_recorders
+def test_home_and_recorder_are_registered() -> None:
+    from benchmarks import DEV_BENCHMARKS, load_dev_recorders
+    from vllm_omni_token2wav.entrypoints.cli.bench import load_bench_subcommands
 
-    assert "upstream-audio" in {sub.name for sub in load_bench_subcommands()}
-    recorder = load_recorders()["upstream_audio"]
-    assert recorder.command == ("bench", "upstream-audio")
+    assert "upstream_audio" in DEV_BENCHMARKS
+    assert "upstream-audio" not in {sub.name for sub in load_bench_subcommands()}  # not shipped
+    recorder = load_dev_recorders()["upstream_audio"]
+    assert (recorder.program, recorder.command) == ("python -m benchmarks.upstream_audio", ())
     _, stem = recorder.plan(["--threads", "2", "--device", "cpu"], Path("/r"))
     assert stem == Path("/r/upstream_audio_cpu")

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """Ours vs vLLM-Omni 0.30's Step-Audio2 Token2Wav on the stand-in, same tokens, voice and noise (CPU).
 
-Runs `bench upstream-audio`'s comparison at its smallest (56 tokens: two 25 + 3 token chunks and a
+Runs `python -m benchmarks.upstream_audio`'s comparison at its smallest (56 tokens: two 25 + 3 token chunks and a
 last one of 6; 2 Euler steps) and asserts the agreement measured there (docs/benchmarks/upstream_audio.md):
 
 - flow + HiFT arithmetic (both sides given the same prompt features; Step-Audio2's core, whole and
@@ -35,7 +35,7 @@ require_engine(
 def rows() -> dict[tuple[str, str], object]:
     import sys
 
-    from vllm_omni_token2wav.benchmarks.upstream_audio.run import UpstreamAudioComparison, UpstreamAudioConfig
+    from benchmarks.upstream_audio.run import UpstreamAudioComparison, UpstreamAudioConfig
 
     before = {name for name in sys.modules if name.split(".")[0] == "cosyvoice2"}
     try:

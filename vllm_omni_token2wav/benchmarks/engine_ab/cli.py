@@ -151,17 +151,15 @@ class EngineABSubcommand:
             stage=bench_cli.stage_printer("engine-ab"),
             on_update=lambda report: engine_ab_report.write_json(report, json_path),
         )
-        bench.report.command = bench_cli.invoked_command()
-        interrupted = bench_cli.run_benchmark(bench.run, EngineABSetupError)
-        report = bench.report
-        return bench_cli.publish_report(
-            report,
+        return bench_cli.run_and_publish(
+            bench,
             engine_ab_report,
+            EngineABSetupError,
+            args,
             json_path,
-            Path(args.plot or DEFAULT_PLOT),
-            plot=engine_ab_report.plottable(report),
-            interrupted=interrupted,
-            code=1 if report.failed() else 0,
+            DEFAULT_PLOT,
+            plot=engine_ab_report.plottable,
+            failed=lambda report: report.failed(),
         )
 
 

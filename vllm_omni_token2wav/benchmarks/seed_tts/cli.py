@@ -26,7 +26,7 @@ modes:
 
 Both print the official-compatible WER (mean of per-utterance WER over scored items, failures left out,
 as run_wer.py does) and the strict WER (every expected item; missing/failed ones count as WER 100).
-Results: <output-dir> (default ./out/seed_tts): scores.jsonl (one row per item, appended as it
+Results: <out-dir> (default ./out/seed_tts): scores.jsonl (one row per item, appended as it
 completes), summary.json, wer_hist.png; serve adds requests.jsonl and audio/. --resume keeps finished
 items. Exit codes: 0 done; 1 the gate failed (--fail-above) or nothing succeeded (no request returned
 audio / no utterance was scored); 2 usage error; 130 interrupted (summary.json marked interrupted).
@@ -55,9 +55,15 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     asr.add_argument("--asr-device", default=None, help="ASR device (else SEED_TTS_EVAL_DEVICE, else platform device)")
     out = p.add_argument_group("output")
     out.add_argument(
-        "--output-dir", type=Path, default=DEFAULT_OUTPUT_DIR, help=f"results folder (default ./{DEFAULT_OUTPUT_DIR})"
+        "--out-dir",
+        dest="output_dir",
+        type=Path,
+        default=DEFAULT_OUTPUT_DIR,
+        help=f"results folder (default ./{DEFAULT_OUTPUT_DIR})",
     )
-    out.add_argument("--resume", action="store_true", help="keep items already scored ok in --output-dir")
+    # the spelling before issue 31 (one spelling of output options across `bench`): parsed, not shown
+    out.add_argument("--output-dir", dest="output_dir", type=Path, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    out.add_argument("--resume", action="store_true", help="keep items already scored ok in --out-dir")
     out.add_argument(
         "--no-progress", action="store_true", help="no progress (default: a bar on a terminal, plain lines otherwise)"
     )
@@ -111,7 +117,7 @@ class SeedTTSSubcommand:
         if args.subset is not None and args.subset < 1:
             raise CLIUsageError(f"--subset must be >= 1, got {args.subset}")
         if args.output_dir.exists() and not args.output_dir.is_dir():
-            raise CLIUsageError(f"--output-dir {args.output_dir}: is a file; give a folder")
+            raise CLIUsageError(f"--out-dir {args.output_dir}: is a file; give a folder")
         from vllm_omni_token2wav.benchmarks.seed_tts.results import ResultLogError
 
         try:

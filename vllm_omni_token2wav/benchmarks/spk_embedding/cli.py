@@ -221,20 +221,16 @@ class SpkEmbeddingSubcommand:
         from vllm_omni_token2wav.benchmarks.spk_embedding.run import BenchSetupError, SpkEmbeddingBenchmark
 
         progress = _CliProgress()
-        bench = SpkEmbeddingBenchmark(config, progress)
-        try:
-            interrupted = bench_cli.run_benchmark(bench.run, BenchSetupError)
-        finally:
-            progress.close()
-        report = bench.report
-        return bench_cli.publish_report(
-            report,
+        return bench_cli.run_and_publish(
+            SpkEmbeddingBenchmark(config, progress),
             spk_embedding_report,
-            Path(args.json or DEFAULT_JSON),
-            Path(args.plot or DEFAULT_PLOT),
-            plot=bool(report.results),
-            interrupted=interrupted,
-            code=1 if report.parity_failures else 0,  # a backend outside the parity tolerance
+            BenchSetupError,
+            args,
+            DEFAULT_JSON,
+            DEFAULT_PLOT,
+            plot=lambda report: bool(report.results),
+            failed=lambda report: bool(report.parity_failures),  # a backend outside the parity tolerance
+            after_run=progress.close,
         )
 
 

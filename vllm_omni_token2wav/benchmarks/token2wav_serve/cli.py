@@ -14,7 +14,7 @@ on an accelerator c = 1, 8, 32 (`accelerator`); `--smoke` a seconds-long run for
 On CPU with the reduced stand-in the default is 1 torch thread: its ops are too small to gain from
 more, and on a shared 2-core host 2 threads measured slower.
 
-`--engine` measures the real served stack instead (`benchmarks/token2wav_serve_engine.py`): the
+`--engine` measures the real served stack instead (`engine.py` beside this module): the
 stand-in producer feeding our Step-Audio2 code2wav in `vllm-omni-token2wav serve` on loopback,
 code2wav `max_num_seqs` = the largest level vs 1 (two servers), with the emulated run of the same
 work beside it; reports go to `./out/token2wav_serve_engine.{json,png}`. Options that only shape the
@@ -116,7 +116,7 @@ def build_config(args: argparse.Namespace) -> Any:
         if not model_dir.is_dir():
             raise CLIUsageError(f"--model-dir {args.model_dir}: no such directory")
 
-    from vllm_omni_token2wav.benchmarks.token2wav_rtf.cli import _device_type
+    from vllm_omni_token2wav.benchmarks.token2wav.cli import _device_type
     from vllm_omni_token2wav.benchmarks.token2wav_serve.run import PLANS, ServeConfig
 
     device_type = _device_type(device)
@@ -212,18 +212,15 @@ class Token2WavServeSubcommand:
         from vllm_omni_token2wav.benchmarks.token2wav_serve.run import ServeSetupError, Token2WavServeBenchmark
 
         bench = Token2WavServeBenchmark(config, stage=bench_cli.stage_printer("token2wav-serve"))
-        bench.report.command = bench_cli.invoked_command()
-        interrupted = bench_cli.run_benchmark(bench.run, ServeSetupError)
-        report = bench.report
-        failed = any(run.summary()["errors"] for run in report.runs.values())
-        return bench_cli.publish_report(
-            report,
+        return bench_cli.run_and_publish(
+            bench,
             token2wav_serve_report,
-            Path(args.json or DEFAULT_JSON),
-            Path(args.plot or DEFAULT_PLOT),
-            plot=bool(report.runs),
-            interrupted=interrupted,
-            code=1 if failed else 0,
+            ServeSetupError,
+            args,
+            DEFAULT_JSON,
+            DEFAULT_PLOT,
+            plot=lambda report: bool(report.runs),
+            failed=lambda report: any(run.summary()["errors"] for run in report.runs.values()),
         )
 
 

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """The served stack under concurrent load: stand-in producer -> our code2wav in the real vLLM-Omni 0.30 engine.
 
-The emulated benchmark (`token2wav_serve.py`) drives the stage model as vLLM-Omni's runner does,
+The emulated benchmark (`run.py` beside this module) drives the stage model as vLLM-Omni's runner does,
 in-process. Users get the stage through `vllm-omni-token2wav serve`, where the engine adds its own
 costs: a scheduler and an engine core per stage, the producer's AR loop, the async-chunk connector,
 the API server, HTTP, and vLLM's CPU thread binding. This module measures that stack on loopback,
@@ -24,9 +24,10 @@ What runs (`EngineServeBenchmark.run`):
   and the in-process run replays exactly those codes (prompt = vLLM-Omni's Step-Audio2 speech
   template tokenized by the stand-in tokenizer, checked against the server's token count).
   Closed loop at c, or Poisson arrivals (`request_rate`, the emulated benchmark's arrival times).
-- **client**: raw PCM streaming (`speech_stream_client.py`); TTFP, RTF, underruns and stalls are
-  computed from the arrival of audio bytes by the emulated benchmark's own `RequestResult`.
-- **levels alternate** which server goes first (`token2wav_serve.mode_order`); only one server has
+- **client**: raw PCM streaming (`vllm_omni_token2wav/benchmarks/speech_stream_client.py`); TTFP, RTF,
+  underruns and stalls are computed from the arrival of audio bytes by the emulated benchmark's own
+  `RequestResult`.
+- **levels alternate** which server goes first (`run.mode_order`); only one server has
   requests at a time (the host has few cores).
 - **the engine's step**: the stage counts its own calls in the worker
   (`VLLM_OMNI_TOKEN2WAV_STAGE_STATS`, `token2wav_stage/stats.py`: steps, rows per step, wall and

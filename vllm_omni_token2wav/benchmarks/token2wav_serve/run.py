@@ -5,7 +5,7 @@ An operator sizing a code2wav deployment needs to know, at the concurrency they 
 a listener hear the first audio (TTFP), does the stream keep up with playback (underruns), how much
 audio does the stage produce per second of wall time, and what cross-request batching buys. This
 module measures that on the stage model itself (`MiniCPMO45Code2Wav` by default), with the real
-calling convention (`token2wav_producer.forward_inputs`): one flat `input_ids`, `seq_token_counts`,
+calling convention (`standin/chunk_producer.py`: `forward_inputs`): one flat `input_ids`, `seq_token_counts`,
 `request_ids`, one producer dict per segment.
 
 The simulation, per concurrency level c and per mode:
@@ -65,7 +65,8 @@ from vllm_omni_token2wav.benchmarks.common import (
     torch_threads,
 )
 from vllm_omni_token2wav.benchmarks.progress import progress
-from vllm_omni_token2wav.benchmarks.token2wav_producer import (
+from vllm_omni_token2wav.logger import init_logger
+from vllm_omni_token2wav.model_executor.models.standin.chunk_producer import (
     CHUNK_TOKENS,
     LOOKAHEAD_TOKENS,
     ChunkPayload,
@@ -73,7 +74,6 @@ from vllm_omni_token2wav.benchmarks.token2wav_producer import (
     all_chunks,
     forward_inputs,
 )
-from vllm_omni_token2wav.logger import init_logger
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.errors import segment_errors
 
 logger = init_logger(__name__)

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
-from vllm_omni_token2wav.cli_types import CLIUsageError
+from vllm_omni_token2wav.cli_types import CLISubcommand, CLIUsageError
 from vllm_omni_token2wav.entrypoints.cli import serve as serve_cli
 from vllm_omni_token2wav.entrypoints.cli.bench import load_bench_subcommands
 from vllm_omni_token2wav.entrypoints.cli.token2wav import SUBCOMMAND as TOKEN2WAV
@@ -77,14 +77,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     if run is None:
         args._parser.print_help(sys.stderr)
         return 2
+    return _execute(run, args, PROG)
+
+
+def _execute(run: Callable[[argparse.Namespace], int], args: argparse.Namespace, prog: str) -> int:
+    """`run(args)` with the CLI's exit codes: a `CLIUsageError` is one `<prog>: error: ...` line and 2, Ctrl-C 130."""
     try:
         return int(run(args))
     except CLIUsageError as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"{PROG}: interrupted", file=sys.stderr)
+        print(f"{prog}: interrupted", file=sys.stderr)
         return 130
+
+
+def run_standalone(subcommand: CLISubcommand, argv: Sequence[str], prog: str) -> int:
+    """One subcommand as a program of its own (`prog`), with the same options, errors and exit codes as `bench`.
+
+    The developer benchmarks of the repository checkout (`python -m benchmarks.<name>`) run through it: they
+    are not `bench` subcommands of the installed package, but behave like one.
+    """
+    parser = argparse.ArgumentParser(prog=prog, description=subcommand.help)
+    subcommand.add_cli_args(parser)
+    return _execute(subcommand.run, parser.parse_args(list(argv)), prog)
 
 
 if __name__ == "__main__":

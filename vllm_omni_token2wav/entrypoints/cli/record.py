@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import io
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from vllm_omni_token2wav.atomic_io import write_bytes_atomic
@@ -35,18 +35,25 @@ class _Tee(io.TextIOBase):
         self._stream.flush()
 
 
-def record_cli_run(command: Sequence[str], stem: Path, *, recorded_codes: Sequence[int] = (0,)) -> int:
+def record_cli_run(
+    command: Sequence[str],
+    stem: Path,
+    *,
+    recorded_codes: Sequence[int] = (0,),
+    entry: Callable[[Sequence[str]], int] | None = None,
+) -> int:
     """Run `vllm-omni-token2wav <command> --json <stem>.json --plot <stem>.png` in this process, echoing its output.
 
-    When the exit code is one of `recorded_codes`, the printed output (the table) is kept as `<stem>.txt`
-    as well, so the three files of a record always come from one run. Returns the command's exit code.
+    `entry` runs the command line instead of the CLI's `main` (a developer benchmark's own runner). When the
+    exit code is one of `recorded_codes`, the printed output (the table) is kept as `<stem>.txt` as well, so
+    the three files of a record always come from one run. Returns the command's exit code.
     """
-    from vllm_omni_token2wav.entrypoints.cli.main import main as cli_main
+    from vllm_omni_token2wav.entrypoints.cli import main as cli
 
     args = [*command, "--json", f"{stem}.json", "--plot", f"{stem}.png"]
     tee = _Tee(sys.stdout)  # type: ignore[arg-type]
     with contextlib.redirect_stdout(tee):
-        code = cli_main(args)
+        code = (entry or cli.main)(args)
     if code in recorded_codes:
         write_bytes_atomic(Path(f"{stem}.txt"), tee.copy.getvalue().encode())
         print(f"recorded {stem}.txt")
@@ -60,12 +67,15 @@ def record(recorder: Recorder, argv: Sequence[str], results: Path) -> int:
     except ValueError as exc:
         print(f"record.py {recorder.name}: {exc}", file=sys.stderr)
         return 2
-    return record_cli_run(command, stem, recorded_codes=recorder.recorded_codes)
+    return record_cli_run(command, stem, recorded_codes=recorder.recorded_codes, entry=recorder.entry)
 
 
-def record_main(argv: Sequence[str], results: Path) -> int:
-    """`benchmarks/record.py`: `NAME [options]` records one run, `--list` shows the names."""
-    recorders = load_recorders()
+def record_main(argv: Sequence[str], results: Path, recorders: Mapping[str, Recorder] | None = None) -> int:
+    """`benchmarks/record.py`: `NAME [options]` records one run, `--list` shows the names.
+
+    `recorders` defaults to the package's; the checkout's `record.py` adds its developer benchmarks' ones.
+    """
+    recorders = load_recorders() if recorders is None else recorders
     args = list(argv)
     if not args or args[0] in ("-h", "--help", "--list"):
         out = sys.stdout if args else sys.stderr
@@ -73,7 +83,8 @@ def record_main(argv: Sequence[str], results: Path) -> int:
             print("usage: record.py NAME [options of its command] [--results-dir DIR]", file=out)
         width = max(len(name) for name in recorders)
         for listed, entry in recorders.items():
-            print(f"{listed:<{width}}  vllm-omni-token2wav {' '.join(entry.command)}: {entry.summary}", file=out)
+            line = " ".join([entry.program, *entry.command])
+            print(f"{listed:<{width}}  {line}: {entry.summary}", file=out)
         return 0 if args else 2
     name, rest = args[0], args[1:]
     recorder = recorders.get(name)

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """CosyVoice3Code2Wav driven as vLLM-Omni's runner drives it, with its talker's chunks emulated.
 
-The talker (`token2wav_producer`, CosyVoice3 mode) sends the whole prefix each time with
+The talker (`standin/chunk_producer.py`, CosyVoice3 mode) sends the whole prefix each time with
 `left_context_size`, hops 25 + pad / 50 / 100, `stream_finished` on the last chunk and its prompt
 conditioning (`embed.*`) with the first. Requirements pinned here:
 - cross-request batching: a randomised schedule (voices from the talker's conditioning, from
@@ -46,12 +46,17 @@ import numpy as np
 import pytest
 import torch
 
-from vllm_omni_token2wav.benchmarks.token2wav_producer import ChunkPayload, ProducerStream, all_chunks, forward_inputs
 from vllm_omni_token2wav.model_executor.layers.flow_cosyvoice3 import FinalChunk
 from vllm_omni_token2wav.model_executor.layers.hift.source import harmonic_increments
 from vllm_omni_token2wav.model_executor.layers.hift_causal.source import CausalSource
 from vllm_omni_token2wav.model_executor.models.cosyvoice3.cosyvoice3_code2wav import CosyVoice3Code2Wav
 from vllm_omni_token2wav.model_executor.models.cosyvoice3.cosyvoice3_token2wav import upstream_chunks
+from vllm_omni_token2wav.model_executor.models.standin.chunk_producer import (
+    ChunkPayload,
+    ProducerStream,
+    all_chunks,
+    forward_inputs,
+)
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.contract import SegmentKind, parse_step
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.errors import segment_errors
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.families import COSYVOICE3

@@ -24,8 +24,13 @@ import pytest
 import torch
 
 from tests.model_executor.models.token2wav_stage.conftest import FAST_OPTIONS
-from vllm_omni_token2wav.benchmarks.token2wav_producer import ChunkPayload, ProducerStream, all_chunks, forward_inputs
 from vllm_omni_token2wav.model_executor.models.minicpmo_4_5.minicpmo_4_5_code2wav import MiniCPMO45Code2Wav
+from vllm_omni_token2wav.model_executor.models.standin.chunk_producer import (
+    ChunkPayload,
+    ProducerStream,
+    all_chunks,
+    forward_inputs,
+)
 from vllm_omni_token2wav.model_executor.models.step_audio2.step_audio2_token2wav_stage import (
     StepAudio2Token2WavForConditionalGeneration,
 )

@@ -28,10 +28,10 @@ from tests.model_executor.models.token2wav_stage.test_stage_batching import (
     _schedule,
     assert_a_failing_launch_costs_only_its_culprit,
 )
-from vllm_omni_token2wav.benchmarks.token2wav_producer import ProducerStream, all_chunks
 from vllm_omni_token2wav.model_executor.layers.flow import ConformerTrim, Lookahead
 from vllm_omni_token2wav.model_executor.models.minicpmo_4_5.minicpmo_4_5_code2wav import MiniCPMO45Code2Wav
 from vllm_omni_token2wav.model_executor.models.minicpmo_4_5.variants import MiniCPMOVariant
+from vllm_omni_token2wav.model_executor.models.standin.chunk_producer import ProducerStream, all_chunks
 from vllm_omni_token2wav.model_executor.models.standin.token2wav_dir import MINICPMO_1_0_7_LAYOUT
 from vllm_omni_token2wav.model_executor.models.step_audio2.step_audio2_token2wav_stage import (
     StepAudio2Token2WavForConditionalGeneration,

@@ -197,7 +197,11 @@ def _build_through_overrides(vllm_config: Any) -> Any:
 
 
 def _one_step(stage: Any, async_chunk: bool) -> torch.Tensor:
-    from vllm_omni_token2wav.benchmarks.token2wav_producer import ProducerStream, all_chunks, forward_inputs
+    from vllm_omni_token2wav.model_executor.models.standin.chunk_producer import (
+        ProducerStream,
+        all_chunks,
+        forward_inputs,
+    )
     from vllm_omni_token2wav.model_executor.models.token2wav_stage.errors import segment_errors
 
     tokens = list(range(10, 60))

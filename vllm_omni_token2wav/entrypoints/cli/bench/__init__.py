@@ -1,11 +1,13 @@
 # SPDX-License-Identifier: Apache-2.0
 """`vllm-omni-token2wav bench ...`: the registry of benchmark homes, and nothing else.
 
-Each benchmark lives in its own home, `vllm_omni_token2wav/benchmarks/<name>/`, whose `cli.py` exposes
-`SUBCOMMAND` (a `CLISubcommand`: `bench <name>`) and, for a benchmark whose runs are kept under
+Only the benchmarks an operator runs are here (the developer measurements are the repository's
+`benchmarks/<name>/`, `python -m benchmarks.<name>`, not installed; `benchmarks/record.py` adds their
+recorders). Each lives in its own home, `vllm_omni_token2wav/benchmarks/<name>/` (name = subcommand),
+whose `cli.py` exposes `SUBCOMMAND` (a `CLISubcommand`: `bench <name>`) and, for a benchmark whose runs are kept under
 `benchmarks/results/`, `RECORDERS` (the `bench_cli.Recorder`s `benchmarks/record.py` knows by name).
 The modules are imported when the parser is built, so they must keep heavy imports inside `run`.
-Running a recorder is `record.py` beside this module.
+Running a recorder is `entrypoints/cli/record.py`.
 """
 
 from __future__ import annotations
@@ -20,19 +22,10 @@ from vllm_omni_token2wav.cli_types import CLISubcommand
 BENCH_CLIS: tuple[str, ...] = (
     "vllm_omni_token2wav.benchmarks.spk_embedding.cli",
     "vllm_omni_token2wav.benchmarks.seed_tts.cli",
-    "vllm_omni_token2wav.benchmarks.token2wav_rtf.cli",
-    "vllm_omni_token2wav.benchmarks.cosyvoice3_flow_stream.cli",
-    "vllm_omni_token2wav.benchmarks.cosyvoice3_batched_flow.cli",
+    "vllm_omni_token2wav.benchmarks.token2wav.cli",
     "vllm_omni_token2wav.benchmarks.device_check.cli",
-    "vllm_omni_token2wav.benchmarks.causal_hift_stream.cli",
     "vllm_omni_token2wav.benchmarks.token2wav_serve.cli",
     "vllm_omni_token2wav.benchmarks.engine_ab.cli",
-    "vllm_omni_token2wav.benchmarks.upstream_audio.cli",
-    "vllm_omni_token2wav.benchmarks.token2wav_row_cost.cli",
-    "vllm_omni_token2wav.benchmarks.token2wav_stream_memory.cli",
-    "vllm_omni_token2wav.benchmarks.flow_rtf.cli",
-    "vllm_omni_token2wav.benchmarks.prompt_path.cli",
-    "vllm_omni_token2wav.benchmarks.audio_frontend.cli",
 )
 
 

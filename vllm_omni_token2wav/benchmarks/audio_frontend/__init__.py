@@ -1,2 +1,0 @@
-# SPDX-License-Identifier: Apache-2.0
-"""`bench audio-frontend`: the torch audio front end (Kaldi fbank, 24 kHz mel) vs kaldi-native-fbank."""

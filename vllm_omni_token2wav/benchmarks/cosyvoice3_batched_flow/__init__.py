@@ -1,2 +1,0 @@
-# SPDX-License-Identifier: Apache-2.0
-"""CosyVoice3 flow cross-request launch, B streams in one call vs B calls (`bench cosyvoice3-batched-flow`)."""
