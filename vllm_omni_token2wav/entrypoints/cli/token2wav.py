@@ -190,8 +190,16 @@ def _synthesise(args: argparse.Namespace, tokens: list[int]) -> int:
         from vllm_omni_token2wav.assets.audio import speech_sample
 
         prompt = speech_sample()
+    spec = _family(args.family).spec  # a family on the shared core: its stream rules
     try:
-        core = StepAudio2Token2WavCore(model_dir, device=args.device, n_timesteps=args.n_timesteps, seed=args.seed)
+        core = StepAudio2Token2WavCore(
+            model_dir,
+            device=args.device,
+            n_timesteps=args.n_timesteps,
+            seed=args.seed,
+            stream_lookahead=spec.lookahead,
+            conformer_trim=spec.conformer_trim,
+        )
         core.check_assets()
     except (FileNotFoundError, ValueError) as exc:
         raise CLIUsageError(str(exc)) from None
