@@ -351,6 +351,11 @@ def family_spec(name: str) -> FamilySpec:
     return family(name).spec
 
 
+def producer_shape(spec: FamilySpec) -> ProducerShape:
+    """How the producer of the family of `spec` chunks and what meta it sends (for code handed a spec only)."""
+    return family(spec.name).producer
+
+
 def __getattr__(name: str) -> Any:
     """`FAMILY_SPECS` (name -> spec) and the specs as `MINICPMO_4_5`, `STEP_AUDIO2`, `COSYVOICE3` (PEP 562)."""
     if name == "FAMILY_SPECS":
@@ -439,6 +444,7 @@ __all__ = [
     "family_modules",
     "family_spec",
     "import_target",
+    "producer_shape",
     "registered_families",
     "default_voice_candidates",
     "find_default_voice",
