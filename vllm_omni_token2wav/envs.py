@@ -22,6 +22,9 @@
 | `INTERVAL_S`                            | `forward` (`on_requests_finished` always writes; |                       |
 |                                         | benchmarks: under CPU contention a write per     |                       |
 |                                         | step costs the step whole scheduler slices)      |                       |
+| `VLLM_OMNI_TOKEN2WAV_EXTRA_FAMILIES`    | out-of-tree Token2Wav families: a comma list of  | unset: the shipped    |
+|                                         | modules defining `FAMILY` (appended to           | families only         |
+|                                         | `families.FAMILY_MODULES`; tests' toy family)    |                       |
 | `STEP_AUDIO2_DEFAULT_PROMPT_WAV`        | Step-Audio2 stage's default voice file           | model folder's        |
 |                                         | (upstream's name; `families.py` of               | `default_female.wav`  |
 |                                         | `model_executor/models/token2wav_stage/`)        |                       |
@@ -38,6 +41,7 @@ DEVICE_GRAPHS_ENV = "VLLM_OMNI_TOKEN2WAV_DEVICE_GRAPHS"
 DEVICE_GRAPHS_MAX_ENV = "VLLM_OMNI_TOKEN2WAV_DEVICE_GRAPHS_MAX"
 STAGE_STATS_ENV = "VLLM_OMNI_TOKEN2WAV_STAGE_STATS"
 STAGE_STATS_INTERVAL_ENV = "VLLM_OMNI_TOKEN2WAV_STAGE_STATS_INTERVAL_S"
+EXTRA_FAMILIES_ENV = "VLLM_OMNI_TOKEN2WAV_EXTRA_FAMILIES"
 DEFAULT_DEVICE_GRAPHS_MAX = 64
 _TRUE = ("1", "true", "on", "yes")
 _FALSE = ("0", "false", "off", "no")
@@ -97,3 +101,9 @@ def stage_stats_interval_s() -> float:
     if not value >= 0:
         raise ValueError(f"{STAGE_STATS_INTERVAL_ENV}={text!r}: expected seconds >= 0")
     return value
+
+
+def extra_family_modules() -> tuple[str, ...]:
+    """`VLLM_OMNI_TOKEN2WAV_EXTRA_FAMILIES`: the modules (each defining `FAMILY`) of out-of-tree families."""
+    text = os.environ.get(EXTRA_FAMILIES_ENV, "")
+    return tuple(name.strip() for name in text.split(",") if name.strip())

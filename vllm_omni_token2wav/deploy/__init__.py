@@ -9,8 +9,10 @@
 |                                   |                                   | async-chunk transfer (tests, benchmarks)     |
 
 Families: `minicpmo_4_5`, `step_audio2`, `cosyvoice3` (the stand-in stream: `step_audio2` and
-`cosyvoice3`, whose producers' codes travel as token ids). Each file has a `platforms.cpu` section
-for CPU-only hosts (explicit KV cache sizes).
+`cosyvoice3`, whose producers' codes travel as token ids). Each file is declared by its family's
+`family.py` (`PipelineFacts.deploy_yamls`; tests/plugins/test_family_registry.py checks every file here
+belongs to one family and names one of its pipelines). Each file has a `platforms.cpu` section for
+CPU-only hosts (explicit KV cache sizes).
 """
 
 from __future__ import annotations

@@ -10,7 +10,10 @@ vLLM would inspect upstream's class (and fail where upstream's module cannot imp
 without `hyperpyyaml`). We therefore wrap that function (a patch: `patch/platform/patch_omni_model_registration.py`,
 with its row in the patch register): each re-registration is followed by ours.
 
-| upstream architecture name                     | served by (this fork)                                  |
+The table is derived from the family list (`token2wav_stage/families.py:FAMILY_MODULES`): each family's
+`family.py` names its stage class and the upstream architectures it replaces (`StageServing`):
+
+| upstream architecture name                     | served by (this fork), from the family's `family.py`   |
 |------------------------------------------------|--------------------------------------------------------|
 | `MiniCPMO45Code2Wav`                           | `minicpmo_4_5.minicpmo_4_5_code2wav.MiniCPMO45Code2Wav` |
 | `StepAudio2Token2WavForConditionalGeneration`  | `step_audio2.step_audio2_token2wav_stage.               |
@@ -20,7 +23,8 @@ with its row in the patch register): each re-registration is followed by ours.
 | and code2wav stages, by `model_stage`)         | upstream's talker or our `CosyVoice3Code2Wav`           |
 
 Added, not replacing anything: `Token2WavStandinProducer` (a deterministic codec-token producer
-for the engine tests and `bench token2wav-serve --engine`, `standin/producer.py`).
+for the engine tests and `bench token2wav-serve --engine`, `standin/producer.py`), and the names a family
+adds (`StageServing.added_architectures`, e.g. an out-of-tree family's own architecture).
 
 `VLLM_OMNI_TOKEN2WAV_OVERRIDES` (read when the plugin loads, in every process) chooses per family:
 
@@ -43,31 +47,50 @@ import os
 from collections.abc import Mapping
 
 from vllm_omni_token2wav.logger import init_logger
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.families import registered_families
 
 logger = init_logger(__name__)
 
 OVERRIDES_ENV = "VLLM_OMNI_TOKEN2WAV_OVERRIDES"
 _PKG = "vllm_omni_token2wav.model_executor.models"
-_STEP_AUDIO2 = f"{_PKG}.step_audio2.step_audio2_token2wav_stage:StepAudio2Token2WavForConditionalGeneration"
-
-#: Upstream architecture name -> our class ("module:Class"), the table of the module docstring.
-STAGE_OVERRIDES: Mapping[str, str] = {
-    "MiniCPMO45Code2Wav": f"{_PKG}.minicpmo_4_5.minicpmo_4_5_code2wav:MiniCPMO45Code2Wav",
-    "StepAudio2Token2WavForConditionalGeneration": _STEP_AUDIO2,
-    "StepAudio2Token2WavModel": _STEP_AUDIO2,
-    "CosyVoice3Model": f"{_PKG}.cosyvoice3.cosyvoice3_model:CosyVoice3Model",
-}
-#: Architectures we add (names upstream does not use).
-ADDED_ARCHITECTURES: Mapping[str, str] = {
+#: Architectures we add that belong to no family.
+_PRODUCER_ARCHITECTURES: Mapping[str, str] = {
     "Token2WavStandinProducer": f"{_PKG}.standin.producer:Token2WavStandinProducer",
 }
 
-#: Family name (the stage's `FamilySpec.name`) -> the upstream architectures its rows override.
-FAMILY_ARCHITECTURES: Mapping[str, tuple[str, ...]] = {
-    "minicpmo_4_5": ("MiniCPMO45Code2Wav",),
-    "step_audio2": ("StepAudio2Token2WavForConditionalGeneration", "StepAudio2Token2WavModel"),
-    "cosyvoice3": ("CosyVoice3Model",),
+
+def stage_overrides() -> dict[str, str]:
+    """Upstream architecture name -> our class ("module:Class"), the table of the module docstring."""
+    return {arch: f.serving.stage_class for f in registered_families() for arch in f.serving.upstream_architectures}
+
+
+def added_architectures() -> dict[str, str]:
+    """Architectures we add (names upstream does not use): the stand-in producer and the families' own."""
+    table = dict(_PRODUCER_ARCHITECTURES)
+    table |= {arch: f.serving.stage_class for f in registered_families() for arch in f.serving.added_architectures}
+    return table
+
+
+def family_architectures() -> dict[str, tuple[str, ...]]:
+    """Family name (the stage's `FamilySpec.name`) -> the upstream architectures its rows override."""
+    return {f.name: f.serving.upstream_architectures for f in registered_families()}
+
+
+#: The derived tables under their historical names (`STAGE_OVERRIDES`, `ADDED_ARCHITECTURES`,
+#: `FAMILY_ARCHITECTURES`), recomputed from the family list on every access (PEP 562 `__getattr__`).
+_DERIVED = {
+    "STAGE_OVERRIDES": stage_overrides,
+    "ADDED_ARCHITECTURES": added_architectures,
+    "FAMILY_ARCHITECTURES": family_architectures,
 }
+
+
+def __getattr__(name: str) -> object:
+    derive = _DERIVED.get(name)
+    if derive is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return derive()
+
 
 _TRUE = ("1", "true", "on", "yes", "all")
 _FALSE = ("0", "false", "off", "no", "none")
@@ -79,18 +102,19 @@ def overridden_families() -> tuple[str, ...]:
     ValueError naming the variable, the bad entry and the accepted values for anything else.
     """
     text = os.environ.get(OVERRIDES_ENV, "1").strip().lower() or "1"
+    known = tuple(family_architectures())
     if text in _TRUE:
-        return tuple(FAMILY_ARCHITECTURES)
+        return known
     if text in _FALSE:
         return ()
     names = [name.strip() for name in text.split(",") if name.strip()]
-    unknown = [name for name in names if name not in FAMILY_ARCHITECTURES]
+    unknown = [name for name in names if name not in known]
     if unknown or not names:
         raise ValueError(
             f"{OVERRIDES_ENV}={text!r}: unknown family {', '.join(unknown) or '(empty list)'}; expected one of "
-            f"{', '.join(_TRUE + _FALSE)} or a comma list of {', '.join(FAMILY_ARCHITECTURES)}"
+            f"{', '.join(_TRUE + _FALSE)} or a comma list of {', '.join(known)}"
         )
-    return tuple(family for family in FAMILY_ARCHITECTURES if family in names)
+    return tuple(family for family in known if family in names)
 
 
 def overrides_enabled() -> bool:
@@ -100,9 +124,10 @@ def overrides_enabled() -> bool:
 
 def active_table() -> dict[str, str]:
     """What `apply_overrides` registers in this process: the added architectures, and ours where chosen."""
-    table = dict(ADDED_ARCHITECTURES)
+    table = added_architectures()
+    overrides, architectures = stage_overrides(), family_architectures()
     for family in overridden_families():
-        table.update({arch: STAGE_OVERRIDES[arch] for arch in FAMILY_ARCHITECTURES[family]})
+        table.update({arch: overrides[arch] for arch in architectures[family]})
     return table
 
 
@@ -111,8 +136,9 @@ def apply_overrides() -> dict[str, str]:
     table = active_table()
     _register(table)
     _reapply_after_upstream_registration()
-    replaced = sorted(arch for arch in table if arch in STAGE_OVERRIDES)
-    kept = sorted(arch for arch in STAGE_OVERRIDES if arch not in table)
+    overrides = stage_overrides()
+    replaced = sorted(arch for arch in table if arch in overrides)
+    kept = sorted(arch for arch in overrides if arch not in table)
     if replaced:
         logger.info_once(
             "vllm-omni-token2wav serves %s with this fork's classes%s (%s=0 restores vLLM-Omni's)",
@@ -143,12 +169,12 @@ def _reapply_after_upstream_registration() -> None:
 
 
 __all__ = [
-    "ADDED_ARCHITECTURES",
-    "FAMILY_ARCHITECTURES",
     "OVERRIDES_ENV",
-    "STAGE_OVERRIDES",
     "active_table",
+    "added_architectures",
     "apply_overrides",
+    "family_architectures",
     "overridden_families",
     "overrides_enabled",
+    "stage_overrides",
 ]

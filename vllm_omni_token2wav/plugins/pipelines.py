@@ -17,6 +17,10 @@ named `step_audio2_thinker`, so vLLM-Omni's speech endpoint serves it with its S
 
 The code2wav stages use upstream's architecture names, so `VLLM_OMNI_TOKEN2WAV_OVERRIDES` decides
 whether they run our classes or upstream's.
+
+Which families get which pipeline is derived from the family list (`token2wav_stage/families.py`): each
+family's `family.py` `PipelineFacts` (architecture, stage names, upstream's async-chunk function, whether the
+stand-in producer can feed it). `FAMILY_PIPELINES` / `STANDIN_STREAM_FAMILIES` are recomputed on access.
 """
 
 from __future__ import annotations
@@ -24,17 +28,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from vllm_omni_token2wav.model_executor.models.standin.model_dirs import PRODUCER_SUBDIR
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.families import registered_families
 
 __all__ = [
-    "FAMILY_PIPELINES",
-    "STANDIN_STREAM_FAMILIES",
     "PipelineFamily",
     "code2wav_pipeline",
+    "family_pipelines",
     "register_pipelines",
+    "standin_stream_families",
     "standin_stream_pipeline",
 ]
-
-_PROC = "vllm_omni.model_executor.stage_input_processors"
 
 
 @dataclass(frozen=True)
@@ -48,31 +51,36 @@ class PipelineFamily:
     producer_stage: str
 
 
-FAMILY_PIPELINES: dict[str, PipelineFamily] = {
-    "minicpmo_4_5": PipelineFamily(
-        "minicpmo_4_5", "MiniCPMO45Code2Wav", "code2wav", f"{_PROC}.minicpmo_4_5_omni.tts2code2wav_async_chunk", "tts"
-    ),
-    "step_audio2": PipelineFamily(
-        "step_audio2",
-        "StepAudio2Token2WavModel",
-        "token2wav",
-        f"{_PROC}.step_audio2.thinker2token2wav_async_chunk",
-        "step_audio2_thinker",
-    ),
-    "cosyvoice3": PipelineFamily(
-        "cosyvoice3",
-        "CosyVoice3Model",
-        "cosyvoice3_code2wav",
-        f"{_PROC}.cosyvoice3.talker2code2wav_async_chunk",
-        "standin_producer",
-    ),
-}
+def family_pipelines() -> dict[str, PipelineFamily]:
+    """Family name -> its `PipelineFamily`, from each family's `PipelineFacts`."""
+    return {
+        f.name: PipelineFamily(
+            f.name,
+            f.pipelines.code2wav_arch,
+            f.pipelines.code2wav_stage,
+            f.pipelines.async_chunk_func,
+            f.pipelines.producer_stage,
+        )
+        for f in registered_families()
+    }
 
 
-#: Families whose stand-in producer can feed the code2wav stage: their upstream async-chunk functions read
-#: the codes from the producer's token ids. MiniCPM-o's reads them from its talker's per-step multimodal
-#: output (`codes.audio`), which the stand-in producer does not emit.
-STANDIN_STREAM_FAMILIES = ("step_audio2", "cosyvoice3")
+def standin_stream_families() -> tuple[str, ...]:
+    """Families whose stand-in producer can feed the code2wav stage: their upstream async-chunk functions read
+    the codes from the producer's token ids. MiniCPM-o's reads them from its talker's per-step multimodal
+    output (`codes.audio`), which the stand-in producer does not emit."""
+    return tuple(f.name for f in registered_families() if f.pipelines.standin_stream)
+
+
+_DERIVED = {"FAMILY_PIPELINES": family_pipelines, "STANDIN_STREAM_FAMILIES": standin_stream_families}
+
+
+def __getattr__(name: str) -> object:
+    """`FAMILY_PIPELINES`, `STANDIN_STREAM_FAMILIES`: the functions above under their table names (PEP 562)."""
+    derive = _DERIVED.get(name)
+    if derive is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return derive()
 
 
 def _code2wav_stage(spec: PipelineFamily, stage_id: int, input_sources: tuple[int, ...]):  # noqa: ANN202
@@ -96,7 +104,7 @@ def code2wav_pipeline(family: str):  # noqa: ANN201
     """`<family>_code2wav`: the family's code2wav stage alone (see the module docstring)."""
     from vllm_omni.config.stage_config import PipelineConfig
 
-    spec = FAMILY_PIPELINES[family]
+    spec = family_pipelines()[family]
     return PipelineConfig(
         model_type=f"{family}_code2wav",
         model_arch=spec.code2wav_arch,
@@ -108,7 +116,7 @@ def standin_stream_pipeline(family: str):  # noqa: ANN201
     """`standin_<family>_stream`: stand-in producer -> upstream's async-chunk transfer -> code2wav."""
     from vllm_omni.config.stage_config import PipelineConfig, StageExecutionType, StagePipelineConfig
 
-    spec = FAMILY_PIPELINES[family]
+    spec = family_pipelines()[family]
     producer = StagePipelineConfig(
         stage_id=0,
         model_stage=spec.producer_stage,
@@ -134,8 +142,8 @@ def register_pipelines() -> list[str]:
     from vllm_omni.config.pipeline_registry import OMNI_PIPELINES, register_pipeline
 
     names = []
-    pipelines = [code2wav_pipeline(family) for family in FAMILY_PIPELINES]
-    pipelines += [standin_stream_pipeline(family) for family in STANDIN_STREAM_FAMILIES]
+    pipelines = [code2wav_pipeline(family) for family in family_pipelines()]
+    pipelines += [standin_stream_pipeline(family) for family in standin_stream_families()]
     for pipeline in pipelines:
         if pipeline.model_type not in OMNI_PIPELINES:  # idempotent, and no "clobbered" warning
             register_pipeline(pipeline)

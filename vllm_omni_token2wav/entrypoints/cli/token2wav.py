@@ -34,9 +34,12 @@ import re
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vllm_omni_token2wav.cli_types import CLIUsageError
+
+if TYPE_CHECKING:
+    from vllm_omni_token2wav.model_executor.models.token2wav_stage.families import Family
 
 VOCAB_SIZE = 6561
 _RANDOM = re.compile(r"random:(\d+)(?::(\d+))?$")
@@ -66,6 +69,19 @@ def parse_tokens(text: str) -> list[int]:
     return tokens
 
 
+def cli_families() -> tuple[str, ...]:
+    """The `--family` choices: each registered family's `cli_name` (`token2wav_stage/families.py`; light import)."""
+    from vllm_omni_token2wav.model_executor.models.token2wav_stage.families import registered_families
+
+    return tuple(f.cli_name for f in registered_families() if f.cli_name)
+
+
+def _family(cli_name: str) -> Family:
+    from vllm_omni_token2wav.model_executor.models.token2wav_stage.families import registered_families
+
+    return next(f for f in registered_families() if f.cli_name == cli_name)
+
+
 class Token2WavCommand:
     name = "token2wav"
     help = "synthesise a 24 kHz WAV from speech token ids in the voice of a prompt clip"
@@ -81,7 +97,7 @@ class Token2WavCommand:
         )
         parser.add_argument(
             "--family",
-            choices=("step_audio2", "cosyvoice3"),
+            choices=cli_families(),
             default="step_audio2",
             help="model family of the directory (step_audio2 also serves MiniCPM-o's assets)",
         )
@@ -105,14 +121,15 @@ class Token2WavCommand:
             raise CLIUsageError("give --model-dir DIR (a token2wav directory) or --standin reduced|full")
         if args.model_dir is not None and not args.model_dir.is_dir():
             raise CLIUsageError(f"--model-dir {args.model_dir} is not a directory")
-        if args.family != "cosyvoice3" and (args.prompt_tokens is not None or args.prompt_tokens_file is not None):
+        own_flow = _family(args.family).spec.cosyvoice2_flow is None  # CosyVoice3: its own flow and facade
+        if not own_flow and (args.prompt_tokens is not None or args.prompt_tokens_file is not None):
             raise CLIUsageError("--prompt-tokens / --prompt-tokens-file are for --family cosyvoice3")
         if args.prompt_tokens_file is not None and not args.prompt_tokens_file.is_file():
             raise CLIUsageError(f"--prompt-tokens-file {args.prompt_tokens_file} does not exist")
         _check_out(args.out)
         if args.prompt is not None:
             _check_prompt(args.prompt)
-        if args.family == "cosyvoice3":
+        if own_flow:
             return _synthesise_cosyvoice3(args, tokens)
         return _synthesise(args, tokens)
 
@@ -173,8 +190,16 @@ def _synthesise(args: argparse.Namespace, tokens: list[int]) -> int:
         from vllm_omni_token2wav.assets.audio import speech_sample
 
         prompt = speech_sample()
+    spec = _family(args.family).spec  # a family on the shared core: its stream rules
     try:
-        core = StepAudio2Token2WavCore(model_dir, device=args.device, n_timesteps=args.n_timesteps, seed=args.seed)
+        core = StepAudio2Token2WavCore(
+            model_dir,
+            device=args.device,
+            n_timesteps=args.n_timesteps,
+            seed=args.seed,
+            stream_lookahead=spec.lookahead,
+            conformer_trim=spec.conformer_trim,
+        )
         core.check_assets()
     except (FileNotFoundError, ValueError) as exc:
         raise CLIUsageError(str(exc)) from None

@@ -100,14 +100,16 @@ def test_default_voices_are_looked_up_like_upstream(tmp_path: Path, monkeypatch:
 
 
 def test_every_registered_family_lives_in_its_own_folder() -> None:
-    """One registry line per family; its spec comes from its folder, and the framework's names resolve to it."""
+    """One list line per family; its record comes from its folder, and the framework's names resolve to it."""
     from vllm_omni_token2wav.model_executor.models.token2wav_stage import families
 
-    for name, (module, attr) in families.FAMILY_SPECS.items():
-        spec = families.family_spec(name)
-        assert spec.name == name
-        assert module == f"vllm_omni_token2wav.model_executor.models.{name}.family"
-        assert getattr(families, attr) is spec
+    assert [f.name for f in families.registered_families()] == ["minicpmo_4_5", "step_audio2", "cosyvoice3"]
+    for module, entry in zip(families.FAMILY_MODULES, families.registered_families(), strict=True):
+        assert module == f"vllm_omni_token2wav.model_executor.models.{entry.name}.family"
+        spec = families.family_spec(entry.name)
+        assert spec is entry.spec and spec.name == entry.name
+        assert getattr(families, entry.name.upper()) is spec
+        assert families.FAMILY_SPECS[entry.name] is spec
     with pytest.raises(ValueError, match="registered: minicpmo_4_5, step_audio2, cosyvoice3"):
         families.family_spec("tortoise")
     with pytest.raises(AttributeError):

@@ -24,6 +24,11 @@ tokenizer with the chat special tokens the families' prompts use, and a marker w
 producer runs with `load_format: dummy`). Built from the cached stand-in assets (hard links),
 deterministic, offline; `ensure_engine_model_dir` caches the result under `envs.cache_dir()`.
 The tokenizer needs the `tokenizers` package (installed with vLLM).
+
+The table's rows are not written here: each family's `family.py` declares its `StandinLayout` (asset
+subfolder, which stand-in asset set, the root config's architecture, copies into `assets/`, a tokenizer
+subfolder, the producer's codec offset), and every family of the family list
+(`token2wav_stage/families.py`) gets a folder.
 """
 
 from __future__ import annotations
@@ -33,34 +38,46 @@ import struct
 from pathlib import Path
 
 from vllm_omni_token2wav.model_executor.models.standin.token2wav_dir import _MANIFEST, ensure_assembled
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.families import (
+    StandinLayout,
+    registered_families,
+)
 
 __all__ = [
-    "ENGINE_FAMILIES",
     "PRODUCER_SUBDIR",
+    "engine_families",
     "ensure_engine_model_dir",
     "marker_safetensors",
     "producer_codec_offset",
 ]
 
-ENGINE_FAMILIES = ("minicpmo_4_5", "step_audio2", "cosyvoice3")
 PRODUCER_SUBDIR = "standin_producer"
-COSYVOICE3_TOKENIZER_SUBDIR = "CosyVoice-BlankEN"
 _VERSION = 1
-#: Where the token2wav assets sit in each family's real folder.
-_ASSET_SUBDIR = {"minicpmo_4_5": "assets/token2wav", "step_audio2": "token2wav", "cosyvoice3": ""}
-#: Codec ids in the producer's vocabulary: Step-Audio2's audio tokens follow its text vocabulary.
-_CODEC_OFFSET = {"minicpmo_4_5": 0, "step_audio2": 151696, "cosyvoice3": 0}
 _SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<tts_start>", "<|endofprompt|>")
 
 
+def engine_families() -> tuple[str, ...]:
+    """Every family with an engine stand-in folder: the registered families (`families.registered_families`)."""
+    return tuple(f.name for f in registered_families())
+
+
+def __getattr__(name: str) -> object:
+    """`ENGINE_FAMILIES`: `engine_families()` under its table name, recomputed on access (PEP 562)."""
+    if name == "ENGINE_FAMILIES":
+        return engine_families()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _layout(family: str) -> StandinLayout:
+    for entry in registered_families():
+        if entry.name == family:
+            return entry.standin
+    raise ValueError(f"no engine stand-in for family {family!r}; choose one of {engine_families()}")
+
+
 def producer_codec_offset(family: str) -> int:
-    return _CODEC_OFFSET[_check(family)]
-
-
-def _check(family: str) -> str:
-    if family not in ENGINE_FAMILIES:
-        raise ValueError(f"no engine stand-in for family {family!r}; choose one of {ENGINE_FAMILIES}")
-    return family
+    """Codec ids in the stand-in producer's vocabulary start here (the family's `StandinLayout`)."""
+    return _layout(family).producer_codec_offset
 
 
 def marker_safetensors() -> bytes:
@@ -111,10 +128,10 @@ def _tokenizer_files() -> dict[str, bytes]:
     }
 
 
-def _asset_dir(family: str, reduced: bool, seed: int, upstream_compatible: bool) -> Path:
-    if family == "cosyvoice3":
+def _asset_dir(layout: StandinLayout, reduced: bool, seed: int, upstream_compatible: bool) -> Path:
+    if layout.assets == "cosyvoice3":
         if upstream_compatible:
-            raise ValueError("upstream_compatible applies to the token2wav families (minicpmo_4_5, step_audio2)")
+            raise ValueError("upstream_compatible applies to the token2wav asset families (minicpmo_4_5, step_audio2)")
         from vllm_omni_token2wav.model_executor.models.standin.cosyvoice3_dir import ensure_standin_cosyvoice3_dir
 
         return ensure_standin_cosyvoice3_dir(reduced=reduced, seed=seed)
@@ -139,7 +156,7 @@ def ensure_engine_model_dir(
     """
     from vllm_omni_token2wav import envs
 
-    _check(family)
+    layout = _layout(family)
     size = "reduced" if reduced else "full"
     if reduced and upstream_compatible:
         size = "reduced-upstream"
@@ -147,23 +164,21 @@ def ensure_engine_model_dir(
     recipe = {"family": family, "version": _VERSION, "reduced": reduced, "seed": seed}
     if upstream_compatible:
         recipe["upstream_compatible"] = True
-    assets = _asset_files(_asset_dir(family, reduced, seed, upstream_compatible))
-    subdir = _ASSET_SUBDIR[family]
+    assets = _asset_files(_asset_dir(layout, reduced, seed, upstream_compatible))
     root_files: dict[str, bytes] = {}
-    if family == "cosyvoice3":
+    if layout.root_config_arch is None:
         root_files["config.json"] = b"{}\n"
     else:
-        arch = "MiniCPMO45Code2Wav" if family == "minicpmo_4_5" else "StepAudio2Token2WavModel"
-        root_files["config.json"] = _qwen2_config(vocab_size=8192, architectures=[arch])
+        root_files["config.json"] = _qwen2_config(vocab_size=8192, architectures=[layout.root_config_arch])
         root_files["model.safetensors"] = marker_safetensors()
-    if family == "cosyvoice3":
-        # vLLM-Omni registers a multimodal processor for `CosyVoice3Model` that needs a tokenizer, which
+    if layout.tokenizer_subdir:
+        # e.g. vLLM-Omni registers a multimodal processor for `CosyVoice3Model` that needs a tokenizer, which
         # it finds in the folder's `CosyVoice-BlankEN/` (the real folder's Qwen tokenizer).
-        ensure_assembled(root / COSYVOICE3_TOKENIZER_SUBDIR, {}, recipe, _tokenizer_files())
-    if subdir:
-        ensure_assembled(root / subdir, assets, recipe, {})
-        if family == "minicpmo_4_5":
-            ensure_assembled(root / "assets", {"HT_ref_audio.wav": assets["HT_ref_audio.wav"]}, recipe, {})
+        ensure_assembled(root / layout.tokenizer_subdir, {}, recipe, _tokenizer_files())
+    if layout.asset_subdir:
+        ensure_assembled(root / layout.asset_subdir, assets, recipe, {})
+        if layout.assets_copies:
+            ensure_assembled(root / "assets", {name: assets[name] for name in layout.assets_copies}, recipe, {})
         ensure_assembled(root, {}, recipe, root_files)
     else:
         ensure_assembled(root, assets, recipe, root_files)
@@ -186,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m vllm_omni_token2wav.model_executor.models.standin.model_dirs")
-    parser.add_argument("family", choices=ENGINE_FAMILIES)
+    parser.add_argument("family", choices=engine_families())
     parser.add_argument("--full", action="store_true", help="full-size stand-in weights (default: reduced)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
