@@ -2,14 +2,14 @@
 """Measure the CosyVoice3 flow's cross-request launch: B streams' chunks in one `stream_chunks` call vs B calls.
 
 Why: the stage runs the chunks of every request of a step in one flow launch (per-frame ops ragged
-across rows, attention per row, `flow/batched.py`). CI pins the result (each row equals the row run
+across rows, attention per row, `layers/flow_cosyvoice3/batched.py`). CI pins the result (each row equals the row run
 alone); this measures what the launch saves and how far the rows move, for docs/design/cosyvoice3.md
 ("Cross-request batching"). Per chunk index the solo calls and the batched call alternate in order
 (A/B interleaved), on streams with different prompts and noise seeds, 25-token hops after upstream's
 first hop. Process CPU time is the measure on a shared host (wall time is recorded too).
 
 The numbers recorded in `benchmarks/results/cosyvoice3_batched_flow_cpu*.json` were measured by this
-code when it was `tools/measure_cosyvoice3_batched_flow.py` (same steps, same JSON layout).
+code when it was a script in `tools/` (same steps, same JSON layout).
 """
 
 from __future__ import annotations

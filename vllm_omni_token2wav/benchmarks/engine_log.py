@@ -3,7 +3,7 @@
 
 The producer stage runs inside the engine, out of the client's sight, yet its token rate decides
 how fast codes reach code2wav (the emulated benchmark's `talker_rate`). vLLM-Omni 0.30's API server
-logs one table per finished request (`[StageRequestStats [request_id=...]]`, `entrypoints/.../stats.py`)
+logs one table per finished request (`[StageRequestStats [request_id=...]]`, `vllm_omni/entrypoints/.../stats.py`)
 with a column per stage: `num_tokens_out`, `vllm_ttft_ms`, `vllm_tpot_ms`, `stage_gen_time_ms`, ...
 `stage_request_stats` parses those tables from a slice of the log (ANSI colours and thousands
 separators removed); a talker's own rate is then `1000 / vllm_tpot_ms` codes per second.

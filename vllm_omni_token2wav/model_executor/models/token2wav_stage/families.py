@@ -13,7 +13,7 @@ Every fact about a family lives in its own folder's `family.py` as one `Family` 
 | `pipelines`       | `PipelineFacts`: how upstream's pipeline names/feeds   | `plugins/pipelines.py`,                 |
 |                   | its code2wav stage, the shipped deploy YAMLs           | `deploy/`                               |
 | `standin`         | `StandinLayout`: the stand-in engine folder's layout   | `standin/model_dirs.py`                 |
-| `producer`        | `ProducerShape`: how its producer cuts chunks and the  | `token2wav_producer.py` (emulated       |
+| `producer`        | `ProducerShape`: how its producer cuts chunks and the  | `standin/chunk_producer.py` (emulated   |
 |                   | meta keys it sends                                     | producer), stand-in producer folder     |
 | `cli_name`        | its `vllm-omni-token2wav token2wav --family` choice    | `entrypoints/cli/token2wav.py`          |
 
@@ -174,7 +174,7 @@ class FamilySpec:
     #: The `multimodal_outputs` key of the audio (`contract.build_output`). vLLM-Omni renames the runner's
     #: producer key `model_outputs` to the stage's `engine_output_type` (`outputs/mm_outputs.py`
     #: `MultimodalPayload.from_raw`), and its speech endpoint takes only `audio` / `model_outputs`
-    #: (`entrypoints/openai/serving_speech.py`): upstream's CosyVoice3 pipeline declares `latent`, and
+    #: (`vllm_omni/entrypoints/openai/serving_speech.py`): upstream's CosyVoice3 pipeline declares `latent`, and
     #: upstream's CosyVoice3 stage returns `audio` itself, so ours does too.
     output_key: str = "model_outputs"
 
