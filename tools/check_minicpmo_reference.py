@@ -87,13 +87,13 @@ def _ours(args: argparse.Namespace, work: Path) -> tuple[Path, dict[str, Any]]:
     facade = MiniCPMO45Token2wav(model_dir, device="cpu", n_timesteps=args.n_timesteps, variant=VARIANT)
     wav, rate = speech_sample()
     prompt = (wav[: int(args.prompt_seconds * rate)].copy(), rate)
-    features = facade.core.prepare_prompt(prompt, with_tokens=True)
+    features = facade.prepare_prompt(prompt, with_tokens=True)
     tokens = torch.randint(0, 6561, (args.tokens,), generator=torch.Generator().manual_seed(args.seed)).tolist()
     chunks = [(list(c), last) for c, last in stream_chunks(tokens)]
     schedules = {"last chunk": chunks, "empty final call": [(c, False) for c, _ in chunks] + [([], True)]}
     streams: dict[str, list[torch.Tensor]] = {}
     mels: dict[str, list[torch.Tensor]] = {}
-    vocoder = facade.core.stream_vocoder
+    vocoder = facade.stream_vocoder
     real_vocode = vocoder.vocode
     start = time.perf_counter()
     for name, schedule in schedules.items():
@@ -114,7 +114,7 @@ def _ours(args: argparse.Namespace, work: Path) -> tuple[Path, dict[str, Any]]:
         conformer_trim=ConformerTrim.PROMPT_PLUS_TAIL,
     )
     seen = []
-    control_vocoder = control.core.stream_vocoder
+    control_vocoder = control.stream_vocoder
     control_vocode = control_vocoder.vocode
     control_vocoder.vocode = lambda c, pad_rows=0: seen.extend(x.mel for x in c) or control_vocode(c, pad_rows)
     control_state = control.set_stream_cache(prompt)
@@ -122,7 +122,7 @@ def _ours(args: argparse.Namespace, work: Path) -> tuple[Path, dict[str, Any]]:
         control.stream(c, None, last, True, state=control_state)
     control_mels = [m.float().cpu() for m in seen]
     whole_mel: list[torch.Tensor] = []
-    hook = facade.core.hift.register_forward_pre_hook(lambda _m, inputs: whole_mel.append(inputs[0].detach().clone()))
+    hook = facade.hift.register_forward_pre_hook(lambda _m, inputs: whole_mel.append(inputs[0].detach().clone()))
     whole = facade(tokens, prompt, seed=args.seed).reshape(-1)
     hook.remove()
     bundle = {
@@ -131,7 +131,7 @@ def _ours(args: argparse.Namespace, work: Path) -> tuple[Path, dict[str, Any]]:
         "speaker_embedding": features.speaker_embedding,
         "prompt_mel": features.prompt_mel,
         "prompt_mel_len": features.prompt_mel_len,
-        "rand_noise": facade.core.flow.decoder.rand_noise,
+        "rand_noise": facade.flow.decoder.rand_noise,
         "tokens": tokens,
         "schedules": schedules,
         "n_timesteps": args.n_timesteps,
@@ -160,7 +160,7 @@ def _vocoder_on_reference_mel(info: dict[str, Any], ref: dict[str, Any], name: s
     """Our stream vocoder fed the reference's own mel chunk by chunk (the vocoder alone, flow excluded)."""
     from vllm_omni_token2wav.model_executor.models.token2wav_core.stream_vocoder import VocoderChunk
 
-    vocoder = info["facade"].core.stream_vocoder
+    vocoder = info["facade"].stream_vocoder
     state = vocoder.start(0, torch.device("cpu"))
     out = []
     for mel, (_, last) in zip(ref["mels"][name], info["schedules"][name], strict=True):
@@ -210,7 +210,7 @@ def _compare(info: dict[str, Any], ref: dict[str, Any]) -> tuple[list[dict[str, 
                 }
             )
     whole_alone = (
-        info["facade"].core.hift(ref["whole_mel"], generator=torch.Generator().manual_seed(info["seed"]))[0].reshape(-1)
+        info["facade"].hift(ref["whole_mel"], generator=torch.Generator().manual_seed(info["seed"]))[0].reshape(-1)
     )
     end_to_end = _diff(info["whole"], ref["whole"])
     rows.append(

@@ -62,12 +62,12 @@ def test_construction_checks_assets_but_loads_nothing(token2wav_dir: Path, monke
     counter = SessionCounter(monkeypatch)
     facade = MiniCPMO45Token2wav(token2wav_dir, float16=True, n_timesteps=5)
     assert facade.device == torch.device("cpu")
-    assert (facade.core.float16, facade.core.n_timesteps) == (True, 5)
+    assert (facade.float16, facade.n_timesteps) == (True, 5)
     assert facade.spk_backend == "onnxruntime-cpu"
     assert counter.count == 0
-    assert facade.core._flow is None and facade.core._hift is None and facade.core._tokenizer is None
+    assert facade._flow is None and facade._hift is None and facade._tokenizer is None
     facade.load()
-    assert facade.core._flow is not None and facade.core._flow.dtype == torch.float16 and counter.count == 0
+    assert facade._flow is not None and facade._flow.dtype == torch.float16 and counter.count == 0
 
 
 def test_construction_errors_surface_at_init(tmp_path: Path) -> None:
@@ -182,7 +182,7 @@ def test_a_click_in_silence_is_not_a_voice_for_the_facade_or_the_stage(token2wav
 def test_facade_streams_with_minicpmo_lookahead_and_trim_by_default(token2wav_dir: Path) -> None:
     from vllm_omni_token2wav.model_executor.layers.flow import ConformerTrim, Lookahead
 
-    core = MiniCPMO45Token2wav(token2wav_dir).core
+    core = MiniCPMO45Token2wav(token2wav_dir)
     assert (core.stream_lookahead, core.conformer_trim) == (Lookahead.SILENCE, ConformerTrim.PROMPT_PLUS_TAIL)
     stage = MiniCPMO45Code2Wav(model=str(token2wav_dir))
     assert (stage.token2wav.stream_lookahead, stage.token2wav.conformer_trim) == (

@@ -73,19 +73,19 @@ def test_each_variant_selects_its_lookahead_trim_and_vocoder(token2wav_dir: Path
     assert MiniCPMOVariant.parse("minicpmo-utils-1.0.7") is V107 and MiniCPMOVariant.parse(V107) is V107
     with pytest.raises(ValueError, match=r"unknown MiniCPM-o token2wav variant 'minicpmo-1.0.6'; choose one of"):
         MiniCPMOVariant.parse("minicpmo-1.0.6")
-    default = MiniCPMO45Token2wav(token2wav_dir).core
+    default = MiniCPMO45Token2wav(token2wav_dir)
     assert (default.stream_lookahead, default.conformer_trim, default.vocoder_kind) == (
         Lookahead.SILENCE,
         ConformerTrim.PROMPT_PLUS_TAIL,
         VocoderKind.HIFT,
     )
-    core = MiniCPMO45Token2wav(dir_107, variant=V107).core
+    core = MiniCPMO45Token2wav(dir_107, variant=V107)
     assert (core.stream_lookahead, core.conformer_trim, core.vocoder_kind) == (
         Lookahead.PROMPT_HEAD,
         ConformerTrim.PER_RATE,
         VocoderKind.CAUSAL_HIFT,
     )
-    mixed = MiniCPMO45Token2wav(dir_107, variant=V107, stream_lookahead=Lookahead.SILENCE).core  # one rule overridden
+    mixed = MiniCPMO45Token2wav(dir_107, variant=V107, stream_lookahead=Lookahead.SILENCE)  # one rule overridden
     assert (mixed.stream_lookahead, mixed.conformer_trim) == (Lookahead.SILENCE, ConformerTrim.PER_RATE)
 
 
@@ -95,7 +95,7 @@ def test_1_0_7_variant_streams_like_the_minicpmo_utils_driver(
     """Five chunks with a 1.5 s prompt: both conformer and estimator caches are trimmed from chunk 3 on."""
     tokens = _tokens(25 * 5 + 10, seed=3)
     state = facade_107.set_stream_cache(short_speech)
-    features = facade_107.core.prepare_prompt(short_speech, with_tokens=True)
+    features = facade_107.prepare_prompt(short_speech, with_tokens=True)
     driver = MiniCPMOReferenceStream(dir_107, features, n_timesteps=N_STEPS)
     chunks = list(stream_chunks(tokens))
     got, want = [], []
@@ -130,7 +130,7 @@ def test_1_0_7_whole_utterance_is_the_flow_then_hift_original(
 ) -> None:
     tokens = _tokens(40, seed=5)
     got = facade_107(tokens, short_speech, seed=9)
-    features = facade_107.core.prepare_prompt(short_speech, with_tokens=True)
+    features = facade_107.prepare_prompt(short_speech, with_tokens=True)
     flow = load_flow((dir_107 / "flow.yaml", dir_107 / "flow.pt"), device="cpu")
     ids = torch.tensor([tokens])
     mel = flow.inference(

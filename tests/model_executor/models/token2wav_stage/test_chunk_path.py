@@ -44,10 +44,13 @@ STEP_AUDIO2_PATH = {
     f"{LAYERS}/hift",
 }
 #: CosyVoice3's own four, plus the CosyVoice2 layer folders its DiT flow and causal HiFT are built from
-#: (Euler CFG steps, ragged convolutions, the HiFT base and source): shared building blocks, no stop of its own.
+#: (Euler CFG steps, ragged convolutions, the HiFT base and source) and the facade base its core subclasses
+#: (`token2wav_core/facade.py`: the stage's `models_loaded`, the `load_models` fast path): shared building
+#: blocks, no stop of their own.
 COSYVOICE3_PATH = {
     f"{MODELS}/token2wav_stage",
     f"{MODELS}/cosyvoice3",
+    f"{MODELS}/token2wav_core",
     f"{LAYERS}/flow_cosyvoice3",
     f"{LAYERS}/hift_causal",
     f"{LAYERS}/flow",
@@ -78,7 +81,7 @@ def _folders_called(run: Callable[[], Any]) -> set[str]:
 
 def _model_folders(folders: set[str]) -> set[str]:
     # `model_executor/models` itself holds only the output template every stage returns.
-    return {f for f in folders if f.startswith(f"{MODELS}/")}
+    return {f for f in folders if f.startswith((f"{MODELS}/", f"{LAYERS}/"))}
 
 
 def _middle_chunk_path(stage: Token2WavStageModel, stream: ProducerStream) -> set[str]:

@@ -29,11 +29,13 @@ from vllm_omni_token2wav.model_executor.layers.flow_cosyvoice3.schedule import (
     stream_calls,
     upstream_hops,
 )
-from vllm_omni_token2wav.model_executor.layers.flow_cosyvoice3.streaming import (
+from vllm_omni_token2wav.model_executor.layers.flow_cosyvoice3.state import (
     DEFAULT_FINAL_CHUNK,
     ChunkPlan,
     FinalChunk,
     FlowStreamState,
+)
+from vllm_omni_token2wav.model_executor.layers.flow_cosyvoice3.streaming import (
     plan_chunk,
     start_stream,
     stream_chunk,

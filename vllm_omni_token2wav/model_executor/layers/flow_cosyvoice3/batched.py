@@ -1,8 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """The chunks of several CosyVoice3 flow streams in one launch: per-frame work ragged, attention per stream.
 
-`streaming.py` decides, per stream, which frames a chunk computes (`ChunkPlan`); this module computes
-them for many streams at once. Every DiT operation except the conv position embedding and attention is
+`streaming.py` decides, per stream, which frames a chunk computes (`ChunkPlan`, `state.py`); this module
+computes them for many streams at once. Every DiT operation except the conv position embedding and attention is
 per frame (projections, LayerNorms, modulation, MLP, RoPE), so the frames of all rows are laid end to
 end on one time axis (`cosyvoice2.flow.ragged.RaggedLayout`) and those ops run once over
 `[2 CFG, sum n_i, dim]`:
@@ -49,10 +49,10 @@ import torch.nn.functional as F
 from vllm_omni_token2wav.model_executor.layers.flow.euler import cfg_pair, euler_cfg
 from vllm_omni_token2wav.model_executor.layers.flow.ragged import RaggedConv, RaggedLayout
 from vllm_omni_token2wav.model_executor.layers.flow_cosyvoice3.kv_cache import KVArena
+from vllm_omni_token2wav.model_executor.layers.flow_cosyvoice3.state import ChunkPlan, FlowStreamState
 
 if TYPE_CHECKING:
     from vllm_omni_token2wav.model_executor.layers.flow_cosyvoice3.flow import CausalMaskedDiffWithDiT
-    from vllm_omni_token2wav.model_executor.layers.flow_cosyvoice3.streaming import ChunkPlan, FlowStreamState
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,7 @@ from vllm_omni_token2wav.model_executor.layers.hift.layers import HiFTBase
 from vllm_omni_token2wav.model_executor.layers.hift_causal.config import FULL_CAUSAL_HIFT_CONFIG, CausalHiFTConfig
 from vllm_omni_token2wav.model_executor.layers.hift_causal.noise import GeneratedNoiseTable, NoiseTable
 from vllm_omni_token2wav.model_executor.layers.hift_causal.source import CausalSource
+from vllm_omni_token2wav.model_executor.layers.hift_causal.stream import COSYVOICE3_STREAM, CausalHiFTStreamer
 
 
 class CausalHiFTGenerator(HiFTBase):
@@ -166,11 +167,6 @@ class CausalHiFTGenerator(HiFTBase):
         480 (T - 8) samples, equal to the first ones of the finalized output (none for T <= 8,
         where the reference fails). Returns [B, samples].
         """
-        from vllm_omni_token2wav.model_executor.layers.hift_causal.stream import (
-            COSYVOICE3_STREAM,
-            CausalHiFTStreamer,
-        )
-
         self.check_mel(mel)
         streamer = CausalHiFTStreamer(self, COSYVOICE3_STREAM)
         audio, _ = streamer.push(streamer.start(mel.shape[0]), mel, finalize=finalize)

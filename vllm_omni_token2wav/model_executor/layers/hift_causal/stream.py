@@ -49,7 +49,7 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 
@@ -57,11 +57,43 @@ from vllm_omni_token2wav.model_executor.layers.hift.causal_conv import ContextCa
 from vllm_omni_token2wav.model_executor.layers.hift.layers import istft_head, stft_channels
 from vllm_omni_token2wav.model_executor.layers.hift_causal.config import CausalHiFTConfig
 from vllm_omni_token2wav.model_executor.layers.hift_causal.noise import NoiseCursor, NoiseTable
-from vllm_omni_token2wav.model_executor.layers.hift_causal.source import PhaseMode
+from vllm_omni_token2wav.model_executor.layers.hift_causal.source import CausalSource, PhaseMode
 
-if TYPE_CHECKING:
-    # Annotations only: the generator builds a streamer for `inference`, so a runtime import would loop.
-    from vllm_omni_token2wav.model_executor.layers.hift_causal.generator import CausalHiFTGenerator
+
+class StreamableHiFT(Protocol):
+    """The kernels a `CausalHiFTStreamer` drives; `generator.CausalHiFTGenerator` provides them.
+
+    The streamer depends on this description, not on the generator's module, so the generator can
+    build a streamer for its whole-utterance `inference` without an import circle.
+    """
+
+    config: CausalHiFTConfig
+    noise: NoiseTable
+    m_source: CausalSource
+    stft_window: torch.Tensor
+
+    @property
+    def device(self) -> torch.device: ...
+
+    @property
+    def dtype(self) -> torch.dtype: ...
+
+    @property
+    def predictor_device(self) -> torch.device: ...
+
+    def check_mel(self, mel: torch.Tensor, *, allow_empty: bool = False) -> None: ...
+
+    def predict_f0(self, mel: torch.Tensor, carry: ContextCarry | None, finalize: bool) -> torch.Tensor: ...
+
+    def decode(
+        self,
+        mel: torch.Tensor,
+        source_stft: torch.Tensor,
+        carry: ContextCarry | None,
+        *,
+        first: bool,
+        finalize: bool,
+    ) -> torch.Tensor: ...
 
 
 @dataclass(frozen=True)
@@ -137,9 +169,10 @@ class CausalHiFTStreamState:
 
 
 class CausalHiFTStreamer:
-    """Drives a `CausalHiFTGenerator` chunk by chunk under a `StreamPolicy`; holds no request state."""
+    """Drives a `CausalHiFTGenerator` (any `StreamableHiFT`) chunk by chunk under a `StreamPolicy`; holds no
+    request state."""
 
-    def __init__(self, model: CausalHiFTGenerator, policy: StreamPolicy = COSYVOICE3_STREAM) -> None:
+    def __init__(self, model: StreamableHiFT, policy: StreamPolicy = COSYVOICE3_STREAM) -> None:
         cfg = model.config
         if policy.emit_lag_frames < cfg.min_emit_lag_frames:
             raise ValueError(

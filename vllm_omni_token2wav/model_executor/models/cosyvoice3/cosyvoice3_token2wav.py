@@ -2,10 +2,10 @@
 """CosyVoice3's Token2Wav facade: speech tokens + a reference voice -> 24 kHz audio, whole or streamed.
 
 Fun-CosyVoice3 ships the same `campplus.onnx` as Step-Audio2, so the speaker path (backend selection,
-laziness, device switch, prompt cache) is the component the shared core owns too
-(`token2wav_core/speaker_prompt.py` `SpeakerPrompt`, with `token2wav_core/assets.py` for files and
-device): this facade owns one by composition, next to its own models and stream API, and does not
-subclass `Token2WavCore`. What is CosyVoice3's:
+laziness, device switch, prompt cache), the asset folder, the lazy device and the loading lifecycle
+come from the facade base every family shares (`token2wav_core/facade.py` `Token2WavFacade`); this
+class adds its own models and stream API and is not a `Token2WavCore` (CosyVoice2 flow + HiFT).
+What is CosyVoice3's:
 
 | part            | CosyVoice3                                                                     |
 |-----------------|--------------------------------------------------------------------------------|
@@ -34,7 +34,6 @@ the whole utterance, as upstream's last call (its audio); `FinalChunk.BLOCK_CAUS
 from __future__ import annotations
 
 import hashlib
-import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,14 +57,10 @@ from vllm_omni_token2wav.model_executor.models.cosyvoice3.synthesis import (
     stream_rows,
     synthesize_whole,
 )
-from vllm_omni_token2wav.model_executor.models.token2wav_core.assets import AssetDir, LazyDevice, Token2WavAssets
-from vllm_omni_token2wav.model_executor.models.token2wav_core.core import DEFAULT_PROMPT_CACHE_SIZE
-from vllm_omni_token2wav.model_executor.models.token2wav_core.prompt_cache import CacheStats
-from vllm_omni_token2wav.model_executor.models.token2wav_core.prompt_features import PromptFeatures
+from vllm_omni_token2wav.model_executor.models.token2wav_core.assets import Token2WavAssets
+from vllm_omni_token2wav.model_executor.models.token2wav_core.facade import DEFAULT_PROMPT_CACHE_SIZE, Token2WavFacade
 from vllm_omni_token2wav.model_executor.models.token2wav_core.speaker_prompt import (
     PromptWav,
-    SpeakerModelSource,
-    SpeakerPrompt,
 )
 from vllm_omni_token2wav.model_executor.models.token2wav_core.stream import StepGuard, waveform_to_pcm16
 from vllm_omni_token2wav.platforms import DeviceSpec
@@ -73,8 +68,6 @@ from vllm_omni_token2wav.platforms import DeviceSpec
 if TYPE_CHECKING:
     from vllm_omni_token2wav.model_executor.layers.flow_cosyvoice3 import CausalMaskedDiffWithDiT
     from vllm_omni_token2wav.model_executor.layers.hift_causal import CausalHiFTGenerator, CausalHiFTStreamer
-    from vllm_omni_token2wav.model_executor.models.speaker_embedding.backend import SpeakerEmbeddingBackend
-    from vllm_omni_token2wav.model_executor.models.speaker_embedding.selection import BackendRequest
 
 logger = init_logger(__name__)
 
@@ -119,7 +112,7 @@ def upstream_chunks(num_tokens: int, prompt_tokens: int) -> Iterator[tuple[slice
         yield slice(call.start, call.end), call.final
 
 
-class CosyVoice3Token2Wav:
+class CosyVoice3Token2Wav(Token2WavFacade):
     """CosyVoice3's token2wav over a Fun-CosyVoice3 model directory (see the module docstring).
 
     Args:
@@ -152,97 +145,22 @@ class CosyVoice3Token2Wav:
         seed: int = 0,
         final_chunk: FinalChunk = DEFAULT_FINAL_CHUNK,
     ) -> None:
-        from vllm_omni_token2wav.model_executor.models.speaker_embedding.campplus.segpool import check_seg_pool_mode
-
-        if isinstance(n_timesteps, bool) or not isinstance(n_timesteps, int) or n_timesteps < 1:
-            raise ValueError(f"n_timesteps must be an int >= 1, got {n_timesteps!r}")
         if not isinstance(final_chunk, FinalChunk):
             raise ValueError(f"final_chunk must be a FinalChunk, got {final_chunk!r}")
-        self.model_path = Path(model_path)
-        self.float16 = bool(float16)
-        self.n_timesteps = n_timesteps
-        self.ort_intra_op_threads = ort_intra_op_threads
-        self.spk_seg_pool_mode = check_seg_pool_mode(spk_seg_pool_mode)
-        self.seed = int(seed)
-        self.final_chunk = final_chunk
-        owner = type(self).__name__
-        self.asset_dir = AssetDir(self.model_path, owner)
-        self._device = LazyDevice(device)
-        self.speaker_prompt = SpeakerPrompt(
-            owner,
-            SpeakerModelSource(
-                self.asset_dir,
-                self.assets.speaker_model,
-                self._device,
-                ort_intra_op_threads=ort_intra_op_threads,
-                seg_pool_mode=self.spk_seg_pool_mode,
-            ),
-            self.prompt_mel_config,
-            cache_size=prompt_cache_size,
+        super().__init__(
+            model_path,
+            float16=float16,
+            device=device,
+            n_timesteps=n_timesteps,
+            prompt_cache_size=prompt_cache_size,
+            ort_intra_op_threads=ort_intra_op_threads,
+            spk_seg_pool_mode=spk_seg_pool_mode,
+            seed=seed,
         )
-        self._lock = threading.RLock()
+        self.final_chunk = final_chunk
         self._models: CosyVoice3Models | None = None
 
-    # ---- configuration and speaker path (`SpeakerPrompt`) ----------------------------------------
-
-    @property
-    def device(self) -> torch.device:
-        """The facade's device (explicit, else the platform's serving device), resolved once."""
-        return self._device.get()
-
-    def asset_path(self, name: str | None) -> Path:
-        """`model_path / name`, raising FileNotFoundError that names the missing file or directory."""
-        return self.asset_dir.path(name)
-
-    @property
-    def spk_backend(self) -> str:
-        """Name of the backend that computes embeddings (the ORT fallback until another is installed)."""
-        return self.speaker_prompt.backend_name
-
-    @property
-    def spk_model(self) -> SpeakerEmbeddingBackend:
-        """The installed speaker-embedding backend (installs the lazy ORT fallback when there is none)."""
-        return self.speaker_prompt.model
-
-    def install_spk_backend(self, backend: SpeakerEmbeddingBackend) -> None:
-        """Install any `SpeakerEmbeddingBackend`, replacing the current one (the prompt cache keys on its name)."""
-        self.speaker_prompt.install(backend)
-
-    def reload_spk_embedding(self) -> str:
-        """Read campplus.onnx again (the backend rebuilt the way it was made, prompt cache emptied); its name."""
-        return self.speaker_prompt.reload()
-
-    def enable_device_spk_embedding(self) -> str:
-        """Install the device speaker-embedding path for this facade's device; returns its name."""
-        return self.speaker_prompt.enable_device()
-
-    def enable_spk_embedding(self, request: BackendRequest) -> str:
-        """Install the speaker backend of `request` ("device", "graphed", "tensorrt", "fallback"); its name.
-
-        The stage asks for what `speaker_embedding.selection.stage_backend_request` decides.
-        """
-        return self.speaker_prompt.enable(request)
-
-    def enable_trt_spk_embedding(self) -> str:
-        """Install the TensorRT backend (CUDA with `tensorrt` only; raises otherwise); returns its name."""
-        return self.speaker_prompt.enable_trt()
-
-    def prepare_prompt(self, prompt_wav: PromptWav) -> PromptFeatures:
-        """Speaker embedding and 12 kHz-band prompt mel of `prompt_wav`, cached by content (no tokens)."""
-        return self.speaker_prompt.prepare(prompt_wav)
-
-    def speaker_embedding(self, prompt_wav: PromptWav) -> torch.Tensor:
-        """`prepare_prompt(prompt_wav).speaker_embedding` (`[1, 192]` float32 on the facade's device)."""
-        return self.prepare_prompt(prompt_wav).speaker_embedding
-
-    @property
-    def prompt_cache_stats(self) -> CacheStats:
-        return self.speaker_prompt.cache_stats
-
-    def clear_prompt_cache(self) -> None:
-        self.speaker_prompt.clear_cache()
-
-    # ---- assets and models -------------------------------------------------------------------
+    # ---- assets and models (`Token2WavFacade.load_models` calls `_load_synthesis_models`) -------
 
     def check_assets(self) -> list[Path]:
         """The files synthesis needs (campplus.onnx, flow.pt, hift.pt; cosyvoice3.yaml when present).
@@ -253,23 +171,7 @@ class CosyVoice3Token2Wav:
         config = self.model_path / str(self.assets.flow_config)
         return [*paths, config] if config.is_file() else paths
 
-    @property
-    def models_loaded(self) -> bool:
-        """Whether `load_models()` has run (the stage builds the models late when the runner skipped it)."""
-        return self._models is not None
-
-    def load_models(self) -> None:
-        """Idempotently check the assets, install the speaker fallback if none, load flow and causal HiFT."""
-        if self._models is not None:
-            return
-        with self._lock:
-            if self._models is not None:
-                return
-            self.check_assets()
-            self.speaker_prompt.ensure_backend()
-            self._models = self._load_synthesis_models()
-
-    def _load_synthesis_models(self) -> CosyVoice3Models:
+    def _load_synthesis_models(self) -> None:
         from vllm_omni_token2wav.model_executor.layers.flow_cosyvoice3 import load_flow
         from vllm_omni_token2wav.model_executor.layers.hift_causal import (
             COSYVOICE3_STREAM,
@@ -291,7 +193,7 @@ class CosyVoice3Token2Wav:
                 check_hift_yaml(declared, hift.config, str(config_path))
         precision = "fp16" if self.float16 else "fp32"
         logger.info("%s: flow (%s) and causal HiFT loaded on %s", type(self).__name__, precision, device)
-        return CosyVoice3Models(flow, hift, CausalHiFTStreamer(hift, COSYVOICE3_STREAM))
+        self._models = CosyVoice3Models(flow, hift, CausalHiFTStreamer(hift, COSYVOICE3_STREAM))
 
     @property
     def models(self) -> CosyVoice3Models:
@@ -361,11 +263,8 @@ class CosyVoice3Token2Wav:
             raise ValueError("tokens: no speech tokens to synthesise")
         voice = self._resolve_prompt(prompt_wav, prompt_tokens, prompt)
         return synthesize_whole(
-            self.flow, self.hift, voice, ids, n_timesteps=self.n_timesteps, noise_seed=self._seed(seed)
+            self.flow, self.hift, voice, ids, n_timesteps=self.n_timesteps, noise_seed=self.request_seed(seed)
         )
-
-    def _seed(self, seed: int | None) -> int:
-        return self.seed if seed is None else int(seed)
 
     def set_stream_cache(
         self,
@@ -382,7 +281,7 @@ class CosyVoice3Token2Wav:
             self.streamer,
             voice,
             n_timesteps=self.n_timesteps,
-            noise_seed=self._seed(seed),
+            noise_seed=self.request_seed(seed),
             final_chunk=self.final_chunk,
         )
         return CosyVoice3Stream(prompt=voice, caches=caches)
@@ -420,9 +319,6 @@ class CosyVoice3Token2Wav:
             state.samples_emitted += int(audio.shape[-1])
         speech = audio.reshape(1, -1)
         return speech if return_waveform else waveform_to_pcm16(speech)
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({str(self.model_path)!r}, device={self._device.spec!r}, spk={self.spk_backend})"
 
 
 __all__ = ["COSYVOICE3_ASSETS", "CosyVoice3Models", "CosyVoice3Stream", "CosyVoice3Token2Wav", "upstream_chunks"]

@@ -1,14 +1,16 @@
 # SPDX-License-Identifier: Apache-2.0
 """MiniCPM-o 4.5's Token2Wav facade: the shared core with MiniCPM-o's streaming variant.
 
-MiniCPM-o ships the Step-Audio2 token2wav assets (the core's layout; `MiniCPMO45Token2WavCore` is the core under
-MiniCPM-o's own name, so its logs and errors say MiniCPM-o) and wraps the core so that construction errors
-(missing directory or file, bad device spec) surface when the stage starts, not on the first
-request, while the models themselves load lazily (first synthesis, or `load()`): constructing the
-stage costs no model memory and no file reads beyond a directory check. vLLM constructs stage models
-under `set_default_torch_dtype(bf16/fp16)`; everything this facade builds is fp32 by explicit dtype,
-and the process default dtype is never switched (a global switch races with the concurrent
-initialisation of other stages).
+MiniCPM-o ships the Step-Audio2 token2wav assets (the core's layout): `MiniCPMO45Token2WavCore` is the
+core under MiniCPM-o's own name (what the stage builds, so its logs and errors say MiniCPM-o), and
+`MiniCPMO45Token2wav` is that core built the way upstream builds its facade (positional arguments,
+`variant=`), with the device resolved and the asset files checked at construction so errors (missing
+directory or file, bad device spec) surface then, not on the first request; the models still load
+lazily (first synthesis, or `load()`). It subclasses the core and forwards nothing: every method is
+the core's (`token2wav_core/core.py`, whose base `token2wav_core/facade.py` owns the speaker path).
+vLLM constructs stage models under `set_default_torch_dtype(bf16/fp16)`; everything built here is
+fp32 by explicit dtype, and the process default dtype is never switched (a global switch races with
+the concurrent initialisation of other stages).
 
 MiniCPM-o comes in two Token2Wav variants (`variants.MiniCPMOVariant`, table there): vLLM-Omni
 0.30's (the default: three silence tokens (4218) as the prompt's lookahead, the conformer cache
@@ -27,16 +29,10 @@ import torch
 from vllm_omni_token2wav.logger import init_logger
 from vllm_omni_token2wav.model_executor.layers.flow import ConformerTrim, Lookahead
 from vllm_omni_token2wav.model_executor.models.minicpmo_4_5.variants import MiniCPMOVariant
-from vllm_omni_token2wav.model_executor.models.speaker_embedding.backend import SpeakerEmbeddingBackend
-from vllm_omni_token2wav.model_executor.models.speaker_embedding.selection import BackendRequest
 from vllm_omni_token2wav.model_executor.models.token2wav_core.core import (
     DEFAULT_PROMPT_CACHE_SIZE,
-    PromptWav,
     Token2WavCore,
 )
-from vllm_omni_token2wav.model_executor.models.token2wav_core.prompt_features import PromptFeatures
-from vllm_omni_token2wav.model_executor.models.token2wav_core.stream import Token2WavStream
-from vllm_omni_token2wav.model_executor.models.token2wav_core.synthesis import SpeechTokens
 from vllm_omni_token2wav.platforms import DeviceSpec, normalize_device
 
 logger = init_logger(__name__)
@@ -60,8 +56,16 @@ class MiniCPMO45Token2WavCore(Token2WavCore):
     """The shared Token2Wav core under MiniCPM-o 4.5's name (the name its logs, errors and stage show)."""
 
 
-class MiniCPMO45Token2wav:
-    """Token2Wav of MiniCPM-o 4.5 over a Step-Audio2 token2wav directory (prompt path and synthesis)."""
+class MiniCPMO45Token2wav(MiniCPMO45Token2WavCore):
+    """Token2Wav of MiniCPM-o 4.5 over a Step-Audio2 token2wav directory, built as upstream builds it.
+
+    The core itself (every method is `Token2WavCore`'s) with three differences at construction:
+    upstream's positional `(model_path, float16, n_timesteps, device)`; the device resolved and the
+    asset files checked at once (`check_assets`: a broken folder fails the caller, nothing is loaded);
+    and `variant=`, which picks the stream lookahead, conformer trim and vocoder together
+    (`stream_lookahead` / `conformer_trim` override one rule). With the 1.0.7 variant, whole utterances
+    are vocoded with `hift_original.pt` (FileNotFoundError naming it when absent).
+    """
 
     def __init__(
         self,
@@ -80,11 +84,10 @@ class MiniCPMO45Token2wav:
         seed: int = 0,
     ) -> None:
         self.variant = MiniCPMOVariant.parse(variant)
-        self.device = resolve_token2wav_device(device)
-        self.core = MiniCPMO45Token2WavCore(
+        super().__init__(
             model_path,
             float16=float16,
-            device=self.device,
+            device=resolve_token2wav_device(device),
             n_timesteps=n_timesteps,
             prompt_cache_size=prompt_cache_size,
             ort_intra_op_threads=ort_intra_op_threads,
@@ -95,60 +98,12 @@ class MiniCPMO45Token2wav:
             seed=seed,
             vocoder=self.variant.vocoder,
         )
-        # A broken asset directory fails the stage start; nothing is loaded (models load on first
-        # use or `load()`), and no ORT session is built, so the stage can still install a device path.
-        self.core.check_assets()
-
-    @property
-    def spk_backend(self) -> str:
-        return self.core.spk_backend
-
-    @property
-    def spk_model(self) -> SpeakerEmbeddingBackend:
-        return self.core.spk_model
-
-    def enable_device_spk_embedding(self) -> str:
-        return self.core.enable_device_spk_embedding()
-
-    def enable_trt_spk_embedding(self) -> str:
-        return self.core.enable_trt_spk_embedding()
-
-    def enable_spk_embedding(self, request: BackendRequest) -> str:
-        return self.core.enable_spk_embedding(request)
-
-    def prepare_prompt(self, prompt_wav: PromptWav) -> PromptFeatures:
-        return self.core.prepare_prompt(prompt_wav)
-
-    def speaker_embedding(self, prompt_wav: PromptWav) -> torch.Tensor:
-        return self.core.speaker_embedding(prompt_wav)
-
-    def load(self) -> None:
-        """Load every model now (speech tokenizer, flow, HiFT; speaker fallback if none installed)."""
-        self.core.load_models()
-
-    def __call__(self, tokens: SpeechTokens, prompt_wav: PromptWav, *, seed: int | None = None) -> torch.Tensor:
-        """Whole-utterance waveform `[1, 480 * 2 * len(tokens)]` (see `Token2WavCore.__call__`).
-
-        The 1.0.7 variant vocodes it with `hift_original.pt` (FileNotFoundError naming it when absent).
-        """
-        return self.core(tokens, prompt_wav, seed=seed)
-
-    def set_stream_cache(self, prompt_wav: PromptWav, *, seed: int | None = None) -> Token2WavStream:
-        return self.core.set_stream_cache(prompt_wav, seed=seed)
-
-    def stream(
-        self,
-        tokens: SpeechTokens,
-        prompt_wav: PromptWav | None = None,
-        last_chunk: bool = False,
-        return_waveform: bool = False,
-        *,
-        state: Token2WavStream | None = None,
-    ) -> torch.Tensor | bytes:
-        return self.core.stream(tokens, prompt_wav, last_chunk, return_waveform, state=state)
+        # A broken asset directory fails the caller now; nothing is loaded (models load on first use
+        # or `load()`), and no ORT session is built, so a stage can still install a device path.
+        self.check_assets()
 
     def __repr__(self) -> str:
         return (
-            f"MiniCPMO45Token2wav({str(self.core.model_path)!r}, device={self.device}, variant={self.variant.value}, "
+            f"{type(self).__name__}({str(self.model_path)!r}, device={self.device}, variant={self.variant.value}, "
             f"spk={self.spk_backend})"
         )

@@ -1,12 +1,17 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The Token2Wav core shared by Step-Audio2, MiniCPM-o 4.5 and CosyVoice3.
+"""The Token2Wav facades' shared code: one facade base for every family, and the CosyVoice2-flow + HiFT core.
 
-`core.Token2WavCore` (the lazy facade of Step-Audio2 and MiniCPM-o: models, synthesis and streaming
-API), the components every core owns by composition (`speaker_prompt.SpeakerPrompt`: speaker-embedding
-backend lifecycle and prompt-feature cache; `assets`: file names, asset paths, lazy device; CosyVoice3's
-facade owns them too), `prompt_features` / `prompt_cache` (the `PromptFeatures` dataclass, content LRU),
-`synthesis` / `stream` (whole-utterance and per-chunk computation, stream state), `stream_vocoder` /
-`causal_vocoder` (which vocoder streams the flow's mel), `stage_backend` (the serving stage's backend
-over the core: CosyVoice2 flow + HiFT rows of many requests) and `graphs` (its device graphs).
+Every family (Step-Audio2, MiniCPM-o 4.5, CosyVoice3) uses `facade.Token2WavFacade`, the base of its
+facade, with the components it owns by composition: `speaker_prompt.SpeakerPrompt` (speaker-embedding
+backend lifecycle and prompt-feature cache), `assets` (file names, asset paths, lazy device),
+`prompt_features` / `prompt_cache` (the `PromptFeatures` dataclass, content LRU), and the stream
+guard of `stream` (`StepGuard`, `StreamInUseError`, PCM conversion).
+
+Step-Audio2 and MiniCPM-o alone use the rest, the CosyVoice2 flow + HiFT core: `core.Token2WavCore`
+(models, synthesis and streaming API), `synthesis` / `stream` (whole-utterance and per-chunk
+computation, stream state), `stream_vocoder` / `causal_vocoder` (which vocoder streams the flow's mel),
+`stage_backend` (the serving stage's backend over the core: CosyVoice2 flow + HiFT rows of many
+requests), `graphs` (its device graphs) and `stage.CoreStageModel` (their stage class). CosyVoice3's
+core, backend and synthesis are its own (`cosyvoice3/`).
 Nothing is imported here (importing the package loads no model code).
 """

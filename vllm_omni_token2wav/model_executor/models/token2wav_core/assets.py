@@ -1,9 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
 """Where a Token2Wav facade's files are and which device it serves: the two facts every facade owns.
 
-Both cores (`core.Token2WavCore` for Step-Audio2 / MiniCPM-o, `cosyvoice3_token2wav.CosyVoice3Token2Wav`)
-read the same kind of asset folder and resolve their device lazily; they own these components rather
-than inheriting them, so each family keeps its own asset list (`check_assets`) and model loading.
+Every facade (`core.Token2WavCore` for Step-Audio2 / MiniCPM-o, `cosyvoice3_token2wav.CosyVoice3Token2Wav`)
+reads the same kind of asset folder and resolves its device lazily; their base (`facade.Token2WavFacade`)
+owns these components, and each family keeps its own asset list (`check_assets`) and model loading.
 
 - `Token2WavAssets`: the file names of a family's asset folder (`None`: the family ships no such file).
 - `AssetDir`: `model_path / name` with errors that name the missing file and what the folder holds.

@@ -147,11 +147,12 @@ class CausalHiFTVocoder:
 
     def __init__(self, model: CausalHiFTGenerator, policy: StreamPolicy = MINICPMO_1_0_7_STREAM) -> None:
         self.streamer = CausalHiFTStreamer(model, policy)
+        self._model = model
         self.name = f"causal-hift({policy.name})"
 
     @property
     def model(self) -> CausalHiFTGenerator:
-        return self.streamer.model
+        return self._model
 
     def start(self, seed: int, device: torch.device) -> CausalHiFTStreamState:
         return self.streamer.start()

@@ -1,11 +1,12 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The Token2Wav core all three families share: a lazy facade over a token2wav asset directory.
+"""The CosyVoice2-flow + HiFT Token2Wav core: a lazy facade over a Step-Audio2-layout token2wav directory.
 
-Step-Audio2 uses it as is (`step_audio2.StepAudio2Token2WavCore` is this class) and MiniCPM-o 4.5 wraps
-it (`minicpmo_4_5_token2wav.py`). The jobs a family may do differently are components the core owns:
-`assets.AssetDir` / `assets.LazyDevice` (files, device) and `speaker_prompt.SpeakerPrompt` (the
-speaker-embedding backend lifecycle and the prompt-feature cache). CosyVoice3's facade
-(`cosyvoice3_token2wav.py`) owns the same components next to its own models instead of subclassing.
+Step-Audio2 uses it as is (`step_audio2.StepAudio2Token2WavCore` is this class under its name) and
+MiniCPM-o 4.5 under its own names (`minicpmo_4_5_token2wav.py`: `MiniCPMO45Token2WavCore`, and
+`MiniCPMO45Token2wav` with its variant choice). What every facade owns (asset folder, lazy device,
+`speaker_prompt.SpeakerPrompt`, the loading lifecycle and the speaker / prompt forwarding) is the base
+class `facade.Token2WavFacade`, which CosyVoice3's facade (`cosyvoice3_token2wav.py`) subclasses too;
+this class adds the speech tokenizer, flow and HiFT, the stream set-up cache and the streaming API.
 
 A Token2Wav request brings a reference voice; its speaker embedding and prompt features must be
 computed once, on the right device, without the facade building anything it does not need.
@@ -23,7 +24,7 @@ glue install the speaker-embedding backend before anything is built:
 | `check_assets()`                     | every asset file of the family is known to exist; nothing loaded   |
 | `load_models()`                      | speaker fallback installed if none (never replaces one); speech    |
 |                                      | tokenizer, flow and HiFT loaded (fp32 by explicit dtype)           |
-| `speech_tokenizer` / `flow` / `hift` | `load_models()` first                                              |
+| `speech_tokenizer` / `flow` / `hift` | `load_models()` first (also `load()`, both from the base class)    |
 | `reload_spk_embedding()`             | campplus.onnx read again: the backend rebuilt the way it was made, |
 |                                      | prompt-feature and stream set-up caches emptied                    |
 
@@ -69,15 +70,13 @@ from vllm_omni_token2wav.model_executor.layers.flow import ConformerTrim, Lookah
 from vllm_omni_token2wav.model_executor.layers.flow.batched import FlowRowState, project_speaker
 from vllm_omni_token2wav.model_executor.layers.flow.streaming import CACHE_TAIL_FRAMES
 from vllm_omni_token2wav.model_executor.models.audio.mel import PROMPT_MEL_CONFIG, MelConfig
-from vllm_omni_token2wav.model_executor.models.speaker_embedding.backend import SpeakerEmbeddingBackend
 from vllm_omni_token2wav.model_executor.models.token2wav_core.assets import (
     STEP_AUDIO2_ASSETS,
-    AssetDir,
-    LazyDevice,
     Token2WavAssets,
 )
 from vllm_omni_token2wav.model_executor.models.token2wav_core.causal_vocoder import VOCODER_CONFIG, WHOLE_UTTERANCE_HIFT
-from vllm_omni_token2wav.model_executor.models.token2wav_core.prompt_cache import CacheStats, ContentLruCache
+from vllm_omni_token2wav.model_executor.models.token2wav_core.facade import DEFAULT_PROMPT_CACHE_SIZE, Token2WavFacade
+from vllm_omni_token2wav.model_executor.models.token2wav_core.prompt_cache import ContentLruCache
 from vllm_omni_token2wav.model_executor.models.token2wav_core.prompt_features import (
     PROMPT_MEL_RATE,
     SPEAKER_RATE,
@@ -86,8 +85,6 @@ from vllm_omni_token2wav.model_executor.models.token2wav_core.prompt_features im
 )
 from vllm_omni_token2wav.model_executor.models.token2wav_core.speaker_prompt import (
     PromptWav,
-    SpeakerModelSource,
-    SpeakerPrompt,
     prompt_source,
 )
 from vllm_omni_token2wav.model_executor.models.token2wav_core.stream import (
@@ -118,11 +115,9 @@ if TYPE_CHECKING:
     from vllm_omni_token2wav.model_executor.layers.flow import CausalMaskedDiffWithXvec
     from vllm_omni_token2wav.model_executor.layers.hift import HiFTGenerator
     from vllm_omni_token2wav.model_executor.layers.speech_tokenizer import SpeechTokenizerBackend
-    from vllm_omni_token2wav.model_executor.models.speaker_embedding.selection import BackendRequest
 
 logger = init_logger(__name__)
 
-DEFAULT_PROMPT_CACHE_SIZE = 16
 DEFAULT_STREAM_SETUP_CACHE_SIZE = 4
 #: Token ids the flow model accepts (25 Hz FSQ codes).
 SPEECH_VOCAB_SIZE = 6561
@@ -136,7 +131,7 @@ class DefaultStream:
     thread: threading.Thread
 
 
-class Token2WavCore:
+class Token2WavCore(Token2WavFacade):
     """Step-Audio2's token2wav over `model_path`: prompt path and synthesis (see the module table).
 
     Args:
@@ -206,40 +201,22 @@ class Token2WavCore:
             raise ValueError(f"stream_lookahead must be Lookahead.PROMPT_HEAD or SILENCE, got {stream_lookahead!r}")
         if not isinstance(conformer_trim, ConformerTrim):
             raise ValueError(f"conformer_trim must be a ConformerTrim, got {conformer_trim!r}")
-        if isinstance(n_timesteps, bool) or not isinstance(n_timesteps, int) or n_timesteps < 1:
-            raise ValueError(f"n_timesteps must be an int >= 1, got {n_timesteps!r}")
-        self.model_path = Path(model_path)
-        self.float16 = bool(float16)
-        self.n_timesteps = n_timesteps
-        self.ort_intra_op_threads = ort_intra_op_threads
-        from vllm_omni_token2wav.model_executor.models.speaker_embedding.campplus.segpool import check_seg_pool_mode
-
-        self.spk_seg_pool_mode = check_seg_pool_mode(spk_seg_pool_mode)
-        owner = type(self).__name__
-        self.asset_dir = AssetDir(self.model_path, owner)
-        self._device = LazyDevice(device)
-        # The re-entrant lock for model loading (the components guard their own state).
-        self._lock = threading.RLock()
-        self._models_loaded = False
         # The flow state after a prompt is immutable (chunks return new states): shared, not copied.
         self._setup_cache: ContentLruCache[FlowRowState] = ContentLruCache(stream_setup_cache_size, lambda c: c)
-        self.speaker_prompt = SpeakerPrompt(
-            owner,
-            SpeakerModelSource(
-                self.asset_dir,
-                self.assets.speaker_model,
-                self._device,
-                ort_intra_op_threads=ort_intra_op_threads,
-                seg_pool_mode=self.spk_seg_pool_mode,
-            ),
-            self.prompt_mel_config,
-            cache_size=prompt_cache_size,
+        super().__init__(
+            model_path,
+            float16=float16,
+            device=device,
+            n_timesteps=n_timesteps,
+            prompt_cache_size=prompt_cache_size,
+            ort_intra_op_threads=ort_intra_op_threads,
+            spk_seg_pool_mode=spk_seg_pool_mode,
+            seed=seed,
             derived_caches=(self._setup_cache,),
         )
         self.speech_tokenizer_backend = speech_tokenizer_backend
         self.stream_lookahead = stream_lookahead
         self.conformer_trim = conformer_trim
-        self.seed = int(seed)
         self.kv_cache_dtype = kv_cache_dtype
         self.vocoder_kind = vocoder
         self._tokenizer: SpeechTokenizerBackend | None = None
@@ -252,76 +229,10 @@ class Token2WavCore:
         # with the thread it serves (replaced as a whole: readers see a consistent pair without a lock).
         self._default_stream: DefaultStream | None = None
 
-    # ---- configuration ---------------------------------------------------------------------
-
-    @property
-    def device(self) -> torch.device:
-        """The facade's device (explicit, else the platform's serving device), resolved once."""
-        return self._device.get()
-
-    def asset_path(self, name: str | None) -> Path:
-        """`model_path / name`, raising FileNotFoundError that names the missing file or directory."""
-        return self.asset_dir.path(name)
-
-    # ---- speaker-embedding backend (`speaker_prompt.SpeakerPrompt`) ------------------------------
-
-    @property
-    def spk_backend(self) -> str:
-        """Name of the backend that computes embeddings (the ORT fallback until another is installed)."""
-        return self.speaker_prompt.backend_name
-
-    @property
-    def spk_model(self) -> SpeakerEmbeddingBackend:
-        """The installed speaker-embedding backend; installs the lazy ORT fallback when there is none.
-
-        Never loads the synthesis modules and never builds the ORT session (its first call does).
-        """
-        return self.speaker_prompt.model
-
-    def install_spk_backend(self, backend: SpeakerEmbeddingBackend) -> None:
-        """Install any `SpeakerEmbeddingBackend`, replacing the current one (the prompt cache keys on its name)."""
-        self.speaker_prompt.install(backend)
-
-    def reload_spk_embedding(self) -> str:
-        """Read campplus.onnx again: rebuild the speaker backend the way it was made, empty the caches.
-
-        A running facade keeps the weights it loaded even when the file changes on disk (module
-        docstring). This rebuilds the installed backend with the same request (device path,
-        TensorRT, or the lazy onnxruntime fallback, whose new session is built on its first call)
-        and empties the prompt-feature and stream set-up caches, which hold embeddings of the old
-        weights. Streams set up before keep the embedding they started with. A backend passed to
-        `install_spk_backend()` cannot be rebuilt here: that raises RuntimeError (install a new one).
-        Returns the name of the backend now installed. A device path that cannot be built from the
-        new file raises and leaves everything as it was; the fallback checks the file at its first call.
-        """
-        return self.speaker_prompt.reload()
-
-    def enable_device_spk_embedding(self) -> str:
-        """Install the device speaker-embedding path for this facade's device; returns its name.
-
-        NPU -> torch CAM++ on the NPU; CUDA -> TensorRT when importable, else torch; CPU -> the
-        recorded faster backend (`CPU_DEVICE_PATH_BACKEND`). See `select_speaker_embedding_backend`.
-        Builds neither the synthesis modules nor the ORT session; raises if the path cannot be built.
-        """
-        return self.speaker_prompt.enable_device()
-
-    def enable_spk_embedding(self, request: BackendRequest) -> str:
-        """Install the speaker backend of `request` ("device", "graphed", "tensorrt", "fallback"); its name.
-
-        The stage asks for what `speaker_embedding.selection.stage_backend_request` decides.
-        """
-        return self.speaker_prompt.enable(request)
-
-    def enable_trt_spk_embedding(self) -> str:
-        """Install the TensorRT backend (CUDA with `tensorrt` only; raises otherwise); returns its name."""
-        return self.speaker_prompt.enable_trt()
+    # ---- assets and models (`Token2WavFacade.load_models` calls `_load_synthesis_models`) -------
 
     def check_assets(self) -> list[Path]:
-        """Paths of every asset this family needs, raising FileNotFoundError for the first missing one.
-
-        Opens nothing: wrappers call it at construction so a broken directory fails the stage start
-        while loading stays lazy.
-        """
+        """The five Step-Audio2 files (+ `config.yaml` for the causal vocoder); see `Token2WavFacade.check_assets`."""
         assets = self.assets
         names = [assets.speaker_model, assets.speech_tokenizer, assets.flow_config, assets.flow, assets.hift]
         if self.vocoder_kind is VocoderKind.CAUSAL_HIFT:
@@ -340,28 +251,6 @@ class Token2WavCore:
                     "MiniCPM-o variant vllm-omni-0.30)"
                 ) from None
             raise
-
-    @property
-    def models_loaded(self) -> bool:
-        """Whether `load_models()` has run (the stage builds the models late when the runner skipped it)."""
-        return self._models_loaded
-
-    def load_models(self) -> None:
-        """Idempotently load everything synthesis needs: speaker backend, speech tokenizer, flow, HiFT.
-
-        Installs the lazy ORT fallback if no speaker backend is installed (an installed backend is
-        never replaced, and the ORT session is not built here). Models are built fp32 by explicit
-        dtype (the flow in fp16 with `float16=True`), never through the process default dtype.
-        """
-        if self._models_loaded:
-            return
-        with self._lock:
-            if self._models_loaded:
-                return
-            self.check_assets()
-            self.speaker_prompt.ensure_backend()
-            self._load_synthesis_models()
-            self._models_loaded = True
 
     def _load_synthesis_models(self) -> None:
         from vllm_omni_token2wav.model_executor.layers.flow import load_flow
@@ -469,28 +358,12 @@ class Token2WavCore:
     # ---- prompt path -------------------------------------------------------------------------
 
     def prepare_prompt(self, prompt_wav: PromptWav, *, with_tokens: bool = False) -> PromptFeatures:
-        """Speaker embedding and 24 kHz prompt mel of `prompt_wav`, cached by content.
-
-        `prompt_wav` is a path, encoded audio bytes, or `(waveform, sample_rate)` (mono or
-        channels-first, float in [-1, 1] or integer PCM). Errors of the audio front end (missing
-        file, undecodable bytes, empty or too long audio) surface unchanged. The returned features
-        are the caller's own copy.
+        """Speaker embedding and 24 kHz prompt mel of `prompt_wav`, cached by content (see the base class).
 
         `with_tokens=True` returns the flow model's prompt: the features plus the prompt's speech
         tokens, with the mel fitted to `2 x tokens` frames (loads the synthesis models on first use).
         """
         return self.speaker_prompt.prepare(prompt_wav, self.speech_tokenizer if with_tokens else None)
-
-    def speaker_embedding(self, prompt_wav: PromptWav) -> torch.Tensor:
-        """`prepare_prompt(prompt_wav).speaker_embedding` (`[1, 192]` float32 on the facade's device)."""
-        return self.prepare_prompt(prompt_wav).speaker_embedding
-
-    @property
-    def prompt_cache_stats(self) -> CacheStats:
-        return self.speaker_prompt.cache_stats
-
-    def clear_prompt_cache(self) -> None:
-        self.speaker_prompt.clear_cache()
 
     def clear_stream_setup_cache(self) -> None:
         """Forget the post-prompt flow caches (streams already set up keep theirs)."""
@@ -503,7 +376,7 @@ class Token2WavCore:
         return speech_token_tensor(tokens, SPEECH_VOCAB_SIZE, self.device, what=what)
 
     def _generator(self, seed: int | None) -> torch.Generator:
-        return torch.Generator(device=self.device).manual_seed(self.seed if seed is None else int(seed))
+        return torch.Generator(device=self.device).manual_seed(self.request_seed(seed))
 
     def __call__(self, tokens: SpeechTokens, prompt_wav: PromptWav, *, seed: int | None = None) -> torch.Tensor:
         """Whole-utterance synthesis: 24 kHz waveform `[1, 480 * 2 * len(tokens)]` float32 on the device.
@@ -529,7 +402,7 @@ class Token2WavCore:
         self.load_models()
         features = self.prepare_prompt(prompt_wav, with_tokens=True)
         caches = open_stream(
-            self.flow, self.stream_setup(features), features, self.seed if seed is None else seed, self.stream_vocoder
+            self.flow, self.stream_setup(features), features, self.request_seed(seed), self.stream_vocoder
         )
         state = Token2WavStream.start(features, caches, prompt_wav)
         self._default_stream = DefaultStream(state, threading.current_thread())
@@ -688,9 +561,6 @@ class Token2WavCore:
                 "stream(): prompt_wav is not the prompt this stream was set up with; "
                 "call set_stream_cache(prompt_wav) to start a stream in another voice"
             )
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({str(self.model_path)!r}, device={self._device.spec!r}, spk={self.spk_backend})"
 
 
 __all__ = [

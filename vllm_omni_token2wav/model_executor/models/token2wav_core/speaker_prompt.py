@@ -1,10 +1,10 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The speaker-prompt component both Token2Wav cores own: speaker-embedding backend and prompt-feature cache.
+"""The speaker-prompt component every Token2Wav facade owns: speaker-embedding backend and prompt-feature cache.
 
 A request's reference voice becomes a CAM++ speaker embedding and a 24 kHz prompt mel, computed once
 per voice content on the serving device. Step-Audio2 / MiniCPM-o (`core.Token2WavCore`) and CosyVoice3
-(`cosyvoice3_token2wav.CosyVoice3Token2Wav`) ship the same `campplus.onnx` and need exactly this, so
-each owns a `SpeakerPrompt` instead of inheriting it from the other:
+(`cosyvoice3_token2wav.CosyVoice3Token2Wav`) ship the same `campplus.onnx` and need exactly this: the
+facade base (`facade.Token2WavFacade`) owns one `SpeakerPrompt` and forwards the facade API to it:
 
 | member                              | job                                                              |
 |-------------------------------------|------------------------------------------------------------------|

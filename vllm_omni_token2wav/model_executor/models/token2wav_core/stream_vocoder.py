@@ -34,9 +34,9 @@ from vllm_omni_token2wav.model_executor.layers.hift.batched import (
     VocoderState,
     vocode_chunks,
 )
+from vllm_omni_token2wav.model_executor.layers.hift.crossfade import MEL_CACHE_FRAMES
 from vllm_omni_token2wav.model_executor.layers.hift.graphed import GraphedHiFT
 from vllm_omni_token2wav.model_executor.models.token2wav_core.prompt_features import MEL_BINS
-from vllm_omni_token2wav.model_executor.models.token2wav_core.stream import MEL_CACHE_FRAMES
 
 
 class VocoderKind(str, enum.Enum):

@@ -41,7 +41,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import torch
 from torch import nn
@@ -78,12 +78,20 @@ from vllm_omni_token2wav.platforms.interface import DevicePlatform
 logger = init_logger(__name__)
 
 
+@runtime_checkable
 class StageCore(Protocol):
     """What the stage asks of a family's Token2Wav core (the facade over the asset folder).
 
-    `token2wav_core.core.Token2WavCore` (Step-Audio2, MiniCPM-o) and `cosyvoice3_token2wav.CosyVoice3Token2Wav`
-    both provide it; neither subclasses the other (they own the same components, `token2wav_core/`).
+    Every family's core provides it through the one facade base, `token2wav_core.facade.Token2WavFacade`
+    (`Token2WavCore` for Step-Audio2 and MiniCPM-o, `CosyVoice3Token2Wav`): the asset check at
+    construction, the speaker backend the stage's option asks for, whether the models are built (the
+    stage builds them late when the runner skipped `load_weights`), and the lifecycle the families'
+    backends drive (`load_models`, `device`). A backend (`_build_backend`) also uses its own core's
+    richer API (flows, vocoders, stream set-up); this framework never does.
     """
+
+    @property
+    def device(self) -> torch.device: ...
 
     @property
     def models_loaded(self) -> bool: ...
@@ -92,6 +100,8 @@ class StageCore(Protocol):
     def spk_backend(self) -> str: ...
 
     def check_assets(self) -> list[Path]: ...
+
+    def load_models(self) -> None: ...
 
     def enable_spk_embedding(self, request: BackendRequest) -> str: ...
 
