@@ -84,7 +84,7 @@ BEFORE = {
     "STANDIN_STREAM_FAMILIES": ("step_audio2", "cosyvoice3"),
     "ENGINE_FAMILIES": ("minicpmo_4_5", "step_audio2", "cosyvoice3"),
     "codec_offsets": {"minicpmo_4_5": 0, "step_audio2": 151696, "cosyvoice3": 0},
-    "cli_families": ("step_audio2", "cosyvoice3"),
+    "cli_families": ("minicpmo_4_5", "step_audio2", "cosyvoice3"),
 }
 
 

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from vllm_omni_token2wav.benchmarks.engine_ab import report as ab_report
 from vllm_omni_token2wav.benchmarks.engine_ab.run import (
@@ -211,6 +212,6 @@ def test_upstream_max_num_seqs_is_read_from_its_deploy_yaml_and_named(tmp_path: 
 
     with pytest.raises(EngineABSetupError, match="cosyvoice3.yaml: cannot read"):
         upstream_max_num_seqs("cosyvoice3", tmp_path)
-    overlay = json.loads(write_overlay(tmp_path, "up", "cosyvoice3", 8).read_text())
+    overlay = yaml.safe_load(write_overlay(tmp_path, "up", "cosyvoice3", 8).read_text())
     assert overlay["stages"] == [{"stage_id": 0, "max_num_seqs": 8}]
     assert overlay["base_config"].endswith("deploy/cosyvoice3_code2wav.yaml")

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.helpers.local_http import local_http_server
 from vllm_omni_token2wav.benchmarks.engine_ab.run import (
@@ -46,8 +47,8 @@ def test_overlays_keep_the_producer_equal_and_set_the_reply_length(tmp_path: Pat
     assert (code2wav_stage_id("alone"), code2wav_stage_id("stream")) == (0, 1)
     assert our_deploy("step_audio2", "stream").name == "standin_step_audio2_stream.yaml"
     assert our_max_num_seqs("step_audio2", "stream") == 8
-    up = json.loads(write_overlay(tmp_path, "up", "step_audio2", 1, "stream", 100).read_text())
-    ours = json.loads(write_overlay(tmp_path, "ours", "step_audio2", 8, "stream", 100).read_text())
+    up = yaml.safe_load(write_overlay(tmp_path, "up", "step_audio2", 1, "stream", 100).read_text())
+    ours = yaml.safe_load(write_overlay(tmp_path, "ours", "step_audio2", 8, "stream", 100).read_text())
     producer = {"stage_id": 0, "max_num_seqs": PRODUCER_SEQS, "default_sampling_params": {"max_tokens": 100}}
     assert up["stages"] == [producer, {"stage_id": 1, "max_num_seqs": 1}]
     assert ours["stages"] == [producer, {"stage_id": 1, "max_num_seqs": 8}]
@@ -104,7 +105,9 @@ _FAKE_SERVER = """
 import json, sys, time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-port, deploy = int(sys.argv[1]), json.load(open(sys.argv[2]))
+import yaml
+
+port, deploy = int(sys.argv[1]), yaml.safe_load(open(sys.argv[2]))
 tokens = deploy["stages"][0]["default_sampling_params"]["max_tokens"]
 
 class Handler(BaseHTTPRequestHandler):
@@ -169,7 +172,7 @@ def test_the_benchmark_streams_both_arms_from_their_overlays(tmp_path: Path, mon
     )  # fmt: skip
     report = run.EngineABBenchmark(config).run()
 
-    overlays = {env[run.OVERRIDES_ENV]: json.loads(deploy.read_text()) for deploy, env in launched}
+    overlays = {env[run.OVERRIDES_ENV]: yaml.safe_load(deploy.read_text()) for deploy, env in launched}
     assert sorted(overlays) == ["0", "1"]
     assert [s["max_num_seqs"] for s in overlays["0"]["stages"]] == [PRODUCER_SEQS, 1]
     assert [s["max_num_seqs"] for s in overlays["1"]["stages"]] == [PRODUCER_SEQS, 8]

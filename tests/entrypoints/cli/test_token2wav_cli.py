@@ -175,3 +175,36 @@ def test_cosyvoice3_prompt_needs_its_tokens(tmp_path: Path, capsys: pytest.Captu
         )
         == 0
     )
+
+
+def test_minicpmo_streams_with_its_own_facade_and_rules(tmp_path: Path) -> None:
+    """`--family minicpmo_4_5` builds MiniCPM-o's facade (`facade_class`) with its stream rules (3 silence tokens as
+    the prompt's lookahead, conformer cache trimmed): its stream equals that facade's own, and differs from
+    Step-Audio2's on the same assets (whose lookahead is the prompt's first tokens)."""
+    from vllm_omni_token2wav.assets.audio import speech_sample
+    from vllm_omni_token2wav.model_executor.models.minicpmo_4_5.family import MINICPMO_4_5
+    from vllm_omni_token2wav.model_executor.models.minicpmo_4_5.minicpmo_4_5_token2wav import MiniCPMO45Token2WavCore
+    from vllm_omni_token2wav.model_executor.models.standin.token2wav_dir import ensure_standin_token2wav_dir
+    from vllm_omni_token2wav.model_executor.models.token2wav_core.stream import stream_chunks
+
+    tokens = parse_tokens("random:40:3")
+    written = {}
+    for family in ("minicpmo_4_5", "step_audio2"):
+        out = tmp_path / f"{family}.wav"
+        argv = ["token2wav", "--tokens", ",".join(map(str, tokens)), "--standin", "reduced", "--family", family]
+        assert main([*argv, "--n-timesteps", "2", "--device", "cpu", "--stream", "--out", str(out)]) == 0
+        written[family], _ = soundfile.read(out, dtype="float32")
+    facade = MiniCPMO45Token2WavCore(
+        ensure_standin_token2wav_dir(reduced=True),
+        device="cpu",
+        n_timesteps=2,
+        seed=0,
+        stream_lookahead=MINICPMO_4_5.lookahead,
+        conformer_trim=MINICPMO_4_5.conformer_trim,
+    )
+    state = facade.set_stream_cache(speech_sample())
+    pieces = [facade.stream(c, last_chunk=last, return_waveform=True, state=state) for c, last in stream_chunks(tokens)]
+    expected = np.concatenate([p.reshape(-1).numpy() for p in pieces])
+    assert written["minicpmo_4_5"].shape == expected.shape == (40 * 960,)
+    assert np.max(np.abs(written["minicpmo_4_5"] - np.clip(expected, -1, 1))) <= 2 / 32768  # 16-bit PCM
+    assert np.max(np.abs(written["minicpmo_4_5"] - written["step_audio2"])) > 1e-3  # the family's rules apply

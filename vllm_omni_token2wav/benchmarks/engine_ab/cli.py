@@ -27,13 +27,14 @@ from pathlib import Path
 from typing import Any
 
 from vllm_omni_token2wav.benchmarks import bench_cli
+from vllm_omni_token2wav.benchmarks.engine_ab.run import FAMILIES
 from vllm_omni_token2wav.benchmarks.token2wav_serve.cli import parse_levels
 from vllm_omni_token2wav.cli_types import CLIUsageError
 
 DEFAULT_JSON = str(bench_cli.DEFAULT_REPORT_DIR / "engine_ab.json")
 DEFAULT_PLOT = str(bench_cli.DEFAULT_REPORT_DIR / "engine_ab.png")
-#: The family names the CLI takes (the stand-in folders' and deploy YAMLs' names); kept in step with run.FAMILIES.
-FAMILY_NAMES = ("minicpmo_4_5", "step_audio2", "cosyvoice3")
+#: The family names the CLI takes: `run.FAMILIES` (the registered families with an upstream deployment).
+FAMILY_NAMES = FAMILIES
 
 
 def parse_families(text: str) -> tuple[str, ...]:

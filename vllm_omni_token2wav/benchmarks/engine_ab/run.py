@@ -78,17 +78,21 @@ from vllm_omni_token2wav.benchmarks.speech_stream_client import (
 )
 from vllm_omni_token2wav.benchmarks.token2wav_serve.run import SAMPLE_RATE, TOKEN_RATE, ModeRun, RequestResult
 from vllm_omni_token2wav.logger import init_logger
+from vllm_omni_token2wav.model_executor.models.token2wav_stage import families as family_registry
 
 logger = init_logger(__name__)
 
 SCHEMA: Final = "vllm-omni/bench-engine-ab/1"
-FAMILIES: Final = ("minicpmo_4_5", "step_audio2", "cosyvoice3")
+#: The families with an upstream deployment to compare with (`upstream_deploy` in their `family.py`), from the one
+#: family list (`token2wav_stage/families.py`, a light import: records and strings).
+FAMILIES: Final = tuple(
+    f.name for f in family_registry.registered_families() if f.pipelines.upstream_deploy is not None
+)
 ARMS: Final = ("upstream", "ours")
 ROUTES: Final = ("alone", "stream", "pipeline")
-#: Families with a stand-in stream deployment (kept equal to `plugins.pipelines.STANDIN_STREAM_FAMILIES`, which
-#: imports nothing of this module's; a test pins it): MiniCPM-o's upstream async-chunk function reads its talker's
-#: per-step multimodal output, which the stand-in producer does not emit.
-STREAM_FAMILIES: Final = ("step_audio2", "cosyvoice3")
+#: Families with a stand-in stream deployment (`standin_stream`): MiniCPM-o's upstream async-chunk function reads
+#: its talker's per-step multimodal output, which the stand-in producer does not emit.
+STREAM_FAMILIES: Final = tuple(f for f in FAMILIES if family_registry.family(f).pipelines.standin_stream)
 PRODUCER_SEQS: Final = 8  # the stand-in producer's max_num_seqs in both arms of the stream route
 CODEBOOK: Final = 6561  # every family's speech tokens are in [0, 6561)
 SAMPLES_PER_TOKEN: Final = SAMPLE_RATE // TOKEN_RATE
@@ -107,16 +111,31 @@ BAD_CODE: Final = 7000
 BAD_POSITION: Final = 9
 
 #: family -> (vLLM-Omni's deploy YAML for the model, the code2wav stage's id in it): where upstream's arm
-#: takes its code2wav `max_num_seqs` from.
+#: takes its code2wav `max_num_seqs` from (each family's `upstream_deploy`).
 UPSTREAM_DEPLOYS: Final[dict[str, tuple[str, int]]] = {
-    "minicpmo_4_5": ("minicpmo_4_5.yaml", 2),
-    "step_audio2": ("step_audio_2.yaml", 1),
-    "cosyvoice3": ("cosyvoice3.yaml", 1),
+    f: deploy for f in FAMILIES if (deploy := family_registry.family(f).pipelines.upstream_deploy) is not None
 }
 
 #: Statuses of an arm: measured (`ok`, `partial`: some requests failed) or not (`start_failed`,
 #: `requests_failed`: it answered no request, its warm-up included; `not_run`: the run ended before it).
 STATUSES: Final = ("ok", "partial", "requests_failed", "start_failed", "not_run")
+
+
+def _pipeline_families() -> tuple[str, ...]:
+    from vllm_omni_token2wav.benchmarks.engine_ab.pipeline import PIPELINE_FAMILIES
+
+    return PIPELINE_FAMILIES
+
+
+#: route -> (the families it can serve, what the others lack, what produces its codes): the routes beside `alone`.
+_ROUTE_LIMITS: Final[dict[str, Callable[[], tuple[tuple[str, ...], str, str]]]] = {
+    "stream": lambda: (
+        STREAM_FAMILIES,
+        "stand-in stream deployment (its upstream async-chunk function reads its talker's multimodal output)",
+        "the stand-in producer",
+    ),
+    "pipeline": lambda: (_pipeline_families(), "toy upstream pipeline", "upstream's talker, through its processors,"),
+}
 
 
 class EngineABSetupError(Exception):
@@ -147,26 +166,16 @@ class EngineABConfig:
             raise ValueError(f"families must be distinct names of {', '.join(FAMILIES)}, got {self.families}")
         if self.route not in ROUTES:
             raise ValueError(f"route must be one of {', '.join(ROUTES)}, got {self.route!r}")
-        if self.route == "stream":
-            no_stream = [f for f in self.families if f not in STREAM_FAMILIES]
-            if no_stream:
+        if self.route != "alone":
+            allowed, lacking, producer = _ROUTE_LIMITS[self.route]()
+            missing = [f for f in self.families if f not in allowed]
+            if missing:
                 raise ValueError(
-                    f"route stream: {', '.join(no_stream)} has no stand-in stream deployment (its upstream async-chunk "
-                    f"function reads its talker's multimodal output); stream families: {', '.join(STREAM_FAMILIES)}"
+                    f"route {self.route}: {', '.join(missing)} has no {lacking}; {self.route} families: "
+                    f"{', '.join(allowed)}"
                 )
             if self.faults:
-                raise ValueError("the fault wave needs route alone (the stand-in producer only emits codes in range)")
-        if self.route == "pipeline":
-            from vllm_omni_token2wav.benchmarks.engine_ab.pipeline import PIPELINE_FAMILIES
-
-            no_toy = [f for f in self.families if f not in PIPELINE_FAMILIES]
-            if no_toy:
-                raise ValueError(
-                    f"route pipeline: {', '.join(no_toy)} has no toy upstream pipeline; pipeline families: "
-                    f"{', '.join(PIPELINE_FAMILIES)}"
-                )
-            if self.faults:
-                raise ValueError("the fault wave needs route alone (upstream's processors only forward codes in range)")
+                raise ValueError(f"the fault wave needs route alone ({producer} only forwards codes in range)")
         if not self.concurrency or any(c < 1 for c in self.concurrency):
             raise ValueError(f"concurrency levels must be >= 1, got {self.concurrency}")
         if self.requests is not None and self.requests < 1:
@@ -250,18 +259,17 @@ def arm_environment(overrides: str) -> dict[str, str]:
 def write_overlay(
     folder: Path, name: str, family: str, max_num_seqs: int, route: str = "alone", tokens: int | None = None
 ) -> Path:
-    """Our deploy YAML of `route` with the code2wav `max_num_seqs` given (JSON, which YAML reads; merged by
-    stage_id); the stream route also fixes the producer's `max_num_seqs` and its reply length (`tokens`)."""
-    stages: list[dict[str, Any]] = [{"stage_id": code2wav_stage_id(route), "max_num_seqs": max_num_seqs}]
+    """Our deploy YAML of `route` with the code2wav `max_num_seqs` given (a `base_config:` overlay written by the
+    project's one overlay writer, `standin/toy.write_overlay`; merged by stage_id); the stream route also fixes the
+    producer's `max_num_seqs` and its reply length (`tokens`)."""
+    from vllm_omni_token2wav.model_executor.models.standin import toy
+
+    stages: dict[int, dict[str, Any]] = {code2wav_stage_id(route): {"max_num_seqs": max_num_seqs}}
     if route == "stream":
         if tokens is None:
             raise ValueError("write_overlay: the stream route needs the reply length (tokens)")
-        producer = {"stage_id": 0, "max_num_seqs": PRODUCER_SEQS, "default_sampling_params": {"max_tokens": tokens}}
-        stages.insert(0, producer)
-    overlay = {"base_config": str(our_deploy(family, route)), "stages": stages}
-    path = folder / f"{name}.yaml"
-    path.write_text(json.dumps(overlay, indent=1) + "\n")
-    return path
+        stages[0] = {"max_num_seqs": PRODUCER_SEQS, "default_sampling_params": {"max_tokens": tokens}}
+    return toy.write_overlay(folder / f"{name}.yaml", our_deploy(family, route), stages)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """`vllm-omni-token2wav token2wav`: synthesise a WAV file from speech token ids and a prompt voice.
 
-The stage's API (`StepAudio2Token2WavCore`, `CosyVoice3Token2Wav`) from the command line, for
+Each family's Token2Wav facade (`facade_class` of its `family.py`: `StepAudio2Token2WavCore`,
+`MiniCPMO45Token2WavCore`, `CosyVoice3Token2Wav`) from the command line, for
 checking a model directory or a token dump from the LLM stage without writing Python:
 
     vllm-omni-token2wav token2wav --tokens 1,2,3,... --prompt voice.wav --out reply.wav
@@ -9,9 +10,10 @@ checking a model directory or a token dump from the LLM stage without writing Py
     vllm-omni-token2wav token2wav --standin reduced --tokens random:250 --out noise.wav   # offline, no assets
     vllm-omni-token2wav token2wav --family cosyvoice3 --standin reduced --tokens random:250 --out noise.wav --stream
 
-`--family step_audio2` (default; also MiniCPM-o's assets): `--model-dir` is a token2wav directory
-(campplus.onnx, speech_tokenizer_v2_25hz.onnx, flow.yaml, flow.pt, hift.pt); `--prompt` defaults to
-the shipped speech clip; `--stream` runs 25-token chunks + 3 lookahead.
+`--family step_audio2` (default) or `minicpmo_4_5` (the same assets; vLLM-Omni 0.30's streaming rules: silence
+lookahead, conformer cache trimmed): `--model-dir` is a token2wav directory (campplus.onnx,
+speech_tokenizer_v2_25hz.onnx, flow.yaml, flow.pt, hift.pt); `--prompt` defaults to the shipped speech clip;
+`--stream` runs 25-token chunks + 3 lookahead.
 `--family cosyvoice3`: `--model-dir` is a Fun-CosyVoice3 directory (campplus.onnx, flow.pt, hift.pt,
 cosyvoice3.yaml); the prompt needs its speech tokens (`--prompt-tokens` / `--prompt-tokens-file`, else
 the `<prompt>.tokens` file beside it; without `--prompt`, the directory's `default_voice.wav` +
@@ -99,7 +101,7 @@ class Token2WavCommand:
             "--family",
             choices=cli_families(),
             default="step_audio2",
-            help="model family of the directory (step_audio2 also serves MiniCPM-o's assets)",
+            help="model family of the directory: its facade and streaming rules (MiniCPM-o: vLLM-Omni 0.30's variant)",
         )
         parser.add_argument("--prompt", type=Path, help="prompt voice (audio file); default: the shipped speech clip")
         prompt_tokens = parser.add_mutually_exclusive_group()
@@ -178,8 +180,8 @@ def _check_prompt(prompt: Path) -> None:
 
 def _synthesise(args: argparse.Namespace, tokens: list[int]) -> int:
     from vllm_omni_token2wav.model_executor.models.standin.token2wav_dir import ensure_standin_token2wav_dir
-    from vllm_omni_token2wav.model_executor.models.step_audio2.step_audio2_token2wav import StepAudio2Token2WavCore
     from vllm_omni_token2wav.model_executor.models.token2wav_core.stream import stream_chunks
+    from vllm_omni_token2wav.model_executor.models.token2wav_stage.families import import_target
 
     _standin_note(args, "token2wav")
     model_dir = args.model_dir or ensure_standin_token2wav_dir(reduced=args.standin == "reduced")
@@ -190,9 +192,13 @@ def _synthesise(args: argparse.Namespace, tokens: list[int]) -> int:
         from vllm_omni_token2wav.assets.audio import speech_sample
 
         prompt = speech_sample()
-    spec = _family(args.family).spec  # a family on the shared core: its stream rules
+    family = _family(args.family)  # a family on the shared core: its facade and its stream rules
+    spec = family.spec
+    if family.serving.facade_class is None:
+        raise CLIUsageError(f"--family {args.family}: the family names no Token2Wav facade (facade_class)")
+    facade = import_target(family.serving.facade_class)
     try:
-        core = StepAudio2Token2WavCore(
+        core = facade(
             model_dir,
             device=args.device,
             n_timesteps=args.n_timesteps,

@@ -44,6 +44,7 @@ FAMILY = Family(
     serving=StageServing(
         stage_class="vllm_omni_token2wav.model_executor.models.cosyvoice3.cosyvoice3_model:CosyVoice3Model",
         upstream_architectures=("CosyVoice3Model",),
+        facade_class="vllm_omni_token2wav.model_executor.models.cosyvoice3.cosyvoice3_token2wav:CosyVoice3Token2Wav",
     ),
     pipelines=PipelineFacts(
         code2wav_arch="CosyVoice3Model",
@@ -52,6 +53,7 @@ FAMILY = Family(
         producer_stage="standin_producer",
         standin_stream=True,
         deploy_yamls=("cosyvoice3_code2wav", "standin_cosyvoice3_stream"),
+        upstream_deploy=("cosyvoice3.yaml", 1),
     ),
     standin=StandinLayout(asset_subdir="", assets="cosyvoice3", tokenizer_subdir="CosyVoice-BlankEN"),
     producer=ProducerShape(

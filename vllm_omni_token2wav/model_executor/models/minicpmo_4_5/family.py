@@ -33,6 +33,7 @@ FAMILY = Family(
     serving=StageServing(
         stage_class="vllm_omni_token2wav.model_executor.models.minicpmo_4_5.minicpmo_4_5_code2wav:MiniCPMO45Code2Wav",
         upstream_architectures=("MiniCPMO45Code2Wav",),
+        facade_class="vllm_omni_token2wav.model_executor.models.minicpmo_4_5.minicpmo_4_5_token2wav:MiniCPMO45Token2WavCore",
     ),
     pipelines=PipelineFacts(
         code2wav_arch="MiniCPMO45Code2Wav",
@@ -40,6 +41,7 @@ FAMILY = Family(
         async_chunk_func="vllm_omni.model_executor.stage_input_processors.minicpmo_4_5_omni.tts2code2wav_async_chunk",
         producer_stage="tts",
         deploy_yamls=("minicpmo_4_5_code2wav",),
+        upstream_deploy=("minicpmo_4_5.yaml", 2),
     ),
     standin=StandinLayout(
         asset_subdir="assets/token2wav", root_config_arch="MiniCPMO45Code2Wav", assets_copies=("HT_ref_audio.wav",)
@@ -48,6 +50,7 @@ FAMILY = Family(
         chunking="context_window",
         meta_keys=("request_id", "chunk_seq", "cache_epoch", "last_chunk", "code_flat_numel"),
     ),
+    cli_name="minicpmo_4_5",
 )
 
 __all__ = ["FAMILY", "MINICPMO_4_5"]

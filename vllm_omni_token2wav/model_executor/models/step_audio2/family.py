@@ -37,6 +37,7 @@ FAMILY = Family(
         stage_class="vllm_omni_token2wav.model_executor.models.step_audio2.step_audio2_token2wav_stage:"
         "StepAudio2Token2WavForConditionalGeneration",
         upstream_architectures=("StepAudio2Token2WavForConditionalGeneration", "StepAudio2Token2WavModel"),
+        facade_class="vllm_omni_token2wav.model_executor.models.step_audio2.step_audio2_token2wav:StepAudio2Token2WavCore",
     ),
     pipelines=PipelineFacts(
         code2wav_arch="StepAudio2Token2WavModel",
@@ -45,6 +46,7 @@ FAMILY = Family(
         producer_stage="step_audio2_thinker",
         standin_stream=True,
         deploy_yamls=("step_audio2_code2wav", "standin_step_audio2_stream"),
+        upstream_deploy=("step_audio_2.yaml", 1),
     ),
     standin=StandinLayout(
         asset_subdir="token2wav", root_config_arch="StepAudio2Token2WavModel", producer_codec_offset=151696

@@ -215,6 +215,9 @@ class StageServing:
     upstream_architectures: tuple[str, ...] = ()
     #: Architecture names upstream does not use, always registered (`ADDED_ARCHITECTURES`).
     added_architectures: tuple[str, ...] = ()
+    #: The family's Token2Wav facade outside the engine, "package.module:Class" (a `Token2WavFacade`
+    #: subclass: the `vllm-omni-token2wav token2wav` command and the benchmarks build it).
+    facade_class: str | None = None
 
 
 @dataclass(frozen=True)
@@ -234,6 +237,9 @@ class PipelineFacts:
     standin_stream: bool = False
     #: The shipped deploy YAMLs (`vllm_omni_token2wav/deploy/<name>.yaml`) of this family's pipelines.
     deploy_yamls: tuple[str, ...] = ()
+    #: vLLM-Omni's own deploy YAML for the model (`vllm_omni/deploy/<name>`) and its code2wav stage's id: where
+    #: `bench engine-ab` reads the code2wav `max_num_seqs` upstream's deployment uses.
+    upstream_deploy: tuple[str, int] | None = None
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 """What every toy model folder shares: its cache location, the stand-in token2wav assets, a JSON writer.
 
 A toy folder is assembled once per recipe under `envs.cache_dir("standins", "toy-<family>-v<N>-seed<S>")`
-with `step_audio2.standin.ensure_assembled` (manifest + file lock: deterministic, safe across processes,
+with `standin.token2wav_dir.ensure_assembled` (manifest + file lock: deterministic, safe across processes,
 rebuilt when a component or a generated file changes). The token2wav assets are the stand-ins' reduced
 `upstream_compatible` variant (`standin/model_dirs.py`): the size vLLM-Omni's own code2wav classes
 hard-code for the speech tokenizer and HiFT, so one folder serves both arms (our code2wav and, with
