@@ -260,7 +260,7 @@ def write_overlay(
     folder: Path, name: str, family: str, max_num_seqs: int, route: str = "alone", tokens: int | None = None
 ) -> Path:
     """Our deploy YAML of `route` with the code2wav `max_num_seqs` given (a `base_config:` overlay written by the
-    project's one overlay writer, `standin/toy.write_overlay`; merged by stage_id); the stream route also fixes the
+    project's one overlay writer, `standin.toy.write_overlay`; merged by stage_id); the stream route also fixes the
     producer's `max_num_seqs` and its reply length (`tokens`)."""
     from vllm_omni_token2wav.model_executor.models.standin import toy
 
