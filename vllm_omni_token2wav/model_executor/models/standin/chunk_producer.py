@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 from vllm_omni_token2wav.model_executor.layers.flow.streaming import SILENCE_TOKEN
-from vllm_omni_token2wav.model_executor.models.token2wav_stage.families import FamilySpec
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.families import FamilySpec, producer_shape
 
 CHUNK_TOKENS = 25
 LOOKAHEAD_TOKENS = 3
@@ -84,9 +84,10 @@ class ProducerStream:
             return None
         available = min(available, len(self.tokens))
         offset = None
-        if self.family.name == "minicpmo_4_5":
+        chunking = producer_shape(self.family).chunking  # the family's `producer` record (its family.py)
+        if chunking == "context_window":
             tokens, last = self._minicpmo(available, finished)
-        elif self.family.name == "cosyvoice3":
+        elif chunking == "growing_prefix":
             tokens, last, offset = self._cosyvoice3(available, finished)
         else:
             tokens, last = self._step_audio2(available, finished)
@@ -143,20 +144,23 @@ class ProducerStream:
 
 
 def _meta(payload: ChunkPayload, family: FamilySpec) -> dict[str, Any]:
-    if family.name == "cosyvoice3":
-        meta: dict[str, Any] = {"req_id": [payload.request_id], "finished": payload.last}
-        if payload.offset is not None:
-            meta |= {"left_context_size": payload.offset, "stream_finished": payload.last}
-    elif family.last_chunk_key == "left_context_size":
-        meta = {"left_context_size": int(payload.last)}
-    else:
-        meta = {
-            "request_id": payload.request_id,
-            "chunk_seq": payload.chunk_seq,
-            "cache_epoch": payload.epoch,
-            "last_chunk": payload.last,
-            "code_flat_numel": len(payload.tokens),
-        }
+    """The producer's meta in the family's vocabulary: the keys its `producer.meta_keys` declares. A prefix
+    producer (CosyVoice3) sends its offset and stream marker only with tokens (a token-less end has neither)."""
+    values: dict[str, Any] = {
+        "request_id": payload.request_id,
+        "req_id": [payload.request_id],
+        "chunk_seq": payload.chunk_seq,
+        "cache_epoch": payload.epoch,
+        "last_chunk": payload.last,
+        "code_flat_numel": len(payload.tokens),
+        "finished": payload.last,
+        "stream_finished": payload.last,
+        # where the new tokens start in a prefix producer's chunk; else Step-Audio2's last-chunk marker (1 = last)
+        "left_context_size": payload.offset if family.prefix_offset_key == "left_context_size" else int(payload.last),
+    }
+    offset_only = {family.prefix_offset_key, "stream_finished"} if family.prefix_offset_key else set()
+    sent = [k for k in producer_shape(family).meta_keys if payload.offset is not None or k not in offset_only]
+    meta = {k: values[k] for k in sent}
     if payload.voice is not None:
         meta["ref_audio_sr"] = int(payload.voice[1])
     return meta
