@@ -82,7 +82,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     )
     start = time.perf_counter()
     stage.load_weights([])
-    _, voice = stage.engine.voice(None)  # the default voice normalised to the prompt length, post-prompt state
+    _, voice = stage.executor.voice(None)  # the default voice normalised to the prompt length, post-prompt state
     setup_s = time.perf_counter() - start
     assert isinstance(voice, CosyVoice2Voice)
     core, backend = stage.token2wav, stage.backend

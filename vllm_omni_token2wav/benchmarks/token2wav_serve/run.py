@@ -579,7 +579,7 @@ class Token2WavServeBenchmark:
         start = time.perf_counter()
         warm = make_requests(cfg, stage.family, 1, "warmup", pool)[:1]
         for voice in [None, *pool]:
-            stage.engine.voice(None if voice is None else _voice_request(voice))
+            stage.executor.voice(None if voice is None else _voice_request(voice))
         for req in warm:
             for chunk in req.chunks:
                 forward_step(stage, [chunk], CLOCKS[cfg.clock])
@@ -694,7 +694,7 @@ class Token2WavServeBenchmark:
 
     @staticmethod
     def _memory(stage: Any, run: ModeRun) -> None:
-        usage = stage.engine.stream_bytes()
+        usage = stage.executor.stream_bytes()
         run.peak_streams = max(run.peak_streams, len(usage))
         if usage:
             run.peak_stream_own_bytes = max(run.peak_stream_own_bytes, max(u.own for u in usage))

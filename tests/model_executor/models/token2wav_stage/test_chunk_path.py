@@ -88,12 +88,16 @@ def _middle_chunk_path(stage: Token2WavStageModel, stream: ProducerStream) -> se
     chunks = all_chunks(stream)
     assert len(chunks) >= 3, len(chunks)
 
-    def forward(index: int) -> None:
-        input_ids, kwargs = forward_inputs([chunks[index]], stage.family)
-        assert segment_errors(stage(input_ids, None, **kwargs).multimodal_outputs) == [None]
+    def forward(index: int) -> Callable[[], None]:
+        input_ids, kwargs = forward_inputs([chunks[index]], stage.family)  # the driver, outside the traced call
 
-    forward(0)  # loads the models and the default voice: not part of a chunk's path
-    return _folders_called(lambda: forward(1))
+        def call() -> None:
+            assert segment_errors(stage(input_ids, None, **kwargs).multimodal_outputs) == [None]
+
+        return call
+
+    forward(0)()  # loads the models and the default voice: not part of a chunk's path
+    return _folders_called(forward(1))
 
 
 def _tokens(n: int, seed: int) -> list[int]:

@@ -201,7 +201,7 @@ def test_randomised_schedule_equals_each_request_alone_and_the_facade(
         if ready:
             audio, errors = _forward(batched, [r.chunks[r.sent] for r in ready], flatten=step % 2 == 1)
             assert errors == [None] * len(ready), errors
-            widest = max([widest, *(len(launch.rows) for launch in batched.engine.last_plan.flow)])
+            widest = max([widest, *(len(launch.rows) for launch in batched.executor.last_plan.flow)])
             for r, a in zip(ready, audio, strict=True):
                 r.audio.append(a)
                 r.sent += 1
@@ -217,7 +217,7 @@ def test_randomised_schedule_equals_each_request_alone_and_the_facade(
     # the stage's stream of a request is the facade's stream with the request's seed (both one row per launch)
     r = next(r for r in requests if r.prompt is not None and len(r.chunks) >= 3)
     core = batched.token2wav
-    state = core.set_stream_cache(prompt=r.prompt, seed=batched.engine.noise_seed(r.rid, 0))
+    state = core.set_stream_cache(prompt=r.prompt, seed=batched.executor.noise_seed(r.rid, 0))
     ids = torch.tensor(r.tokens)
     facade = [
         core.stream(ids[part], last_chunk=last, return_waveform=True, state=state)
@@ -238,7 +238,7 @@ def test_sync_mode_is_a_whole_utterance_and_a_terminal_chunk_ends_a_stream(
         torch.tensor(tokens), None, runtime_additional_information=[info], seq_token_counts=[50], request_ids=["sync"]
     )
     audio = out.multimodal_outputs[COSYVOICE3.output_key][0]
-    expected = stage.token2wav(tokens, prompt=request.prompt, seed=stage.engine.noise_seed("sync", 0))
+    expected = stage.token2wav(tokens, prompt=request.prompt, seed=stage.executor.noise_seed("sync", 0))
     assert segment_errors(out.multimodal_outputs) == [None] and torch.equal(audio, expected[0])
     # a request that generated nothing: the talker's empty `finished` chunk, no error, no audio
     empty = ProducerStream("none", [], COSYVOICE3, embed=embed, prompt_tokens=request.prompt.num_tokens)
@@ -329,7 +329,7 @@ def test_the_vocoder_may_batch_rows_at_equal_positions(cv3_dir: Path, sine_phase
     for k in range(len(requests[0].chunks)):
         audio, errors = _forward(stage, [r.chunks[k] for r in requests])
         assert errors == [None] * 3
-        assert [len(v.rows) for v in stage.engine.last_plan.vocoder] == [3]
+        assert [len(v.rows) for v in stage.executor.last_plan.vocoder] == [3]
         for r, a in zip(requests, audio, strict=True):
             r.audio.append(a)
     for r in requests:
@@ -364,7 +364,7 @@ def test_the_last_chunk_is_upstreams_full_attention_by_default_and_block_causal_
         # the stage's stream is the facade's stream in the stage's mode (validated against the references in
         # tests/model_executor/models/cosyvoice3/test_cosyvoice3_token2wav.py)
         core = stage.token2wav
-        state = core.set_stream_cache(prompt=request.prompt, seed=stage.engine.noise_seed(request.rid, 0))
+        state = core.set_stream_cache(prompt=request.prompt, seed=stage.executor.noise_seed(request.rid, 0))
         ids = torch.tensor(tokens)
         facade = [
             core.stream(ids[part], last_chunk=last, return_waveform=True, state=state)[0]

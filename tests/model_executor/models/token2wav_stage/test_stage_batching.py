@@ -303,7 +303,7 @@ def test_bucket_padded_launches_give_the_unpadded_audio(
     for r in requests:
         r.chunks = [replace(c, request_id=f"pad-{c.request_id}") for c in r.chunks]
     _run_batched(padded, requests, seed=10)
-    plan = padded.engine.last_plan
+    plan = padded.executor.last_plan
     assert all(launch.pad > 0 for launch in plan.vocoder)  # 1-3 rows -> 4
     assert all((launch.frames + launch.pad) % 64 == 0 for launch in plan.flow)
     _assert_equal_to_solo(requests, solo)

@@ -43,7 +43,7 @@ def _run(stage: Token2WavStageModel, requests: list[Request], seed: int) -> list
         if ready:
             audio, errors = _forward(stage, [r.chunks[r.sent] for r in ready])
             assert errors == [None] * len(ready), errors
-            plans.append(stage.engine.last_plan)
+            plans.append(stage.executor.last_plan)
             for r, a in zip(ready, audio, strict=True):
                 r.audio.append(a)
                 r.sent += 1
@@ -77,7 +77,7 @@ def test_captured_stage_audio_equals_the_eager_stage_and_each_key_is_captured_on
     graphed = _stage(model_dir, device_graphs=True, device_graph_api=api)
     eager = _stage(model_dir, device_graphs=False, pad_to_buckets=True)
     graphs = graphed.backend.graphs
-    assert graphs is not None and graphs.active and graphed.engine.config.pad_to_buckets
+    assert graphs is not None and graphs.active and graphed.executor.config.pad_to_buckets
     assert eager.backend.graphs is None
 
     # Same request ids (they seed each request's noise) on stages that share nothing.
@@ -127,13 +127,13 @@ def test_graphs_follow_the_switch_and_the_platform(
     monkeypatch.setenv(envs.DEVICE_GRAPHS_ENV, "0")
     off_by_env = _stage(model_dir, device_graph_api=api)  # auto follows the environment
     assert off_by_env.backend.graphs is not None and not off_by_env.backend.graphs.active
-    assert not off_by_env.engine.config.pad_to_buckets  # eager launches keep their exact shapes
+    assert not off_by_env.executor.config.pad_to_buckets  # eager launches keep their exact shapes
     forced = _stage(model_dir, device_graphs="true", device_graph_api=api)  # True wins over the environment
     assert forced.backend.graphs is not None and forced.backend.graphs.active
     monkeypatch.delenv(envs.DEVICE_GRAPHS_ENV)
     on_cpu = _stage(model_dir)  # auto on the CPU platform: no graph API, eager, unpadded
     assert on_cpu.backend.graphs is not None and not on_cpu.backend.graphs.active
-    assert not on_cpu.engine.config.pad_to_buckets
+    assert not on_cpu.executor.config.pad_to_buckets
     requests = _requests(voices, "s")[:2]
     _run(off_by_env, requests, seed=13)
     assert not module.captures  # nothing was captured by the stage that is off

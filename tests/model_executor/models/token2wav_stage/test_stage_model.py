@@ -347,7 +347,7 @@ def test_streams_hold_their_own_caches_and_share_their_voice_setup(model_dir: Pa
     for k in range(3):
         input_ids, kwargs = forward_inputs([c[k] for c in chunks], stage.family)
         stage(input_ids, None, **kwargs)
-    usage = stage.engine.stream_bytes()
+    usage = stage.executor.stream_bytes()
     a, b = (stage.streams.get(r) for r in ("a", "b"))
     assert a is not None and b is not None and a.voice is b.voice  # one prepared default voice
     kv = a.caches.flow.estimator_att  # type: ignore[attr-defined]
@@ -377,5 +377,5 @@ def test_step_audio2_whole_utterance_matches_flow_then_hift_in_the_default_voice
             torch.tensor([tokens]), torch.tensor([7]), f.prompt_tokens, f.prompt_token_len,
             f.prompt_mel, f.prompt_mel_len, f.speaker_embedding, n_timesteps=2,
         )  # fmt: skip
-        expected, _ = core.hift(mel, generator=torch.Generator().manual_seed(stage.engine.noise_seed("w", 0)))
+        expected, _ = core.hift(mel, generator=torch.Generator().manual_seed(stage.executor.noise_seed("w", 0)))
     assert torch.equal(audio, expected.reshape(-1)) and stage.live_streams == 0

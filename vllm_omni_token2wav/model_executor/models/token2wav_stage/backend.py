@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """The per-family kernel interface the Token2Wav stage engine drives: `Token2WavBackend`.
 
-The engine (`engine.py`) owns everything about requests: parsing, stream state, admission rules,
+The step executor (`step_executor.py`) owns everything about requests: parsing, stream state, admission rules,
 planning launches, isolating failures, committing. A backend owns everything about the models:
 preparing a voice, a stream's caches, what a chunk's shapes are, and the batched launches. Nothing
 crosses the line in the other direction: a backend never sees request ids, and the engine treats

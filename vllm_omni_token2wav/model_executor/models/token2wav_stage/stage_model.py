@@ -19,7 +19,7 @@ shared flow + HiFT core), `CosyVoice3Code2Wav` with its own. The runner:
    runtime_additional_information=[...], seq_token_counts=[...], request_ids=[...])` once per
    scheduler step: the idle-stream sweep (`store.StreamStore.sweep`, on every call: profiling and
    placeholder-only steps return before the engine runs, and abandoned streams must not wait for
-   real work to be freed) -> `contract.parse_step` -> `Token2WavEngine.step` -> `contract.build_output`;
+   real work to be freed) -> `contract.parse_step` -> `Token2WavStepExecutor.step` -> `contract.build_output`;
 4. calls `on_requests_finished(ids)` to free streams.
 
 With `VLLM_OMNI_TOKEN2WAV_STAGE_STATS=<path>` the model writes its cumulative counters there after
@@ -59,7 +59,6 @@ from vllm_omni_token2wav.model_executor.models.token2wav_stage.contract import (
     build_output,
     parse_step,
 )
-from vllm_omni_token2wav.model_executor.models.token2wav_stage.engine import EngineConfig, Token2WavEngine
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.families import (
     FamilySpec,
     find_default_voice,
@@ -72,6 +71,10 @@ from vllm_omni_token2wav.model_executor.models.token2wav_stage.model_source impo
 )
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.options import StageOptions, stage_options
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.stats import StatsWriter
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.step_executor import (
+    StepExecutorConfig,
+    Token2WavStepExecutor,
+)
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.store import StreamStore
 from vllm_omni_token2wav.platforms.interface import DevicePlatform
 
@@ -153,11 +156,11 @@ class Token2WavStageModel(nn.Module):
         self.backend = self._build_backend(opts)
         self.streams = StreamStore(max_streams=opts.stream_limit, idle_timeout_s=opts.idle_timeout_s)
         self._stats = StatsWriter(self.family.name)
-        self.engine = Token2WavEngine(
+        self.executor = Token2WavStepExecutor(
             self.backend,
             self.streams,
             self.default_voice,
-            EngineConfig(
+            StepExecutorConfig(
                 max_rows=opts.max_rows,
                 pad_to_buckets=opts.pad_to_buckets,
                 seed=opts.seed,
@@ -204,7 +207,7 @@ class Token2WavStageModel(nn.Module):
         raise NotImplementedError(f"{type(self).__name__} names no Token2Wav backend (see `_build_core`)")
 
     def _voice_loader(self) -> Callable[[object, float], object] | None:
-        """`EngineConfig.load_voice` (None: the fixed-length 24 kHz normalisation of every reference)."""
+        """`StepExecutorConfig.load_voice` (None: the fixed-length 24 kHz normalisation of every reference)."""
         return None
 
     def check_no_variant(self, opts: StageOptions) -> None:
@@ -247,8 +250,8 @@ class Token2WavStageModel(nn.Module):
 
     def _plan_for_graphs(self) -> None:
         pad = self.options.pad_to_buckets or self.backend.graphs_active
-        if pad != self.engine.config.pad_to_buckets:
-            self.engine.config = replace(self.engine.config, pad_to_buckets=pad)
+        if pad != self.executor.config.pad_to_buckets:
+            self.executor.config = replace(self.executor.config, pad_to_buckets=pad)
 
     def set_device_graphs(self, enabled: bool) -> bool:
         """Switch graph replay of the launches at run time (benchmarks compare both on one stage).
@@ -295,7 +298,7 @@ class Token2WavStageModel(nn.Module):
                 results = [SegmentResult(error=s.error) for s in step.segments]
             else:
                 self._ensure_loaded()
-                results = self.engine.step(step.segments)
+                results = self.executor.step(step.segments)
         except Exception as exc:
             if stats is not None:
                 stats.record_failure(f"{type(exc).__name__}: {exc}", live_streams=len(self.streams))
@@ -303,7 +306,7 @@ class Token2WavStageModel(nn.Module):
             raise
         output = build_output(results, step.device, self.family.output_key)
         if stats is not None:
-            seeds = self.engine.last_seeds if ran else None
+            seeds = self.executor.last_seeds if ran else None
             stats.record_step(
                 step.segments,
                 results,
@@ -318,7 +321,7 @@ class Token2WavStageModel(nn.Module):
 
     def on_requests_finished(self, finished_req_ids: Iterable[str]) -> None:
         """Free the streams of finished requests (their state, their ended-stream records)."""
-        freed = self.engine.finish([str(r) for r in finished_req_ids])
+        freed = self.executor.finish([str(r) for r in finished_req_ids])
         stats = self._stats.target()
         if stats is not None:
             stats.record_finished(freed, live_streams=len(self.streams))

@@ -17,7 +17,10 @@ import torch
 
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.backend import ChunkShape, ChunkWork, StreamBytes
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.contract import ChunkMeta, Segment, SegmentKind
-from vllm_omni_token2wav.model_executor.models.token2wav_stage.engine import EngineConfig, Token2WavEngine
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.step_executor import (
+    StepExecutorConfig,
+    Token2WavStepExecutor,
+)
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.store import StreamStore
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.voice import VoiceRequest
 
@@ -100,13 +103,13 @@ class FakeBackend:
         return StreamBytes(own=len(caches.seen), shared=0)
 
 
-def _engine(**config: object) -> tuple[Token2WavEngine, FakeBackend]:
+def _engine(**config: object) -> tuple[Token2WavStepExecutor, FakeBackend]:
     backend = FakeBackend()
-    engine = Token2WavEngine(
+    engine = Token2WavStepExecutor(
         backend,
         StreamStore(max_streams=16),
         VOICE,
-        EngineConfig(reference_seconds=1.0, **config),  # type: ignore[arg-type]
+        StepExecutorConfig(reference_seconds=1.0, **config),  # type: ignore[arg-type]
     )
     return engine, backend
 

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 """One scheduler step of the Token2Wav stage: admit every segment, plan the launches, run them, commit.
 
-`Token2WavEngine.step(segments)` is what a stage model's `forward` does after the adapter
+`Token2WavStepExecutor.step(segments)` is what a stage model's `forward` does after the adapter
 (`contract.py`) has read the step (and after the idle-stream sweep, which `forward` runs on every
 call, work or not), and it is family-agnostic: models are behind a
 `Token2WavBackend`, stream rules in `state.py`, launch grouping in `planner.py`.
@@ -57,7 +57,7 @@ REQUEST_ERRORS = (ValueError, FileNotFoundError, RuntimeError, TypeError, IndexE
 
 
 @dataclass(frozen=True)
-class EngineConfig:
+class StepExecutorConfig:
     max_rows: int = 32
     pad_to_buckets: bool = False
     seed: int = 0
@@ -87,7 +87,7 @@ class _Item:
     error: str | None = None
 
 
-class Token2WavEngine:
+class Token2WavStepExecutor:
     """Streams by request key and the step loop over a `Token2WavBackend` (see the module docstring).
 
     `default_voice` is the voice of requests that bring none: a path, encoded bytes or
@@ -99,11 +99,11 @@ class Token2WavEngine:
         backend: Token2WavBackend[Any, Any, Any],
         store: StreamStore,
         default_voice: object,
-        config: EngineConfig | None = None,
+        config: StepExecutorConfig | None = None,
     ) -> None:
         self.backend = backend
         self.store = store
-        self.config = config or EngineConfig()
+        self.config = config or StepExecutorConfig()
         self._default_voice = default_voice
         self._voices: OrderedDict[str, object] = OrderedDict()
         self.last_plan: StepPlan = StepPlan()
@@ -318,4 +318,4 @@ def _message(seg: Segment, exc: BaseException) -> str:
     return text if text.startswith(prefix) else f"{prefix}: {type(exc).__name__}: {text}"
 
 
-__all__ = ["REQUEST_ERRORS", "EngineConfig", "Token2WavEngine"]
+__all__ = ["REQUEST_ERRORS", "StepExecutorConfig", "Token2WavStepExecutor"]
