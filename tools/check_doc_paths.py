@@ -195,6 +195,8 @@ class Tree:
 
     def _is(self, anchor: str, rel: str, want_folder: bool) -> bool:
         target = (self.root / anchor / rel) if anchor else (self.root / rel)
+        if not target.resolve().is_relative_to(self.root.resolve()):
+            return False  # outside the repository: what a fresh clone has not (the same answer on every checkout)
         return target.is_dir() if want_folder else target.exists()
 
     def _elided_exists(self, anchor: str, token: str) -> bool:

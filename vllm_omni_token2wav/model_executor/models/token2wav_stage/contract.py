@@ -5,7 +5,7 @@ vLLM-Omni's generation runner calls a code2wav stage once per scheduler step wit
 every scheduled request in ONE flat `input_ids` (int32 on CPU, seen with the real engine; any integer
 dtype is accepted, a float or bool one is that segment's error), `kwargs["seq_token_counts"]` to
 split it, `kwargs["request_ids"]` (the model sets `requires_request_ids`) and one
-`runtime_additional_information` dict per request (`../shared/notes/stage-contract.md`; where the
+`runtime_additional_information` dict per request (the team's stage-contract notes, outside this repository; where the
 real engine differs, this module follows the engine). This module turns that into plain `Segment`
 records and nothing else: no state, no models.
 
