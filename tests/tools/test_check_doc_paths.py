@@ -140,3 +140,19 @@ def test_command_line_exit_status_and_output(tmp_path: Path) -> None:
         [sys.executable, str(script), "--root", str(root), str(root / "README.md")], capture_output=True, text=True
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_a_path_that_leaves_the_repository_never_exists(tmp_path: Path) -> None:
+    """`../notes/x.md` from the root names a file outside the checkout: found here, absent in a fresh clone, so
+    it counts as missing everywhere (a docs-relative `../` that stays inside still resolves)."""
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "x.md").write_text("outside\n")
+    root = _repo(
+        tmp_path / "repo",
+        {
+            f"{PKG}/contract.py": '"""The contract (`../notes/x.md`)."""\n',
+            "docs/design/a.md": "See `../design/other.md`.\n",
+        },
+    )
+    findings = _findings(root)
+    assert [f for f in findings if "../notes/x.md" in f] and not [f for f in findings if "other.md" in f], findings
