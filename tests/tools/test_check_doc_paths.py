@@ -143,7 +143,7 @@ def test_command_line_exit_status_and_output(tmp_path: Path) -> None:
 
 
 def test_a_path_that_leaves_the_repository_never_exists(tmp_path: Path) -> None:
-    """`../notes/x.md` from the root names a file outside the checkout: found here, absent in a fresh clone, so
+    """A path to `notes/x.md` beside the root names a file outside the checkout: found here, absent in a fresh clone, so
     it counts as missing everywhere (a docs-relative `../` that stays inside still resolves)."""
     (tmp_path / "notes").mkdir()
     (tmp_path / "notes" / "x.md").write_text("outside\n")
