@@ -260,7 +260,7 @@ class Token2WavRowCost:
                 device=cfg.device,
                 model_dir=None,
                 full=cfg.full,
-                family="minicpmo",
+                family="minicpmo_4_5",
                 n_timesteps=cfg.n_timesteps,
                 reference_seconds=cfg.reference_seconds,
                 max_rows=most,

@@ -156,3 +156,20 @@ def test_help_lists_the_subcommand(capsys: pytest.CaptureFixture[str]) -> None:
     assert exit_info.value.code == 0 and "token2wav-serve" in capsys.readouterr().out
     code, _, err = run_bench(capsys, "token2wav-serve", "--json", str(Path.cwd()))
     assert code == 2 and "is a folder" in err
+
+
+def test_family_names_are_the_family_lists_and_the_old_spellings_still_run() -> None:
+    """`--family` takes the family list's names (the CosyVoice2-flow families); `minicpmo` / `step-audio2`, the
+    names recorded commands use, map to them; the default is MiniCPM-o."""
+    from vllm_omni_token2wav.benchmarks.token2wav_serve.families import FAMILIES
+
+    assert FAMILIES == ("minicpmo_4_5", "step_audio2")
+    assert build_config(_parse()).family == "minicpmo_4_5"
+    for given, expected in (
+        ("minicpmo", "minicpmo_4_5"),
+        ("step-audio2", "step_audio2"),
+        ("step_audio2", "step_audio2"),
+    ):
+        assert build_config(_parse("--family", given)).family == expected
+    with pytest.raises(SystemExit):
+        _parse("--family", "cosyvoice3")  # not on the CosyVoice2 flow: argparse refuses it

@@ -42,7 +42,7 @@ def test_playback_counts_chunks_that_arrive_after_the_audio_ran_out() -> None:
 
 
 def test_chunks_are_ready_when_the_talker_has_emitted_their_last_token() -> None:
-    for family, name in ((MINICPMO_4_5, "minicpmo"), (STEP_AUDIO2, "step-audio2")):
+    for family, name in ((MINICPMO_4_5, "minicpmo_4_5"), (STEP_AUDIO2, "step_audio2")):
         tokens = list(range(90))
         chunks = all_chunks(ProducerStream("r", tokens, family))
         offsets = ready_offsets(chunks, len(tokens), 100.0, name)
@@ -103,7 +103,7 @@ def test_poisson_arrivals_queue_beyond_the_concurrency_and_both_modes_serve_ever
     from vllm_omni_token2wav.benchmarks.token2wav_serve.run import PLANS, Token2WavServeBenchmark
 
     sizes = {**PLANS["smoke"], "concurrency": (2,), "requests": 4}
-    config = ServeConfig(device="cpu", request_rate=50.0, family="step-audio2", plan="smoke", **sizes)
+    config = ServeConfig(device="cpu", request_rate=50.0, family="step_audio2", plan="smoke", **sizes)
     report = Token2WavServeBenchmark(config).run()
     assert report.complete and report.environment["loadavg_end"] is not None
     for mode in ("batched", "unbatched"):

@@ -35,13 +35,14 @@ from pathlib import Path
 from typing import Any
 
 from vllm_omni_token2wav.benchmarks import bench_cli, common
+from vllm_omni_token2wav.benchmarks.token2wav_serve.families import FAMILIES, FAMILY_ALIASES, canonical_family
 from vllm_omni_token2wav.cli_types import CLIUsageError
 
 DEFAULT_JSON = str(bench_cli.DEFAULT_REPORT_DIR / "token2wav_serve.json")
 DEFAULT_PLOT = str(bench_cli.DEFAULT_REPORT_DIR / "token2wav_serve.png")
 ENGINE_JSON = str(bench_cli.DEFAULT_REPORT_DIR / "token2wav_serve_engine.json")
 ENGINE_PLOT = str(bench_cli.DEFAULT_REPORT_DIR / "token2wav_serve_engine.png")
-FAMILY_CHOICES = ("minicpmo", "step-audio2")
+FAMILY_CHOICES = (*FAMILIES, *FAMILY_ALIASES)
 DEFAULT_TALKER_RATE = 100.0
 #: Options of the emulated run that `--engine` refuses, and why (the served stack decides these itself).
 ENGINE_REFUSED = {
@@ -138,7 +139,7 @@ def build_config(args: argparse.Namespace) -> Any:
     config = ServeConfig(
         model_dir=model_dir,
         full=args.full,
-        family=args.family or "minicpmo",
+        family=canonical_family(args.family) if args.family else FAMILIES[0],
         device=device,
         request_rate=args.request_rate,
         talker_rate=DEFAULT_TALKER_RATE if args.talker_rate is None else args.talker_rate,
@@ -167,7 +168,9 @@ class Token2WavServeSubcommand:
         )
         parser.add_argument("--full", action="store_true", help="use the full-size stand-in (~1.2 GB, slow on CPU)")
         parser.add_argument(
-            "--family", choices=FAMILY_CHOICES, help="stage model (default minicpmo; --engine: step-audio2)"
+            "--family",
+            choices=FAMILY_CHOICES,
+            help=f"stage model (default {FAMILIES[0]}; --engine: step_audio2; {', '.join(FAMILY_ALIASES)}: old names)",
         )
         bench_cli.add_device_option(parser)
         parser.add_argument(
@@ -230,7 +233,7 @@ def build_engine_config(args: argparse.Namespace) -> Any:
         value = getattr(args, option)
         if value not in (None, False):
             raise CLIUsageError(f"--{option.replace('_', '-')} does not apply to --engine: {why}")
-    if args.family not in (None, "step-audio2"):
+    if args.family is not None and canonical_family(args.family) != "step_audio2":
         raise CLIUsageError(
             f"--family {args.family} does not apply to --engine: the served stand-in stack is Step-Audio2's "
             "(MiniCPM-o's talker hands codes over in a way the stand-in producer does not emulate)"

@@ -96,7 +96,7 @@ from vllm_omni_token2wav.envs import STAGE_STATS_ENV, STAGE_STATS_INTERVAL_ENV
 
 SCHEMA: Final = "vllm-omni/bench-token2wav-serve-engine/1"
 FAMILY: Final = "step_audio2"  # the engine family: the stand-in stream deployment and the in-process stage
-BENCH_FAMILY: Final = "step-audio2"  # the same family in the emulated benchmark's vocabulary
+BENCH_FAMILY: Final = "step_audio2"  # the served stand-in stack's family (the emulated benchmark's name for it)
 DEPLOY: Final = "standin_step_audio2_stream.yaml"
 MODE_LABELS: Final = {"batched": "batched", "unbatched": "max_num_seqs=1"}
 _LOG_WAIT_S: Final = 5.0  # how long to wait for the API server to log the last request tables of a level

@@ -65,6 +65,7 @@ from vllm_omni_token2wav.benchmarks.common import (
     torch_threads,
 )
 from vllm_omni_token2wav.benchmarks.progress import progress
+from vllm_omni_token2wav.benchmarks.token2wav_serve.families import FAMILIES
 from vllm_omni_token2wav.logger import init_logger
 from vllm_omni_token2wav.model_executor.models.standin.chunk_producer import (
     CHUNK_TOKENS,
@@ -74,6 +75,7 @@ from vllm_omni_token2wav.model_executor.models.standin.chunk_producer import (
     all_chunks,
     forward_inputs,
 )
+from vllm_omni_token2wav.model_executor.models.token2wav_stage import families as family_registry
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.errors import segment_errors
 
 logger = init_logger(__name__)
@@ -82,7 +84,6 @@ SCHEMA: Final = "vllm-omni/bench-token2wav-serve/1"
 SAMPLE_RATE: Final = 24_000
 TOKEN_RATE: Final = 25
 MODES: Final = ("batched", "unbatched")
-FAMILIES: Final = ("minicpmo", "step-audio2")
 
 
 class ServeSetupError(Exception):
@@ -95,7 +96,7 @@ class ServeConfig:
 
     model_dir: Path | None = None
     full: bool = False
-    family: str = "minicpmo"
+    family: str = "minicpmo_4_5"
     device: str = "auto"
     concurrency: tuple[int, ...] = (1, 4, 8)
     requests: int | None = None  # per level; None: 3 x c, at least 4
@@ -115,7 +116,7 @@ class ServeConfig:
     device_graphs: bool | None = None  # the stage's token2wav_device_graphs (None: auto)
 
     def validate(self) -> None:
-        if self.family not in FAMILIES:
+        if self.family not in FAMILIES:  # the family list's names (the command line maps the old ones)
             raise ValueError(f"family must be one of {FAMILIES}, got {self.family!r}")
         check_clock(self.clock, self.device, self.threads)
         if not self.concurrency or any(c < 1 for c in self.concurrency):
@@ -352,8 +353,8 @@ def ready_offsets(chunks: Sequence[ChunkPayload], tokens: int, talker_rate: floa
     for k, chunk in enumerate(chunks):
         if chunk.last:
             needed = tokens
-        elif family == "minicpmo":
-            needed = CHUNK_TOKENS * (k + 1)  # 25 new codes per chunk (after the 3 context codes)
+        elif family_registry.family(family).producer.chunking == "context_window":
+            needed = CHUNK_TOKENS * (k + 1)  # 25 new codes per chunk (after the 3 context codes: MiniCPM-o)
         else:
             needed = CHUNK_TOKENS * k + CHUNK_TOKENS + LOOKAHEAD_TOKENS
         out.append(min(needed, tokens) / talker_rate)
@@ -501,12 +502,7 @@ def load_stage(recipe: StageRecipe, stage_msg: Callable[[str], None], error: typ
     model_dir, weights = token2wav_model_dir(
         recipe.model_dir, reduced=not recipe.full, seed=recipe.seed, stage=stage_msg, error=error
     )
-    from vllm_omni_token2wav.model_executor.models.minicpmo_4_5.minicpmo_4_5_code2wav import MiniCPMO45Code2Wav
-    from vllm_omni_token2wav.model_executor.models.step_audio2.step_audio2_token2wav_stage import (
-        StepAudio2Token2WavForConditionalGeneration,
-    )
-
-    stage_cls = MiniCPMO45Code2Wav if recipe.family == "minicpmo" else StepAudio2Token2WavForConditionalGeneration
+    stage_cls = family_registry.import_target(family_registry.family(recipe.family).serving.stage_class)
     try:
         stage = stage_cls(
             model=str(model_dir),
