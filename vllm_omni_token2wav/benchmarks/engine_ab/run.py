@@ -628,12 +628,12 @@ class EngineABBenchmark:
         self._on_update = on_update or (lambda _report: None)
 
     def run(self) -> EngineABReport:
-        from vllm_omni_token2wav.benchmarks.token2wav_serve.engine import _engine_versions
+        from vllm_omni_token2wav.benchmarks.token2wav_serve.engine import engine_versions
 
         self.report.environment = {
             "cpu": cpu_model(),
             "usable_cores": usable_cores(),
-            "engine": _engine_versions(),
+            "engine": engine_versions(),
             "loadavg_start": load_average(),
             "timestamp_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }

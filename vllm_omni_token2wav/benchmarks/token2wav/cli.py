@@ -37,7 +37,7 @@ DEFAULT_PLOT = str(bench_cli.DEFAULT_REPORT_DIR / "token2wav_rtf_report.png")
 MODEL_DIR_FILES = ("campplus.onnx", "speech_tokenizer_v2_25hz.onnx", "flow.yaml", "flow.pt", "hift.pt")
 
 
-def _device_type(device: str) -> str:
+def resolved_device_type(device: str) -> str:
     """`cpu`, `cuda` or `npu` for the resolved `--device` (auto asks the platform, which imports torch)."""
     if device != "auto":
         return device.split(":")[0]
@@ -92,7 +92,7 @@ def build_config(args: argparse.Namespace) -> Any:
             f"--prompt-seconds {args.prompt_seconds}: must be in [{MIN_PROMPT_SECONDS:g}, {MAX_PROMPT_SECONDS:g}] "
             "(the streaming caches hold at most ~16.9 s of prompt)"
         )
-    device_type = _device_type(device)
+    device_type = resolved_device_type(device)
     plan = default_plan(device_type, fast=args.fast)
     sizes = {
         "gen_seconds": args.gen_seconds,

@@ -117,10 +117,10 @@ def build_config(args: argparse.Namespace) -> Any:
         if not model_dir.is_dir():
             raise CLIUsageError(f"--model-dir {args.model_dir}: no such directory")
 
-    from vllm_omni_token2wav.benchmarks.token2wav.cli import _device_type
+    from vllm_omni_token2wav.benchmarks.token2wav.cli import resolved_device_type
     from vllm_omni_token2wav.benchmarks.token2wav_serve.run import PLANS, ServeConfig
 
-    device_type = _device_type(device)
+    device_type = resolved_device_type(device)
     if args.clock == "cpu" and device_type != "cpu":
         raise CLIUsageError(f"--clock cpu times CPU runs only; --device {device} runs on {device_type}")
     plan = _plan_name(args, device_type)

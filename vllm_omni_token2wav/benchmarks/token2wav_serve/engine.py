@@ -533,7 +533,7 @@ class EngineServeBenchmark:
         import torch
 
         self.report.environment = run_environment(torch.device("cpu"), 1)
-        self.report.environment["engine"] = _engine_versions()
+        self.report.environment["engine"] = engine_versions()
         with stamp_load_at_end(lambda: self.report.environment):
             self._run()
         self.report.complete = True
@@ -838,7 +838,7 @@ def missing_engine() -> str | None:
     return " and ".join(missing) or None
 
 
-def _engine_versions() -> dict[str, str | None]:
+def engine_versions() -> dict[str, str | None]:
     import importlib.metadata
 
     out: dict[str, str | None] = {}
@@ -866,6 +866,7 @@ __all__ = [
     "ProducerCodes",
     "ServedRun",
     "engine_over_in_process",
+    "engine_versions",
     "in_process_seconds",
     "missing_engine",
     "request_texts",

@@ -37,7 +37,7 @@ import json
 import struct
 from pathlib import Path
 
-from vllm_omni_token2wav.model_executor.models.standin.token2wav_dir import _MANIFEST, ensure_assembled
+from vllm_omni_token2wav.model_executor.models.standin.token2wav_dir import MANIFEST_NAME, ensure_assembled
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.families import (
     StandinLayout,
     registered_families,
@@ -142,7 +142,7 @@ def _asset_dir(layout: StandinLayout, reduced: bool, seed: int, upstream_compati
 
 def _asset_files(directory: Path) -> dict[str, Path]:
     """The asset files of an assembled stand-in folder (not its hidden manifest and lock files)."""
-    assert _MANIFEST.startswith(".")
+    assert MANIFEST_NAME.startswith(".")
     return {p.name: p for p in sorted(directory.iterdir()) if p.is_file() and not p.name.startswith(".")}
 
 

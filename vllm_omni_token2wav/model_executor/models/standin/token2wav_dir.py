@@ -63,7 +63,7 @@ logger = init_logger(__name__)
 
 #: Bump when the recipe (component versions or file set) changes so cached directories are rebuilt.
 STANDIN_DIR_VERSION = 2
-_MANIFEST = ".manifest.json"
+MANIFEST_NAME = ".manifest.json"
 #: The manifest whose assets are in the stand-in registry (`known_files.record_standin`).
 _REGISTERED = ".registered.json"
 #: Default-voice file names the stage looks for (MiniCPM-o, Step-Audio2): both ship the ARCTIC clip.
@@ -265,7 +265,7 @@ def ensure_assembled(
     digests = {name: hashlib.sha256(data).hexdigest() for name, data in files.items()}
     sourced = {name: str(path) for name, path in sources.items()}
     manifest = json.dumps({**sourced, **recipe, "generated": digests}, sort_keys=True)
-    marker = directory / _MANIFEST
+    marker = directory / MANIFEST_NAME
     if marker.is_file() and marker.read_text() == manifest:
         _register_assets(directory, manifest)
         return directory
