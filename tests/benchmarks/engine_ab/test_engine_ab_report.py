@@ -215,3 +215,18 @@ def test_upstream_max_num_seqs_is_read_from_its_deploy_yaml_and_named(tmp_path: 
     overlay = yaml.safe_load(write_overlay(tmp_path, "up", "cosyvoice3", 8).read_text())
     assert overlay["stages"] == [{"stage_id": 0, "max_num_seqs": 8}]
     assert overlay["base_config"].endswith("deploy/cosyvoice3_code2wav.yaml")
+
+
+def test_the_command_line_builds_its_choices_without_torch() -> None:
+    """`bench engine-ab --help` reads the family list only: the CLI module imports neither torch nor the run."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys, vllm_omni_token2wav.benchmarks.engine_ab.cli as cli\n"
+        "assert cli.FAMILY_NAMES, cli.FAMILY_NAMES\n"
+        "print('torch' in sys.modules, 'vllm_omni_token2wav.benchmarks.engine_ab.run' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["False", "False"]

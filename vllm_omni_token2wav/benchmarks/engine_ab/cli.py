@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from vllm_omni_token2wav.benchmarks import bench_cli
-from vllm_omni_token2wav.benchmarks.engine_ab.run import FAMILIES
+from vllm_omni_token2wav.benchmarks.engine_ab.families import FAMILIES
 from vllm_omni_token2wav.benchmarks.token2wav_serve.cli import parse_levels
 from vllm_omni_token2wav.cli_types import CLIUsageError
 

@@ -68,6 +68,7 @@ from typing import Any, Final
 import numpy as np
 
 from vllm_omni_token2wav.benchmarks.common import cpu_model, load_average, usable_cores
+from vllm_omni_token2wav.benchmarks.engine_ab.families import FAMILIES, STREAM_FAMILIES, UPSTREAM_DEPLOYS
 from vllm_omni_token2wav.benchmarks.engine_server import EngineServer, EngineServerError
 from vllm_omni_token2wav.benchmarks.speech_stream_client import (
     SPEECH_PATH,
@@ -78,21 +79,12 @@ from vllm_omni_token2wav.benchmarks.speech_stream_client import (
 )
 from vllm_omni_token2wav.benchmarks.token2wav_serve.run import SAMPLE_RATE, TOKEN_RATE, ModeRun, RequestResult
 from vllm_omni_token2wav.logger import init_logger
-from vllm_omni_token2wav.model_executor.models.token2wav_stage import families as family_registry
 
 logger = init_logger(__name__)
 
 SCHEMA: Final = "vllm-omni/bench-engine-ab/1"
-#: The families with an upstream deployment to compare with (`upstream_deploy` in their `family.py`), from the one
-#: family list (`token2wav_stage/families.py`, a light import: records and strings).
-FAMILIES: Final = tuple(
-    f.name for f in family_registry.registered_families() if f.pipelines.upstream_deploy is not None
-)
 ARMS: Final = ("upstream", "ours")
 ROUTES: Final = ("alone", "stream", "pipeline")
-#: Families with a stand-in stream deployment (`standin_stream`): MiniCPM-o's upstream async-chunk function reads
-#: its talker's per-step multimodal output, which the stand-in producer does not emit.
-STREAM_FAMILIES: Final = tuple(f for f in FAMILIES if family_registry.family(f).pipelines.standin_stream)
 PRODUCER_SEQS: Final = 8  # the stand-in producer's max_num_seqs in both arms of the stream route
 CODEBOOK: Final = 6561  # every family's speech tokens are in [0, 6561)
 SAMPLES_PER_TOKEN: Final = SAMPLE_RATE // TOKEN_RATE
@@ -110,11 +102,6 @@ FAULT_INDEX: Final = 3  # which of the fault wave's requests is bad
 BAD_CODE: Final = 7000
 BAD_POSITION: Final = 9
 
-#: family -> (vLLM-Omni's deploy YAML for the model, the code2wav stage's id in it): where upstream's arm
-#: takes its code2wav `max_num_seqs` from (each family's `upstream_deploy`).
-UPSTREAM_DEPLOYS: Final[dict[str, tuple[str, int]]] = {
-    f: deploy for f in FAMILIES if (deploy := family_registry.family(f).pipelines.upstream_deploy) is not None
-}
 
 #: Statuses of an arm: measured (`ok`, `partial`: some requests failed) or not (`start_failed`,
 #: `requests_failed`: it answered no request, its warm-up included; `not_run`: the run ended before it).
