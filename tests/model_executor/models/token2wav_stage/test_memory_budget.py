@@ -14,8 +14,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.model_executor.models.token2wav_stage.conftest import FAST_OPTIONS
 from tests.model_executor.models.token2wav_stage.test_step_executor import VOICE, FakeBackend
 from vllm_omni_token2wav.model_executor.models.cosyvoice3.cosyvoice3_code2wav import CosyVoice3Code2Wav
+from vllm_omni_token2wav.model_executor.models.minicpmo_4_5.minicpmo_4_5_code2wav import MiniCPMO45Code2Wav
 from vllm_omni_token2wav.model_executor.models.standin.chunk_producer import (
     ChunkPayload,
     ProducerStream,
@@ -297,3 +299,24 @@ def test_a_one_chunk_stream_runs_beside_others_unless_it_could_never_fit() -> No
     out = engine.step([chunk(0, "once", 0, [6, 7, 8], last=True), chunk(1, "never", 0, list(range(7)), last=True)])
     assert audio(out[0]) == [6, 7, 8] and engine.memory_snapshot().waiting_streams == 0
     assert out[1].error is not None and "it can never run on this stage" in out[1].error
+
+
+# ---- the CosyVoice2 flow (MiniCPM-o 4.5, Step-Audio2) on the reduced stand-in --------------------
+
+
+@pytest.mark.parametrize("kv_dtype", [None, "bfloat16"])
+def test_a_cosyvoice2_streams_reservation_bounds_what_it_holds_at_every_chunk(model_dir: Path, kv_dtype: str) -> None:
+    """The trimmed cache is bounded: the admission estimate is the bound, and a long stream reaches it."""
+    stage = MiniCPMO45Code2Wav(model=str(model_dir), async_chunk=True, kv_cache_dtype=kv_dtype, **FAST_OPTIONS)
+    stage.load_weights([])
+    _, voice = stage.executor.voice(None)
+    reserved = stage.backend.estimate_stream_bytes(voice, 0)
+    held = []
+    tokens = torch.randint(0, 6561, (200,), generator=torch.Generator().manual_seed(5)).tolist()
+    for payload in all_chunks(ProducerStream("r", tokens, stage.family))[:-1]:
+        input_ids, kwargs = forward_inputs([payload], stage.family)
+        errors = segment_errors(stage(input_ids, None, **kwargs).multimodal_outputs)
+        assert errors == [None], errors
+        (state,) = stage.streams.states()
+        held.append(stage.backend.stream_bytes(state.caches, state.voice).own)
+    assert max(held) <= reserved and held[-1] >= 0.9 * reserved, (held, reserved)

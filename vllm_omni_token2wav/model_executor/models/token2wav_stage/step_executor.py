@@ -217,11 +217,15 @@ class Token2WavStepExecutor:
     # ---- memory budget ----------------------------------------------------------------------------
 
     def live_bytes(self) -> int:
-        """Bytes the live streams hold: each stream's own bytes, and each voice's shared bytes once."""
+        """Bytes the live streams count against the budget: each voice's shared bytes once, and each stream's
+        own bytes or its reservation (`estimate_stream_bytes` at its tokens so far), whichever is larger: a
+        CosyVoice2-flow stream reserves its trimmed bound from the start, so it never outgrows its count."""
+        estimate = getattr(self.backend, "estimate_stream_bytes", None)
         own, shared = 0, {}
         for state in self.store.states():
             usage = self.backend.stream_bytes(state.caches, state.voice)
-            own += usage.own
+            reserved = int(estimate(state.voice, state.tokens)) if estimate is not None else 0
+            own += max(usage.own, reserved)
             shared[state.voice_key] = usage.shared
         return own + sum(shared.values())
 
