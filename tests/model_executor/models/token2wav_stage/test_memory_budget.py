@@ -320,3 +320,17 @@ def test_a_cosyvoice2_streams_reservation_bounds_what_it_holds_at_every_chunk(mo
         (state,) = stage.streams.states()
         held.append(stage.backend.stream_bytes(state.caches, state.voice).own)
     assert max(held) <= reserved and held[-1] >= 0.9 * reserved, (held, reserved)
+
+
+def test_a_waiting_request_that_goes_silent_is_dropped_after_the_idle_timeout() -> None:
+    """A request that vanished without a finish notice must not hold its reservation (and the queue) forever."""
+    engine = executor(budget=6, per_token=1.0)
+    now = [0.0]
+    engine.clock = lambda: now[0]
+    engine.step([chunk(0, "a", 0, [1, 2, 3, 4, 5])])
+    engine.step([chunk(0, "gone", 0, [6, 7, 8])])
+    assert engine.memory_snapshot().waiting_streams == 1
+    engine.finish(["a"])
+    now[0] = engine.store.idle_timeout_s + 1
+    out = engine.step([chunk(0, "c", 0, [9, 10, 11, 12, 13])])  # fits only without gone's reservation of 3
+    assert audio(out[0]) == [9, 10, 11, 12, 13] and engine.memory_snapshot().waiting_streams == 0

@@ -38,6 +38,7 @@ a request run alone or batched with any others gives the same audio.
 from __future__ import annotations
 
 import hashlib
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -133,6 +134,10 @@ class Token2WavStepExecutor:
             self.bytes_model.per_token = float(hint)
         #: Requests waiting for memory, in arrival order: their held segments (oldest first).
         self._waiting: OrderedDict[str, list[Segment]] = OrderedDict()
+        #: When each waiting request last sent a segment; one silent for the store's idle timeout is dropped,
+        #: so a request that vanished without a finish notice does not hold its reservation forever.
+        self._touched: dict[str, float] = {}
+        self.clock: Callable[[], float] = time.monotonic
         #: Streams that had to wait, and segments refused by the budget, since construction.
         self.budget_waits = 0
         self.budget_refusals = 0
@@ -167,9 +172,15 @@ class Token2WavStepExecutor:
 
     def step(self, segments: Sequence[Segment]) -> list[SegmentResult]:
         self.last_seeds = {}
-        if self.config.memory_budget is None and not self._waiting:
-            return self._step_once(segments)
+        if not self._waiting and (self.config.memory_budget is None or not any(map(self._opens, segments))):
+            return self._step_once(segments)  # nothing waits and nothing new: the budget has nothing to decide
         return self._step_with_budget(segments)
+
+    def _opens(self, seg: Segment) -> bool:
+        """Whether `seg` may start something the budget decides on: a new stream or a whole utterance."""
+        if seg.error is not None or not seg.tokens:
+            return False
+        return seg.kind is SegmentKind.WHOLE or (seg.kind is SegmentKind.CHUNK and self.store.get(seg.key) is None)
 
     def _step_once(self, segments: Sequence[Segment]) -> list[SegmentResult]:
         """One round: admit, plan, launch, commit (`segments[i].index == i`)."""
@@ -212,6 +223,7 @@ class Token2WavStepExecutor:
         keys = [str(k) for k in keys]
         for key in keys:
             self._waiting.pop(key, None)
+            self._touched.pop(key, None)
         return self.store.forget(keys)
 
     # ---- memory budget ----------------------------------------------------------------------------
@@ -244,6 +256,17 @@ class Token2WavStepExecutor:
         """Hold what does not fit, run what does (waiting streams' held chunks in extra rounds); module docstring."""
         budget = self.config.memory_budget
         results: list[SegmentResult | None] = [None] * len(segments)
+        now_s = self.clock()
+        for key in [k for k in self._waiting if now_s - self._touched.get(k, now_s) > self.store.idle_timeout_s]:
+            held = self._waiting.pop(key)
+            self._touched.pop(key, None)
+            logger.warning(
+                "token2wav stage: request %s waited for memory and sent nothing for more than %.0f s; its %d held "
+                "chunk(s) are dropped",
+                held[0].request_id,
+                self.store.idle_timeout_s,
+                len(held),
+            )
         used = self.live_bytes()  # live streams + streams opened in this step
         ahead = 0  # estimates of streams still waiting
         rounds: dict[int, list[Segment]] = {}  # original index -> segments to run in order (held ones first)
@@ -260,12 +283,15 @@ class Token2WavStepExecutor:
                 continue
             handled.add(seg.index)
             assert seg.chunk is not None
+            self._touched[key] = now_s
             if budget is None or used + ahead + need <= budget:
                 del self._waiting[key]
+                del self._touched[key]
                 rounds[seg.index] = [*held, seg]
                 used += need
             elif seg.chunk.last:
                 del self._waiting[key]
+                del self._touched[key]
                 self.budget_refusals += 1
                 results[seg.index] = SegmentResult(
                     error=f"request {seg.request_id}: waited for memory, and its last chunk arrived before enough was "
@@ -302,6 +328,7 @@ class Token2WavStepExecutor:
             else:
                 handled.add(seg.index)
                 self._waiting[seg.key] = [seg]
+                self._touched[seg.key] = now_s
                 self.budget_waits += 1
                 results[seg.index] = SegmentResult()
                 ahead += need
@@ -486,7 +513,7 @@ class Token2WavStepExecutor:
                 )
             )
         self.store.commit(put, end)
-        if self.config.memory_budget is not None:
+        if self.config.memory_budget is not None and not hasattr(self.backend, "estimate_stream_bytes"):
             for state in put:
                 self.bytes_model.observe(state.tokens, self.backend.stream_bytes(state.caches, state.voice).own)
 
