@@ -47,7 +47,8 @@ request. The default (0) writes after every call, which tests that read the file
 | `live_stream_bytes`     | bytes the live streams hold after the latest call (own, plus each voice's shared once) |
 | `waiting_streams`       | requests waiting for memory after the latest call (their chunks held, no audio yet) |
 | `waiting_bytes`         | the estimated bytes of those waiting streams                                      |
-| `bytes_per_token`       | the measured own bytes per received token a new stream's estimate uses            |
+| `bytes_per_token`       | own bytes per received token measured on committed streams (a new stream's       |
+|                         | estimate where the backend has no `estimate_stream_bytes`; 0 where it has one)    |
 | `budget_waits`          | streams that had to wait for memory (cumulative)                                  |
 | `budget_refusals`       | segments refused by the budget: a stream that can never fit, or one whose last    |
 |                         | chunk arrived while it still waited (cumulative)                                  |
