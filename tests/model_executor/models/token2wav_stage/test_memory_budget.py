@@ -47,6 +47,7 @@ from vllm_omni_token2wav.model_executor.models.token2wav_stage.step_executor imp
     Token2WavStepExecutor,
 )
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.store import StreamStore
+from vllm_omni_token2wav.platforms.cpu.platform import CpuDevicePlatform
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
 
@@ -124,6 +125,7 @@ def test_auto_takes_a_fixed_share_of_free_device_memory_or_of_available_ram() ->
     cpu = auto_memory_budget(torch.device("cpu"), Device())  # never asks the device object on CPU
     assert cpu is not None and abs(cpu - ram * AUTO_SHARE) < 0.2 * ram  # RAM moves a little between the reads
     assert resolve_memory_budget(0, torch.device("cpu"), Device()) is None  # off: no budget
+    assert CpuDevicePlatform().free_memory() is None  # the CPU platform leaves host memory to the caller
     assert resolve_memory_budget(77, torch.device("cpu"), Device()) == 77
 
 
