@@ -95,5 +95,18 @@ class DevicePlatform:
         target = device if device is not None else self.torch_device()
         return {key: int(getattr(module, fn)(target)) for key, fn in _MEMORY_FUNCTIONS.items()}
 
+    def free_memory(self, device: torch.device | None = None) -> int | None:
+        """Free bytes on `device` as the device runtime reports them (`mem_get_info`), or None where it has none.
+
+        The CPU platform answers None: host memory is read by the caller (the stage's memory budget reads
+        `MemAvailable`, `token2wav_stage/memory_budget.py`).
+        """
+        module = self.device_module()
+        if self.is_cpu() or not hasattr(module, "mem_get_info"):
+            return None
+        target = device if device is not None else self.torch_device()
+        free, _total = module.mem_get_info(target)
+        return int(free)
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}(device_type={self.device_type!r})"

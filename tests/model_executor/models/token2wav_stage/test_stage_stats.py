@@ -92,6 +92,10 @@ def test_the_stats_file_counts_calls_segments_batching_placeholders_errors_and_s
     assert seen.pop("work_forward_s") == pytest.approx(sum(v["seconds"] for v in by_rows.values()))
     assert seen.pop("work_forward_cpu_s") == pytest.approx(sum(v["cpu_seconds"] for v in by_rows.values()))
     assert seen.pop("stats_write_s") > 0  # the five earlier writes (the file lags its own cost by one call)
+    budget = seen.pop("memory_budget_bytes")  # auto: a share of this host's available RAM
+    assert budget == stage.executor.config.memory_budget and budget > 0
+    assert seen.pop("live_stream_bytes") == stage.executor.live_bytes() > 0  # a's stream
+    assert seen.pop("bytes_per_token") == 0.0  # not measured: the backend estimates streams (estimate_stream_bytes)
     assert seen == {
         "family": "minicpmo_4_5",
         "pid": os.getpid(),
@@ -110,6 +114,10 @@ def test_the_stats_file_counts_calls_segments_batching_placeholders_errors_and_s
         "chunks": {"a": [[28, False]], "b": [[28, False], [28, False], [13, True]]},
         "voices": {},  # no segment named a voice (the default voice is not recorded)
         "torch_threads": torch.get_num_threads(),
+        "waiting_streams": 0,
+        "waiting_bytes": 0,
+        "budget_waits": 0,
+        "budget_refusals": 0,
     }
     stage.on_requests_finished(["a", "b"])  # a is live and freed; b ended already
     seen = json.loads(path.read_text())

@@ -182,6 +182,22 @@ class CosyVoice3Backend:
 
     # ---- memory -----------------------------------------------------------------------------------
 
+    def estimate_stream_bytes(self, voice: CosyVoice3Voice, tokens: int) -> int:
+        """Own bytes of a stream of `voice` once it has received `tokens` generated tokens, before it exists.
+
+        The flow's K/V arena holds every committed frame, the prompt's included: `(prompt + tokens) x
+        token_mel_ratio` frames of `n_timesteps x depth x 2 CFG rows x 2 (k, v) x heads x dim_head`
+        elements (3.6 MB per frame at full size in fp32). The arena's geometric growth can hold up to
+        twice that between chunks; the measured per-frame cost and that slack are pinned by
+        tests/model_executor/models/token2wav_stage/test_memory_budget.py on the reduced stand-in.
+        """
+        flow = self.core.flow
+        config = flow.config
+        frames = (int(voice.prompt.tokens.shape[-1]) + max(int(tokens), 0)) * config.token_mel_ratio
+        element = torch.empty((), dtype=flow.dtype).element_size()
+        per_frame = self.core.n_timesteps * config.depth * 2 * 2 * config.heads * config.dim_head * element
+        return frames * per_frame
+
     def stream_bytes(self, caches: StreamCaches, voice: CosyVoice3Voice) -> StreamBytes:
         """The stream's own caches (the flow's K/V arena dominates) vs. its voice's prompt (shared)."""
         return StreamBytes(own=caches.nbytes, shared=voice.prompt.nbytes)

@@ -47,6 +47,10 @@ from vllm_omni_token2wav.model_executor.models.token2wav_stage.backend import Ch
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.voice import VOICE_SAMPLE_RATE
 from vllm_omni_token2wav.platforms.device_graphs import FROM_PLATFORM
 
+#: A bound on what a stream's vocoder keeps between chunks (HiFT: an 8-frame mel tail, two 3840-sample
+#: buffers and its noise generator's state, 38,336 bytes measured on CPU); small beside the flow's caches.
+VOCODER_STATE_BYTES = 64 * 1024
+
 
 @dataclass(frozen=True)
 class GraphSettings:
@@ -180,6 +184,30 @@ class CosyVoice2Backend:
 
     # ---- memory -----------------------------------------------------------------------------------
 
+    def estimate_stream_bytes(self, voice: CosyVoice2Voice, tokens: int) -> int:
+        """The most a stream of `voice` will own, whatever its length (the memory budget's admission estimate).
+
+        After every chunk the caches are trimmed to `P + tail` mel frames (P = the prompt's frames, tail =
+        100): the estimator's K/V keeps `max(P, tail)` frames of its own beside the voice's shared base, the
+        conformer's attention cache all `P + tail` (its own copy), plus the two conv caches and the
+        vocoder's state (`VOCODER_STATE_BYTES`, a bound). A stream reaches that bound after about
+        `max(P, tail) / 2` tokens, so it is reserved in full at admission whatever `tokens` is, and an
+        admitted stream never grows past its reservation. Pinned against `stream_bytes` on the stand-in
+        (tests/model_executor/models/token2wav_stage/test_memory_budget.py): 728,000 held vs 755,200 reserved.
+        """
+        del tokens
+        setup = voice.setup
+        prompt = max(setup.prompt_frames, 1)
+        kv_per_frame = setup.estimator_att.base_nbytes // prompt
+        conformer_per_frame = setup.conformer_att.nbytes // prompt
+        small = setup.conformer_cnn.nbytes + setup.estimator_cnn.nbytes
+        return (
+            kv_per_frame * max(prompt, setup.tail_frames)
+            + conformer_per_frame * (prompt + setup.tail_frames)
+            + small
+            + VOCODER_STATE_BYTES
+        )
+
     def stream_bytes(self, caches: StreamCaches, voice: CosyVoice2Voice) -> StreamBytes:
         """Bytes of storages only this stream references vs. those of its voice's shared post-prompt state."""
         shared_storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in voice.setup.tensors()}
@@ -198,4 +226,4 @@ class CosyVoice2Backend:
         return StreamBytes(own=own, shared=shared)
 
 
-__all__ = ["CosyVoice2Backend", "CosyVoice2Voice", "GraphSettings"]
+__all__ = ["VOCODER_STATE_BYTES", "CosyVoice2Backend", "CosyVoice2Voice", "GraphSettings"]

@@ -31,6 +31,10 @@ mix them up:
 | `whole(voice, tokens, seed)`        | a whole utterance's audio (no stream)                           |
 | `stream_bytes(caches, voice)`       | memory a stream holds on its own vs. shares with its voice      |
 
+Optional: `estimate_stream_bytes(voice, tokens) -> int`, a stream's own bytes after `tokens` received
+tokens, computed before the stream exists (the memory budget's admission estimate, `memory_budget.py`;
+CosyVoice3 has it). Without it the executor uses the own bytes per token it measured on committed streams.
+
 Launch methods may raise; the engine then re-runs the launch's rows one by one so that only the
 culprit fails. They must not read tensor values on the host (no synchronisation in kernels).
 """

@@ -24,6 +24,9 @@ places of a deploy YAML's stage, the later winning: the connector's `extra` (vLL
 | `seed`              | `extra["token2wav_seed"]` (NSF noise seeds)                             | 0                |
 | `max_streams`       | `extra["token2wav_max_streams"]`                                        | 2 x max_rows    |
 | `idle_timeout_s`    | `extra["token2wav_stream_idle_timeout_s"]`                              | 600              |
+| `memory_budget`     | `extra["token2wav_memory_budget"]`: bytes the live streams may hold (an | auto (None)      |
+|                     | int or "8GiB"; "auto": a share of free device memory / available RAM;   |                  |
+|                     | "off" / 0: none; `memory_budget.py`)                                    |                  |
 | `kv_cache_dtype`    | `extra["token2wav_kv_cache_dtype"]` ("bfloat16", "float16", "float32")  | the flow's dtype |
 | `pad_to_buckets`    | `extra["token2wav_pad_to_buckets"]` (graph-capture shapes)              | False            |
 | `setup_cache_size`  | `extra["token2wav_setup_cache_size"]` (post-prompt flow states kept)    | 4                |
@@ -65,6 +68,7 @@ import torch
 
 from vllm_omni_token2wav.model_executor.layers.flow.streaming import CACHE_TAIL_FRAMES
 from vllm_omni_token2wav.model_executor.models.speaker_embedding.selection import check_spk_backend_option
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.memory_budget import parse_memory_budget
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.store import DEFAULT_IDLE_TIMEOUT_S
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.upstream_options import read_upstream_options
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.voice import (
@@ -91,6 +95,7 @@ class StageOptions:
     max_rows: int = 32
     max_streams: int | None = None
     idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S
+    memory_budget: int | None = None  # None: auto (resolved by the stage model); 0: no budget
     kv_cache_dtype: torch.dtype | None = None
     pad_to_buckets: bool = False
     setup_cache_size: int = 4
@@ -200,6 +205,7 @@ def stage_options(vllm_config: Any, overrides: Mapping[str, Any], *, family: str
         "max_rows": int(max_rows) if max_rows else 32,
         "max_streams": int(extra["token2wav_max_streams"]) if "token2wav_max_streams" in extra else None,
         "idle_timeout_s": float(extra.get("token2wav_stream_idle_timeout_s", DEFAULT_IDLE_TIMEOUT_S)),
+        "memory_budget": parse_memory_budget(extra.get("token2wav_memory_budget")),
         "kv_cache_dtype": kv_dtype(extra.get("token2wav_kv_cache_dtype")),
         "pad_to_buckets": bool(extra.get("token2wav_pad_to_buckets", False)),
         "setup_cache_size": int(extra.get("token2wav_setup_cache_size", 4)),
@@ -222,7 +228,7 @@ def stage_options(vllm_config: Any, overrides: Mapping[str, Any], *, family: str
         raise TypeError(f"unknown token2wav stage option(s) {unknown}; known: {sorted(known)}")
     options = StageOptions(**values)
     upstream.log()
-    convert = {"kv_cache_dtype": kv_dtype, "device_graphs": graphs_switch}
+    convert = {"kv_cache_dtype": kv_dtype, "device_graphs": graphs_switch, "memory_budget": parse_memory_budget}
     given = {k: convert[k](v) if k in convert else v for k, v in overrides.items()}
     return replace(options, **given) if given else options
 

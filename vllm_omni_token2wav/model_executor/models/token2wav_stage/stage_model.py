@@ -64,13 +64,14 @@ from vllm_omni_token2wav.model_executor.models.token2wav_stage.families import (
     find_default_voice,
     resolve_token2wav_dir,
 )
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.memory_budget import resolve_memory_budget
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.model_source import (
     ModelSource,
     hub_patterns,
     resolve_model_source,
 )
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.options import StageOptions, stage_options
-from vllm_omni_token2wav.model_executor.models.token2wav_stage.stats import StatsWriter
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.stats import StageStats, StatsWriter
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.step_executor import (
     StepExecutorConfig,
     Token2WavStepExecutor,
@@ -166,6 +167,9 @@ class Token2WavStageModel(nn.Module):
                 seed=opts.seed,
                 reference_seconds=opts.reference_seconds,
                 load_voice=self._voice_loader(),
+                memory_budget=resolve_memory_budget(
+                    opts.memory_budget, self.backend.device, platforms.current_omni_platform
+                ),
             ),
         )
 
@@ -316,6 +320,8 @@ class Token2WavStageModel(nn.Module):
                 seconds=time.perf_counter() - start,
                 cpu_seconds=time.thread_time() - start_cpu,
             )
+            if ran:
+                self._record_memory(stats)
             self._stats.write(force=False)
         return output
 
@@ -325,7 +331,12 @@ class Token2WavStageModel(nn.Module):
         stats = self._stats.target()
         if stats is not None:
             stats.record_finished(freed, live_streams=len(self.streams))
+            self._record_memory(stats)
             self._stats.write()
+
+    def _record_memory(self, stats: StageStats) -> None:
+        executor = self.executor
+        stats.record_memory(executor.memory_snapshot(), waits=executor.budget_waits, refusals=executor.budget_refusals)
 
     def embed_input_ids(self, input_ids: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
         """Codec ids are not embedded by the runner; a `[num_tokens, 1]` float32 zero tensor keeps its shapes."""

@@ -49,6 +49,7 @@ class StreamState:
     voice: object  # the backend's prepared voice (shared between streams, read-only)
     caches: object  # the backend's per-stream caches (immutable; replaced by every chunk)
     samples_emitted: int = 0
+    tokens: int = 0  # codec tokens the stream has received (what its memory estimate scales with)
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,15 @@ request. The default (0) writes after every call, which tests that read the file
 |                         | "cpu_seconds": c}`, the same times split by rows (benchmarks compare them with    |
 |                         | in-process steps)                                                                 |
 | `stats_write_s`         | wall seconds spent writing this file (what the counters themselves cost a step)   |
+| `memory_budget_bytes`   | the stage's memory budget (`token2wav_memory_budget`, `memory_budget.py`); null: none |
+| `live_stream_bytes`     | bytes the live streams hold after the latest call (own, plus each voice's shared once) |
+| `waiting_streams`       | requests waiting for memory after the latest call (their chunks held, no audio yet) |
+| `waiting_bytes`         | the estimated bytes of those waiting streams                                      |
+| `bytes_per_token`       | own bytes per received token measured on committed streams (a new stream's       |
+|                         | estimate where the backend has no `estimate_stream_bytes`; 0 where it has one)    |
+| `budget_waits`          | streams that had to wait for memory (cumulative)                                  |
+| `budget_refusals`       | segments refused by the budget: a stream that can never fit, or one whose last    |
+|                         | chunk arrived while it still waited (cumulative)                                  |
 
 `noise_seeds`, `chunks` and `voices` keep the latest `KEYS_KEPT` keys (oldest dropped first). The state key is
 the engine's request id as the runner passes it (`request_ids`), which carries a suffix the engine
@@ -73,6 +82,7 @@ from vllm_omni_token2wav import envs
 from vllm_omni_token2wav.atomic_io import write_json_atomic
 from vllm_omni_token2wav.logger import init_logger
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.contract import Segment, SegmentKind, SegmentResult
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.memory_budget import MemorySnapshot
 
 logger = init_logger(__name__)
 
@@ -104,6 +114,13 @@ class StageStats:
     work_forward_cpu_s: float = 0.0
     steps_by_rows: dict[str, dict[str, float]] = field(default_factory=dict)
     stats_write_s: float = 0.0
+    memory_budget_bytes: int | None = None
+    live_stream_bytes: int = 0
+    waiting_streams: int = 0
+    waiting_bytes: int = 0
+    bytes_per_token: float = 0.0
+    budget_waits: int = 0
+    budget_refusals: int = 0
 
     def record_step(
         self,
@@ -149,6 +166,16 @@ class StageStats:
                 _keep(self.voices, seg.key, seg.voice.key)
         for key, seed in (seeds or {}).items():
             _keep(self.noise_seeds, key, seed)
+
+    def record_memory(self, snapshot: MemorySnapshot, *, waits: int, refusals: int) -> None:
+        """The memory budget after a call: budget, live and waiting bytes, and the cumulative waits / refusals."""
+        self.memory_budget_bytes = snapshot.budget_bytes
+        self.live_stream_bytes = snapshot.live_bytes
+        self.waiting_streams = snapshot.waiting_streams
+        self.waiting_bytes = snapshot.waiting_bytes
+        self.bytes_per_token = snapshot.bytes_per_token
+        self.budget_waits = waits
+        self.budget_refusals = refusals
 
     def record_failure(self, message: str, *, live_streams: int) -> None:
         """Count a `forward` call that raised (a step breaking the contract itself, or an engine bug)."""

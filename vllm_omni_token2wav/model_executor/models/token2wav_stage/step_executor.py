@@ -17,6 +17,19 @@ call, work or not), and it is family-agnostic: models are behind a
 3. Commit: every segment that succeeded replaces its stream state (or ends it at its last chunk);
    a failed segment leaves its stream as it was. Results come back in input order.
 
+Memory budget (`StepExecutorConfig.memory_budget`, `memory_budget.py`): before step 1, a chunk that
+would open a new stream is checked against the budget: the live streams' bytes (`backend.stream_bytes`,
+a voice's shared bytes once), the estimates of streams already waiting ahead of it and of streams
+opened earlier in this step, plus its own estimate (`BytesModel`). If that exceeds the budget the
+segment is HELD (its result is empty audio, nothing runs, its stream does not exist yet) and the
+request waits; its later chunks are held behind it. When a later step brings a segment of a waiting
+request and its held chunks now fit, they run in order, one round per chunk inside that step (the
+same chunking as alone, so the same audio), and the step returns their audio concatenated. A chunk
+whose stream could never fit alone, or a waiting stream whose last chunk arrives while it still does
+not fit (the engine ends the request after that step, so its audio could come no later), is that
+segment's error naming its tokens, the bytes and the budget. A one-chunk stream and a whole utterance
+live for one step only: they are refused only if they could never fit alone, and otherwise run.
+
 Noise: a stream's NSF generator is seeded from `meta.seed` or, by default, from
 `sha256(stage seed, request id, epoch)`, so a request's audio depends on its own inputs only and
 a request run alone or batched with any others gives the same audio.
@@ -25,6 +38,7 @@ a request run alone or batched with any others gives the same audio.
 from __future__ import annotations
 
 import hashlib
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -36,6 +50,7 @@ import torch
 from vllm_omni_token2wav.logger import init_logger
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.backend import ChunkWork, StreamBytes, Token2WavBackend
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.contract import Segment, SegmentKind, SegmentResult
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.memory_budget import OPTION, BytesModel, MemorySnapshot
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.planner import Launch, PlanItem, StepPlan, plan_step
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.state import (
     ChunkRejectedError,
@@ -66,6 +81,8 @@ class StepExecutorConfig:
     #: What `backend.prepare_voice` gets for a voice source (request's or default) and `reference_seconds`;
     #: None: `voice.normalize_reference` (24 kHz mono, fixed length). CosyVoice3 passes sources through.
     load_voice: Callable[[object, float], object] | None = None
+    #: Bytes the live streams may hold (`memory_budget.py`); None: no budget.
+    memory_budget: int | None = None
 
 
 @dataclass
@@ -110,6 +127,20 @@ class Token2WavStepExecutor:
         #: The noise seed of every stream the last step opened and every whole utterance it ran, by state
         #: key (what `VLLM_OMNI_TOKEN2WAV_STAGE_STATS` reports, so a test can rebuild a request's noise).
         self.last_seeds: dict[str, int] = {}
+        #: Own bytes per token measured on committed streams (the estimate of a new stream).
+        self.bytes_model = BytesModel()
+        hint = getattr(backend, "stream_bytes_per_token", None)
+        if isinstance(hint, int | float) and hint > 0:
+            self.bytes_model.per_token = float(hint)
+        #: Requests waiting for memory, in arrival order: their held segments (oldest first).
+        self._waiting: OrderedDict[str, list[Segment]] = OrderedDict()
+        #: When each waiting request last sent a segment; one silent for the store's idle timeout is dropped,
+        #: so a request that vanished without a finish notice does not hold its reservation forever.
+        self._touched: dict[str, float] = {}
+        self.clock: Callable[[], float] = time.monotonic
+        #: Streams that had to wait, and segments refused by the budget, since construction.
+        self.budget_waits = 0
+        self.budget_refusals = 0
 
     # ---- voices ---------------------------------------------------------------------------
 
@@ -140,9 +171,21 @@ class Token2WavStepExecutor:
     # ---- the step ---------------------------------------------------------------------------
 
     def step(self, segments: Sequence[Segment]) -> list[SegmentResult]:
+        self.last_seeds = {}
+        if not self._waiting and (self.config.memory_budget is None or not any(map(self._opens, segments))):
+            return self._step_once(segments)  # nothing waits and nothing new: the budget has nothing to decide
+        return self._step_with_budget(segments)
+
+    def _opens(self, seg: Segment) -> bool:
+        """Whether `seg` may start something the budget decides on: a new stream or a whole utterance."""
+        if seg.error is not None or not seg.tokens:
+            return False
+        return seg.kind is SegmentKind.WHOLE or (seg.kind is SegmentKind.CHUNK and self.store.get(seg.key) is None)
+
+    def _step_once(self, segments: Sequence[Segment]) -> list[SegmentResult]:
+        """One round: admit, plan, launch, commit (`segments[i].index == i`)."""
         results: list[SegmentResult | None] = [None] * len(segments)
         items: list[_Item] = []
-        self.last_seeds = {}
         seen: dict[str, int] = {}
         for seg in segments:
             if seg.error is not None:
@@ -176,8 +219,171 @@ class Token2WavStepExecutor:
         return [r if r is not None else SegmentResult() for r in results]
 
     def finish(self, keys: Sequence[str]) -> int:
-        """Free the streams of finished requests (the runner's `on_requests_finished`)."""
-        return self.store.forget(str(k) for k in keys)
+        """Free the streams of finished requests (the runner's `on_requests_finished`), and their held chunks."""
+        keys = [str(k) for k in keys]
+        for key in keys:
+            self._waiting.pop(key, None)
+            self._touched.pop(key, None)
+        return self.store.forget(keys)
+
+    # ---- memory budget ----------------------------------------------------------------------------
+
+    def live_bytes(self) -> int:
+        """Bytes the live streams count against the budget: each voice's shared bytes once, and each stream's
+        own bytes or its reservation (`estimate_stream_bytes` at its tokens so far), whichever is larger: a
+        CosyVoice2-flow stream reserves its trimmed bound from the start, so it never outgrows its count."""
+        estimate = getattr(self.backend, "estimate_stream_bytes", None)
+        own, shared = 0, {}
+        for state in self.store.states():
+            usage = self.backend.stream_bytes(state.caches, state.voice)
+            reserved = int(estimate(state.voice, state.tokens)) if estimate is not None else 0
+            own += max(usage.own, reserved)
+            shared[state.voice_key] = usage.shared
+        return own + sum(shared.values())
+
+    def memory_snapshot(self) -> MemorySnapshot:
+        """The budget, what the live streams hold and what waits (the stage stats' memory fields)."""
+        waiting = sum(self._estimate(held) for held in self._waiting.values())
+        return MemorySnapshot(
+            budget_bytes=self.config.memory_budget,
+            live_bytes=self.live_bytes(),
+            waiting_streams=len(self._waiting),
+            waiting_bytes=waiting,
+            bytes_per_token=self.bytes_model.per_token,
+        )
+
+    def _step_with_budget(self, segments: Sequence[Segment]) -> list[SegmentResult]:
+        """Hold what does not fit, run what does (waiting streams' held chunks in extra rounds); module docstring."""
+        budget = self.config.memory_budget
+        results: list[SegmentResult | None] = [None] * len(segments)
+        now_s = self.clock()
+        for key in [k for k in self._waiting if now_s - self._touched.get(k, now_s) > self.store.idle_timeout_s]:
+            held = self._waiting.pop(key)
+            self._touched.pop(key, None)
+            logger.warning(
+                "token2wav stage: request %s waited for memory and sent nothing for more than %.0f s; its %d held "
+                "chunk(s) are dropped",
+                held[0].request_id,
+                self.store.idle_timeout_s,
+                len(held),
+            )
+        used = self.live_bytes()  # live streams + streams opened in this step
+        ahead = 0  # estimates of streams still waiting
+        rounds: dict[int, list[Segment]] = {}  # original index -> segments to run in order (held ones first)
+        present = {
+            seg.key: seg for seg in segments if seg.error is None and seg.kind is SegmentKind.CHUNK and seg.chunk
+        }
+        handled: set[int] = set()
+        for key, held in list(self._waiting.items()):
+            seg = present.get(key)
+            tokens = sum(len(h.tokens) for h in held) + (len(seg.tokens) if seg is not None else 0)
+            need = self._estimate([*held, seg] if seg is not None else held)
+            if seg is None:
+                ahead += need
+                continue
+            handled.add(seg.index)
+            assert seg.chunk is not None
+            self._touched[key] = now_s
+            if budget is None or used + ahead + need <= budget:
+                del self._waiting[key]
+                del self._touched[key]
+                rounds[seg.index] = [*held, seg]
+                used += need
+            elif seg.chunk.last:
+                del self._waiting[key]
+                del self._touched[key]
+                self.budget_refusals += 1
+                results[seg.index] = SegmentResult(
+                    error=f"request {seg.request_id}: waited for memory, and its last chunk arrived before enough was "
+                    f"free: its stream needs about {need} bytes for {tokens} tokens, the live streams hold {used} and "
+                    f"streams waiting ahead of it {ahead}, over {OPTION}={budget} bytes; retry, or raise the budget"
+                )
+            else:
+                held.append(seg)
+                results[seg.index] = SegmentResult()
+                ahead += need
+        for seg in segments:
+            if seg.index in handled or budget is None or seg.error is not None or not seg.tokens:
+                continue
+            if seg.kind is SegmentKind.WHOLE:
+                need = self._estimate([seg])
+                if need > budget:
+                    handled.add(seg.index)
+                    results[seg.index] = SegmentResult(error=self._never_fits(seg, need, budget))
+                continue
+            if seg.kind is not SegmentKind.CHUNK or seg.chunk is None or self.store.get(seg.key) is not None:
+                continue
+            try:  # only a chunk that may open a stream is held; a rejected one gets its error from the round
+                admit(seg.request_id, seg.chunk, seg.voice, None, self.store.ended(seg.key))
+            except ChunkRejectedError:
+                continue
+            need = self._estimate([seg])
+            if need > budget:
+                handled.add(seg.index)
+                results[seg.index] = SegmentResult(error=self._never_fits(seg, need, budget))
+            elif used + ahead + need <= budget or seg.chunk.last:
+                # a one-chunk stream (MiniCPM-o's sync path) ends within this step, like a whole utterance: it
+                # cannot wait (the engine ends the request with this step) and holds nothing afterwards
+                used += need
+            else:
+                handled.add(seg.index)
+                self._waiting[seg.key] = [seg]
+                self._touched[seg.key] = now_s
+                self.budget_waits += 1
+                results[seg.index] = SegmentResult()
+                ahead += need
+                logger.info(
+                    "token2wav stage: request %s waits for memory (needs ~%d bytes, live %d, budget %d)",
+                    seg.request_id,
+                    need,
+                    used,
+                    budget,
+                )
+        now = [seg for seg in segments if seg.index not in handled]
+        queues = {i: list(q) for i, q in rounds.items()}
+        audio: dict[int, list[torch.Tensor]] = {i: [] for i in queues}
+        batch = now + [q.pop(0) for q in queues.values()]
+        origin = [seg.index for seg in now] + list(queues)
+        while batch:
+            out = self._step_once([replace(seg, index=i) for i, seg in enumerate(batch)])
+            for index, result in zip(origin, out, strict=True):
+                if index not in queues:
+                    results[index] = result
+                elif result.error is not None:
+                    results[index] = result
+                    queues[index] = []  # its later held chunks cannot run against a stream that did not advance
+                elif result.audio is not None:
+                    audio[index].append(result.audio)
+            origin = [i for i, q in queues.items() if q and results[i] is None]
+            batch = [queues[i].pop(0) for i in origin]
+        for index, parts in audio.items():
+            if results[index] is None:
+                results[index] = SegmentResult(audio=torch.cat(parts) if parts else None)
+        return [r if r is not None else SegmentResult() for r in results]
+
+    def _estimate(self, segments: Sequence[Segment]) -> int:
+        """Own bytes of a stream after `segments`: the backend's `estimate_stream_bytes`, else `bytes_model`."""
+        tokens = sum(len(s.tokens) for s in segments)
+        estimate = getattr(self.backend, "estimate_stream_bytes", None)
+        if estimate is None:
+            return self.bytes_model.estimate(tokens)
+        try:
+            _, voice = self.voice(segments[0].voice)
+        except REQUEST_ERRORS:  # the round that runs the segment reports the voice's error
+            return self.bytes_model.estimate(tokens)
+        return int(estimate(voice, tokens))
+
+    def _never_fits(self, seg: Segment, need: int, budget: int) -> str:
+        self.budget_refusals += 1
+        if hasattr(self.backend, "estimate_stream_bytes"):
+            basis = f"the {self.backend.name} backend's estimate"
+        else:
+            basis = f"{self.bytes_model.per_token:.0f} bytes per token, measured on this stage's streams"
+        return (
+            f"request {seg.request_id}: {len(seg.tokens)} tokens need about {need} bytes of stream memory "
+            f"({basis}), more than the whole {OPTION}={budget} bytes: it can never run on this stage; send a "
+            "shorter reply or raise the budget"
+        )
 
     def stream_bytes(self) -> list[StreamBytes]:
         """Memory of every live stream (own bytes vs. bytes shared with its voice)."""
@@ -288,6 +494,7 @@ class Token2WavStepExecutor:
             assert seg.chunk is not None
             emitted = 0 if it.audio is None else int(it.audio.shape[-1])
             base = it.previous.samples_emitted if it.previous is not None else 0
+            tokens = (it.previous.tokens if it.previous is not None else 0) + len(seg.tokens)
             if seg.chunk.last:
                 end.append((seg.key, Ended(it.epoch, it.chunk_seq, f"had its last chunk (chunk_seq {it.chunk_seq})")))
                 continue
@@ -302,9 +509,13 @@ class Token2WavStepExecutor:
                     voice=it.voice,
                     caches=caches,
                     samples_emitted=base + emitted,
+                    tokens=tokens,
                 )
             )
         self.store.commit(put, end)
+        if self.config.memory_budget is not None and not hasattr(self.backend, "estimate_stream_bytes"):
+            for state in put:
+                self.bytes_model.observe(state.tokens, self.backend.stream_bytes(state.caches, state.voice).own)
 
 
 def _work(it: _Item) -> ChunkWork[Any]:

@@ -1,0 +1,338 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The stage's memory budget: option parsing, the auto default, waiting for admission, refusals, stats.
+
+The executor tests run over `test_step_executor.FakeBackend`, whose stream holds one byte per token
+received (`stream_bytes` = the tokens seen) and whose audio is the chunk's tokens: a held chunk that
+was lost, run twice or out of order shows up as a wrong number. Budgets are in those bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.model_executor.models.token2wav_stage.conftest import FAST_OPTIONS
+from tests.model_executor.models.token2wav_stage.test_step_executor import VOICE, FakeBackend
+from vllm_omni_token2wav.model_executor.models.cosyvoice3.cosyvoice3_code2wav import CosyVoice3Code2Wav
+from vllm_omni_token2wav.model_executor.models.minicpmo_4_5.minicpmo_4_5_code2wav import MiniCPMO45Code2Wav
+from vllm_omni_token2wav.model_executor.models.standin.chunk_producer import (
+    ChunkPayload,
+    ProducerStream,
+    all_chunks,
+    forward_inputs,
+)
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.contract import (
+    ChunkMeta,
+    Segment,
+    SegmentKind,
+    SegmentResult,
+    parse_step,
+)
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.errors import segment_errors
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.families import COSYVOICE3
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.memory_budget import (
+    AUTO_SHARE,
+    auto_memory_budget,
+    host_available_bytes,
+    parse_memory_budget,
+    resolve_memory_budget,
+)
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.options import stage_options
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.stats import StageStats
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.step_executor import (
+    StepExecutorConfig,
+    Token2WavStepExecutor,
+)
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.store import StreamStore
+from vllm_omni_token2wav.platforms.cpu.platform import CpuDevicePlatform
+
+pytestmark = [pytest.mark.core_model, pytest.mark.cpu]
+
+
+def executor(budget: int | None, per_token: float = 0.0) -> Token2WavStepExecutor:
+    engine = Token2WavStepExecutor(
+        FakeBackend(),
+        StreamStore(max_streams=16),
+        VOICE,
+        StepExecutorConfig(reference_seconds=1.0, memory_budget=budget),
+    )
+    engine.bytes_model.per_token = per_token
+    return engine
+
+
+def chunk(i: int, rid: str, seq: int, tokens: Sequence[int], last: bool = False) -> Segment:
+    return Segment(i, rid, rid, SegmentKind.CHUNK, tuple(tokens), ChunkMeta(seq, None, last))
+
+
+def audio(result: SegmentResult) -> list[float]:
+    assert result.error is None, result.error
+    return [] if result.audio is None else result.audio.tolist()
+
+
+# ---- the option ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (None, None),
+        ("auto", None),
+        (" AUTO ", None),
+        ("off", 0),
+        (0, 0),
+        (123, 123),
+        (2.5e9, 2_500_000_000),
+        ("8GiB", 8 * 2**30),
+        ("500 MB", 500_000_000),
+        ("1.5kib", 1536),
+        ("4096", 4096),
+    ],
+)
+def test_the_budget_option_reads_bytes_units_auto_and_off(value: object, expected: int | None) -> None:
+    assert parse_memory_budget(value) == expected
+
+
+@pytest.mark.parametrize("value", [True, -1, "lots", "8 parsecs", [8], float("nan")])
+def test_a_malformed_budget_names_the_key_what_it_expects_and_what_it_got(value: object) -> None:
+    with pytest.raises(ValueError, match=r"token2wav_memory_budget must be a positive number of bytes") as info:
+        parse_memory_budget(value)
+    assert repr(value) in str(info.value)
+
+
+def test_the_stage_option_comes_from_additional_config_and_is_checked_at_construction() -> None:
+    class Config:
+        additional_config = {"token2wav_memory_budget": "2GB"}
+
+    assert stage_options(Config(), {}).memory_budget == 2 * 10**9
+    assert stage_options(object(), {}).memory_budget is None  # auto, the default
+    Config.additional_config = {"token2wav_memory_budget": "two gigs"}
+    with pytest.raises(ValueError, match="token2wav_memory_budget .* got 'two gigs'"):
+        stage_options(Config(), {})
+
+
+def test_auto_takes_a_fixed_share_of_free_device_memory_or_of_available_ram() -> None:
+    class Device:
+        def free_memory(self, device: torch.device) -> int:
+            assert device.type == "cuda"
+            return 10_000
+
+    assert auto_memory_budget(torch.device("cuda", 0), Device()) == int(10_000 * AUTO_SHARE)
+    ram = host_available_bytes()
+    assert ram is not None and ram > 0  # Linux CI: /proc/meminfo
+    cpu = auto_memory_budget(torch.device("cpu"), Device())  # never asks the device object on CPU
+    assert cpu is not None and abs(cpu - ram * AUTO_SHARE) < 0.2 * ram  # RAM moves a little between the reads
+    assert resolve_memory_budget(0, torch.device("cpu"), Device()) is None  # off: no budget
+    assert CpuDevicePlatform().free_memory() is None  # the CPU platform leaves host memory to the caller
+    assert resolve_memory_budget(77, torch.device("cpu"), Device()) == 77
+
+
+# ---- waiting for admission ----------------------------------------------------------------------
+
+
+def test_a_stream_that_does_not_fit_waits_and_runs_once_another_finishes_with_its_solo_audio() -> None:
+    engine = executor(budget=8)
+    out = engine.step([chunk(0, "a", 0, [1, 2, 3, 4])])
+    assert audio(out[0]) == [1, 2, 3, 4] and engine.bytes_model.per_token == 1.0  # measured: 4 bytes / 4 tokens
+    out = engine.step([chunk(0, "a", 1, [5, 6]), chunk(1, "b", 0, [7, 8, 9, 10, 11])])  # a holds 6, b needs 5
+    assert audio(out[0]) == [5, 6] and out[1].error is None and out[1].audio is None  # b waits, no error
+    assert engine.store.get("b") is None and engine.memory_snapshot().waiting_streams == 1
+    out = engine.step([chunk(0, "b", 1, [12]), chunk(1, "a", 2, [13], last=True)])
+    assert out[0].audio is None and audio(out[1]) == [13]  # b still waits (a's stream was live at the step's start)
+    assert engine.memory_snapshot().waiting_bytes == 6
+    out = engine.step([chunk(0, "b", 2, [14, 15])])  # a ended: b's three held chunks run now, in order
+    assert audio(out[0]) == [7, 8, 9, 10, 11, 12, 14, 15]
+    out = engine.step([chunk(0, "b", 3, [16], last=True)])
+    assert audio(out[0]) == [16] and len(engine.store) == 0
+
+    alone = executor(budget=None)
+    solo = [
+        alone.step([chunk(0, "b", i, t, last=i == 3)])[0]
+        for i, t in enumerate([[7, 8, 9, 10, 11], [12], [14, 15], [16]])
+    ]
+    assert sum((audio(r) for r in solo), []) == [7, 8, 9, 10, 11, 12, 14, 15, 16]
+    assert engine.budget_waits == 1 and engine.budget_refusals == 0
+
+
+def test_waiting_streams_are_admitted_in_arrival_order() -> None:
+    engine = executor(budget=6, per_token=1.0)
+    engine.step([chunk(0, "a", 0, [1, 2, 3, 4, 5])])
+    engine.step([chunk(0, "b", 0, [6, 7, 8]), chunk(1, "c", 0, [9])])  # b needs 3, c 1: both wait behind a
+    snap = engine.memory_snapshot()
+    assert (snap.waiting_streams, snap.waiting_bytes, snap.live_bytes) == (2, 4, 5)
+    engine.finish(["a"])
+    out = engine.step([chunk(0, "c", 1, [10])])  # c fits only after b's reservation: 0 + 3 + 2 <= 6
+    assert audio(out[0]) == [9, 10]
+    out = engine.step([chunk(0, "b", 1, [11])])
+    assert audio(out[0]) == [6, 7, 8, 11]
+
+
+def test_a_stream_that_can_never_fit_fails_alone_naming_its_tokens_and_the_budget() -> None:
+    engine = executor(budget=8, per_token=1.0)
+    out = engine.step([chunk(0, "big", 0, list(range(9))), chunk(1, "ok", 0, [1, 2])])
+    assert out[0].error is not None and out[0].audio is None
+    assert "request big: 9 tokens need about 9 bytes" in out[0].error
+    assert "token2wav_memory_budget=8 bytes: it can never run" in out[0].error
+    assert audio(out[1]) == [1, 2] and engine.store.get("big") is None and engine.budget_refusals == 1
+    whole = Segment(0, "w", "w", SegmentKind.WHOLE, tuple(range(20)))
+    assert "request w: 20 tokens need about 20 bytes" in (engine.step([whole])[0].error or "")
+
+
+def test_a_waiting_stream_whose_last_chunk_comes_before_memory_is_free_fails_with_the_figures() -> None:
+    engine = executor(budget=6, per_token=1.0)
+    engine.step([chunk(0, "a", 0, [1, 2, 3, 4, 5])])
+    engine.step([chunk(0, "b", 0, [6, 7])])
+    out = engine.step([chunk(0, "b", 1, [8], last=True), chunk(1, "a", 1, [9])])
+    assert audio(out[1]) == [9]
+    assert out[0].error is not None and "waited for memory, and its last chunk arrived" in out[0].error
+    assert "needs about 3 bytes for 3 tokens" in out[0].error and "token2wav_memory_budget=6" in out[0].error
+    assert engine.memory_snapshot().waiting_streams == 0
+
+
+def test_without_a_budget_nothing_waits_and_nothing_is_measured() -> None:
+    engine = executor(budget=None)
+    out = engine.step([chunk(0, "a", 0, list(range(50))), chunk(1, "b", 0, list(range(50)))])
+    assert all(r.error is None and r.audio is not None for r in out)
+    assert engine.bytes_model.per_token == 0.0 and engine.memory_snapshot().budget_bytes is None
+
+
+def test_the_stage_stats_report_the_budget_and_what_waits() -> None:
+    engine = executor(budget=6, per_token=1.0)
+    engine.step([chunk(0, "a", 0, [1, 2, 3, 4, 5])])
+    segments = [chunk(0, "b", 0, [6, 7])]
+    results = engine.step(segments)
+    stats = StageStats("fake")
+    stats.record_step(segments, results, profiling=False, live_streams=len(engine.store))
+    stats.record_memory(engine.memory_snapshot(), waits=engine.budget_waits, refusals=engine.budget_refusals)
+    assert stats.memory_budget_bytes == 6 and stats.live_stream_bytes == 5
+    assert (stats.waiting_streams, stats.waiting_bytes, stats.budget_waits, stats.budget_refusals) == (1, 2, 1, 0)
+
+
+# ---- CosyVoice3 on the reduced stand-in ---------------------------------------------------------
+
+
+def cosyvoice3_stage(cv3_dir: Path, budget: object) -> CosyVoice3Code2Wav:
+    stage = CosyVoice3Code2Wav(model=str(cv3_dir), device="cpu", n_timesteps=2, memory_budget=budget)
+    stage.load_weights([])
+    return stage
+
+
+def cosyvoice3_chunks(stage: CosyVoice3Code2Wav, rid: str, count: int, seed: int) -> list[ChunkPayload]:
+    tokens = torch.randint(0, 6561, (count,), generator=torch.Generator().manual_seed(seed)).tolist()
+    prompt = stage.default_voice.tokens.shape[1]
+    return all_chunks(ProducerStream(rid, tokens, COSYVOICE3, prompt_tokens=prompt))
+
+
+def serve(stage: CosyVoice3Code2Wav, payloads: list[ChunkPayload]) -> tuple[list[torch.Tensor], list[str | None]]:
+    input_ids, kwargs = forward_inputs(payloads, stage.family)
+    out = stage(input_ids, None, **kwargs).multimodal_outputs
+    return out[COSYVOICE3.output_key], segment_errors(out)
+
+
+def tokens_of(stage: CosyVoice3Code2Wav, payload: ChunkPayload) -> int:
+    """The tokens the executor counts for a payload (its segment as the stage parses it)."""
+    input_ids, kwargs = forward_inputs([payload], stage.family)
+    info = kwargs.pop("runtime_additional_information")
+    (segment,) = parse_step(input_ids, info, kwargs, stage.family, async_chunk=stage.options.async_chunk).segments
+    return len(segment.tokens)
+
+
+@pytest.mark.usefixtures("cpu_platform")
+def test_cosyvoice3s_estimate_matches_the_bytes_its_streams_hold(cv3_dir: Path) -> None:
+    """The admission estimate vs `stream_bytes` after every chunk of a stream (the per-frame cost, measured)."""
+    stage = cosyvoice3_stage(cv3_dir, "off")
+    backend = stage.backend
+    _, voice = stage.executor.voice(None)
+    config = backend.core.flow.config
+    ratios = []
+    for payload in cosyvoice3_chunks(stage, "r", 180, seed=1)[:-1]:  # the last chunk ends the stream
+        audio, errors = serve(stage, [payload])
+        assert errors == [None], errors
+        (state,) = stage.streams.states()
+        measured = backend.stream_bytes(state.caches, state.voice).own
+        arena = state.caches.flow.kv
+        per_frame = arena.nbytes // arena.capacity
+        # the K/V arena's cost per mel frame is exactly the formula the estimate uses (3.6 MB at full size in fp32)
+        assert per_frame == 2 * 2 * 2 * config.depth * config.heads * config.dim_head * 4
+        ratios.append(measured / backend.estimate_stream_bytes(voice, state.tokens))
+    # the estimate counts committed frames; the arena grows geometrically (x2 capacity), so a live stream holds
+    # up to twice it (measured 1.11, 1.47, 1.82 after chunks 1-3 of this stream): admission underestimates a
+    # newcomer's growth by at most that factor, while live streams are counted by what they hold
+    assert len(ratios) >= 3 and all(0.9 <= r <= 2.0 for r in ratios), ratios
+
+
+@pytest.mark.usefixtures("cpu_platform")
+def test_a_cosyvoice3_stream_over_the_budget_waits_and_then_gives_its_solo_audio(cv3_dir: Path) -> None:
+    alone = cosyvoice3_stage(cv3_dir, "off")
+    b_chunks = cosyvoice3_chunks(alone, "b", 90, seed=3)
+    solo = []
+    for payload in b_chunks:
+        audio, errors = serve(alone, [payload])
+        assert errors == [None], errors
+        solo.append(audio[0])
+    _, voice = alone.executor.voice(None)
+    need_b = alone.backend.estimate_stream_bytes(voice, sum(tokens_of(alone, p) for p in b_chunks))
+    budget = need_b + 1  # b fits alone ...
+    stage = cosyvoice3_stage(cv3_dir, budget)
+    a_chunks = cosyvoice3_chunks(stage, "a", 30, seed=2)
+    audio, errors = serve(stage, [a_chunks[0], b_chunks[0]])
+    assert errors == [None, None] and audio[0].numel() > 0 and audio[1].numel() == 0  # ... but not beside a
+    assert stage.executor.memory_snapshot().waiting_streams == 1
+    served = [audio[1]]
+    steps = max(len(a_chunks), len(b_chunks))
+    for k in range(1, steps + 1):
+        payloads = ([a_chunks[k]] if k < len(a_chunks) else []) + ([b_chunks[k]] if k < len(b_chunks) else [])
+        if not payloads:
+            break
+        audio, errors = serve(stage, payloads)
+        assert errors == [None] * len(payloads), errors
+        if k < len(b_chunks):
+            served.append(audio[-1])
+    torch.testing.assert_close(torch.cat(served), torch.cat(solo), rtol=0, atol=1e-6)
+    assert stage.executor.budget_waits == 1 and stage.executor.budget_refusals == 0
+
+
+def test_a_one_chunk_stream_runs_beside_others_unless_it_could_never_fit() -> None:
+    """A one-chunk stream (MiniCPM-o's sync path) ends in its step: it cannot wait, and holds nothing after it."""
+    engine = executor(budget=6, per_token=1.0)
+    engine.step([chunk(0, "a", 0, [1, 2, 3, 4, 5])])
+    out = engine.step([chunk(0, "once", 0, [6, 7, 8], last=True), chunk(1, "never", 0, list(range(7)), last=True)])
+    assert audio(out[0]) == [6, 7, 8] and engine.memory_snapshot().waiting_streams == 0
+    assert out[1].error is not None and "it can never run on this stage" in out[1].error
+
+
+# ---- the CosyVoice2 flow (MiniCPM-o 4.5, Step-Audio2) on the reduced stand-in --------------------
+
+
+@pytest.mark.parametrize("kv_dtype", [None, "bfloat16"])
+def test_a_cosyvoice2_streams_reservation_bounds_what_it_holds_at_every_chunk(model_dir: Path, kv_dtype: str) -> None:
+    """The trimmed cache is bounded: the admission estimate is the bound, and a long stream reaches it."""
+    stage = MiniCPMO45Code2Wav(model=str(model_dir), async_chunk=True, kv_cache_dtype=kv_dtype, **FAST_OPTIONS)
+    stage.load_weights([])
+    _, voice = stage.executor.voice(None)
+    reserved = stage.backend.estimate_stream_bytes(voice, 0)
+    held = []
+    tokens = torch.randint(0, 6561, (200,), generator=torch.Generator().manual_seed(5)).tolist()
+    for payload in all_chunks(ProducerStream("r", tokens, stage.family))[:-1]:
+        input_ids, kwargs = forward_inputs([payload], stage.family)
+        errors = segment_errors(stage(input_ids, None, **kwargs).multimodal_outputs)
+        assert errors == [None], errors
+        (state,) = stage.streams.states()
+        held.append(stage.backend.stream_bytes(state.caches, state.voice).own)
+    assert max(held) <= reserved and held[-1] >= 0.9 * reserved, (held, reserved)
+
+
+def test_a_waiting_request_that_goes_silent_is_dropped_after_the_idle_timeout() -> None:
+    """A request that vanished without a finish notice must not hold its reservation (and the queue) forever."""
+    engine = executor(budget=6, per_token=1.0)
+    now = [0.0]
+    engine.clock = lambda: now[0]
+    engine.step([chunk(0, "a", 0, [1, 2, 3, 4, 5])])
+    engine.step([chunk(0, "gone", 0, [6, 7, 8])])
+    assert engine.memory_snapshot().waiting_streams == 1
+    engine.finish(["a"])
+    now[0] = engine.store.idle_timeout_s + 1
+    out = engine.step([chunk(0, "c", 0, [9, 10, 11, 12, 13])])  # fits only without gone's reservation of 3
+    assert audio(out[0]) == [9, 10, 11, 12, 13] and engine.memory_snapshot().waiting_streams == 0
