@@ -99,7 +99,8 @@ def test_probe_rules_without_a_solo_or_a_batched_step() -> None:
     no_solo = CostModel(0.1, 0.1, 0.0, 3, solo_seen=False, batch_seen=True)
     no_batch = CostModel(0.1, 0.1, 0.0, 3, solo_seen=True, batch_seen=False)
     assert whole_rows_to_admit([10, 10, 10], no_solo) == 1
-    assert whole_rows_to_admit([10, 10, 10], no_batch) == 3
+    assert whole_rows_to_admit([10, 10, 10], no_batch) == 2
+    assert whole_rows_to_admit([10], no_batch) == 1
     assert whole_rows_to_admit([], CPU) == 0
 
 

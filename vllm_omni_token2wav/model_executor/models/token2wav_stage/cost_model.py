@@ -21,8 +21,8 @@ its prompt), so the stage measures and the scheduler decides:
   the sum of the batch's completion times over running that row next, alone:
   `(k + 1) * marginal(row) <= alone(row)` for a batch that already holds `k` rows (the `k` earlier requests each
   finish `marginal` later; the new one finishes `alone - marginal` earlier than it would after them). With no
-  solo step measured yet the rule answers 1 (one probe step), with no batched step measured it answers "all"
-  (so the next batch is measured), and the scheduler runs upstream's policy while no model exists.
+  solo step measured yet the rule answers 1 (a solo probe), with no batched step measured it answers 2 (the
+  smallest batch that tells the per-row cost), and the scheduler runs upstream's policy while no model exists.
 
 `STREAM_META_KEYS` names the request fields that make a request a stream chunk (never held back); the scheduler
 reads them from the request's `additional_information` (`carries_stream_meta`).
@@ -142,7 +142,7 @@ def whole_rows_to_admit(tokens: Sequence[int], model: CostModel) -> int:
     if not model.solo_seen:
         return 1  # probe: one measured solo step tells the fixed cost from the per-row cost
     if not model.batch_seen:
-        return len(tokens)  # measure a batch once (upstream's policy meanwhile)
+        return min(2, len(tokens))  # probe: the smallest batch that tells the per-row cost
     admitted = 1
     for k, count in enumerate(tokens[1:], start=1):
         if (k + 1) * model.marginal_s(count) > model.alone_s(count):
