@@ -20,6 +20,8 @@ shared flow + HiFT core), `CosyVoice3Code2Wav` with its own. The runner:
    scheduler step: the idle-stream sweep (`store.StreamStore.sweep`, on every call: profiling and
    placeholder-only steps return before the engine runs, and abandoned streams must not wait for
    real work to be freed) -> `contract.parse_step` -> `Token2WavStepExecutor.step` -> `contract.build_output`;
+   a step of whole utterances only is timed into the cost model the output then carries to the scheduler
+   (`cost_model.py`; off with `additional_config: token2wav_latency_planning: false`);
 4. calls `on_requests_finished(ids)` to free streams.
 
 With `VLLM_OMNI_TOKEN2WAV_STAGE_STATS=<path>` the model writes its cumulative counters there after
