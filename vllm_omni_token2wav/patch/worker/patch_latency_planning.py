@@ -95,8 +95,10 @@ def planned_running_limit(scheduler: Any) -> int | None:
     if len(tokens) <= 1:
         return None
     admit = whole_rows_to_admit(tokens, model)
+    logger.debug("latency planning: %d of %d waiting whole utterances this step (%s)", admit, len(tokens), model)
     if admit >= len(tokens):
         return None
+    logger.info_once("latency planning holds whole utterances back (fewer rows per step than upstream would run)")
     return len(running) + max(admit, 1)
 
 
