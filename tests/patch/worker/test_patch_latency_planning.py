@@ -6,7 +6,9 @@ fast path does; the tests check which requests one patched step runs for given p
 worked out by hand from `cost_model.whole_rows_to_admit`'s rule), that stream requests and async-chunk schedulers
 are never held back, that the off switch and a missing model leave upstream's policy, that the limit is restored
 after the call, and that `check_upstream` refuses a `schedule` that no longer reads `max_num_running_reqs`. The
-real upstream class is `tests/patch/test_real_upstream.py`'s.
+real upstream class is `tests/patch/test_real_upstream.py`'s. Two closed-loop simulations feed the estimator
+steps timed by a known cost (CPU-like: a row costs a request alone; accelerator-like: rows almost free) and
+check the step sizes the loop settles on: one at a time, and full batches.
 """
 
 from __future__ import annotations
@@ -181,3 +183,33 @@ def test_a_schedule_that_no_longer_reads_the_limit_is_refused() -> None:
 
     with pytest.raises(UpstreamMismatchError, match="_async_chunk_transport_enabled"):
         patch.check_upstream(NoFlag, "fake.NoFlag")
+
+
+def _simulate(patched: type[_Scheduler], step_seconds: Any, steps: int = 12) -> list[int]:
+    """A closed loop of 4 equal requests through the patched stand-in and a stage whose steps cost `step_seconds`."""
+    from vllm_omni_token2wav.model_executor.models.token2wav_stage.cost_model import CostEstimator
+
+    s, est, sizes = patched(), CostEstimator(), []
+    s.waiting.extend(_request(f"r{i}", 50) for i in range(4))
+    for step in range(steps):
+        ran = s.schedule()
+        sizes.append(len(ran))
+        est.record(len(ran), 50 * len(ran), step_seconds(len(ran)))
+        if (model := est.model()) is not None:
+            setattr(s, generation.COST_MODEL_ATTR, model)
+        s.finish_all()
+        s.waiting.extend(_request(f"r{step}-{i}", 50) for i in range(len(ran)))  # each finished one comes back
+    return sizes
+
+
+def test_measured_cpu_like_steps_lead_to_one_at_a_time(patched: type[_Scheduler]) -> None:
+    # a row costs nearly a request alone: 0.05 s per step + 1.5 s per row (whole utterances: one per launch)
+    sizes = _simulate(patched, lambda rows: 0.05 + 1.5 * rows)
+    assert sizes[:3] == [4, 4, 1]  # upstream's policy until two steps are measured (batched), then a solo probe
+    assert sizes[3:] == [1] * 9
+
+
+def test_measured_accelerator_like_steps_keep_batching(patched: type[_Scheduler]) -> None:
+    sizes = _simulate(patched, lambda rows: 1.0 + 0.02 * rows)  # launch-bound: rows almost free
+    assert sizes[:3] == [4, 4, 1]
+    assert sizes[3:] == [4] * 9
