@@ -181,8 +181,8 @@ def install() -> None:
             errors = take_request_errors(model_runner_output)
             costs = take_cost_model(model_runner_output)
             if costs is not None:
-                if getattr(self, COST_MODEL_ATTR, None) is None:
-                    logger.info("token2wav stage published its first cost model: %s", costs)
+                if getattr(self, COST_MODEL_ATTR, None) is None or costs.samples % 50 == 0:
+                    logger.info("token2wav stage's cost model: %s", costs)
                 setattr(self, COST_MODEL_ATTR, costs)
             if errors:
                 _fail(self, errors)

@@ -95,6 +95,8 @@ def planned_running_limit(scheduler: Any) -> int | None:
     if len(tokens) <= 1:
         return None
     admit = whole_rows_to_admit(tokens, model)
+    # at most one line per (admitted, waiting) pair and process: what the planner does, visible in a server's log
+    logger.info_once("latency planning: %d of %d waiting whole utterances admitted in a step", admit, len(tokens))
     logger.debug("latency planning: %d of %d waiting whole utterances this step (%s)", admit, len(tokens), model)
     if admit >= len(tokens):
         return None
