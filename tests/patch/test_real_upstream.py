@@ -28,6 +28,7 @@ from vllm_omni.core.sched.omni_generation_scheduler import OmniGenerationSchedul
 from vllm.compilation.cuda_graph import CUDAGraphWrapper
 from vllm_omni_token2wav.patch.platform import patch_omni_model_registration as registration
 from vllm_omni_token2wav.patch.worker import patch_cuda_graph_wrapper as cuda, patch_generation_scheduler as sched
+from vllm_omni_token2wav.patch.worker import patch_latency_planning as planning
 from vllm_omni_token2wav.platforms.graph_capture_guard import is_guarded
 
 report = {}
@@ -37,6 +38,13 @@ sched.install(); sched.install()
 report["sched_wrapped_once"] = OmniGenerationScheduler.update_from_output.__wrapped__ is stock_update
 sched.uninstall()
 report["sched_restored"] = OmniGenerationScheduler.update_from_output is stock_update
+
+stock_schedule = OmniGenerationScheduler.schedule
+planning.check_upstream(OmniGenerationScheduler)
+planning.install(); planning.install()
+report["planning_wrapped_once"] = OmniGenerationScheduler.schedule.__wrapped__ is stock_schedule
+planning.uninstall()
+report["planning_restored"] = OmniGenerationScheduler.schedule is stock_schedule
 
 calls = []
 stock_register = arg_utils.register_omni_models_to_vllm
@@ -61,6 +69,8 @@ def test_each_patch_installs_against_the_installed_upstream_and_uninstalls() -> 
     assert report == {
         "sched_wrapped_once": True,
         "sched_restored": True,
+        "planning_wrapped_once": True,
+        "planning_restored": True,
         "reregistered_after_upstream": ["ours"],
         "registration_restored": True,
         "cuda_guarded": True,

@@ -9,6 +9,7 @@ vLLM-Omni version it was written against. Grouped by where they act, after vLLM-
 |-------------|---------------------------------------|--------------------------------------------------------------|
 | `platform/` | `patch_omni_model_registration.py`    | `vllm_omni.engine.arg_utils.register_omni_models_to_vllm`    |
 | `worker/`   | `patch_generation_scheduler.py`       | `OmniGenerationScheduler.update_from_output` (engine core)   |
+| `worker/`   | `patch_latency_planning.py`           | `OmniGenerationScheduler.schedule` (engine core)             |
 | `worker/`   | `patch_cuda_graph_wrapper.py`         | vLLM's `CUDAGraphWrapper.__call__` (CUDA workers)            |
 | `worker/`   | `patch_acl_graph_wrapper.py`          | vLLM-Ascend's `ACLGraphWrapper.__call__` (NPU workers)       |
 
@@ -34,9 +35,10 @@ __all__ = ["apply_engine_patches"]
 
 def apply_engine_patches() -> None:
     """Install every `worker/` patch that applies to this process (the register's rows; see the docstring)."""
-    from vllm_omni_token2wav.patch.worker import patch_generation_scheduler
+    from vllm_omni_token2wav.patch.worker import patch_generation_scheduler, patch_latency_planning
 
     patch_generation_scheduler.install()
+    patch_latency_planning.install()
     _install_acl_graph_guard()
     _install_cuda_graph_guard()
 

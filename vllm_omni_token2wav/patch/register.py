@@ -79,7 +79,9 @@ PATCHES: Final[tuple[PatchEntry, ...]] = (
             "wrap the method: take the `token2wav_error` messages off the model runner's output, finish those "
             "requests with `FINISHED_ERROR` and queue an `OmniEngineCoreOutput(finish_reason=ERROR)` on "
             "`_pending_input_timeout_outputs`, which upstream's `_attach_finished_request_sets` drains into the "
-            "step's outputs; refuses to install when upstream no longer declares or drains that attribute"
+            "step's outputs; refuses to install when upstream no longer declares or drains that attribute; also "
+            "takes the stage's published cost model (`token2wav_cost`) off the output and keeps it on the scheduler "
+            "for `worker.patch_latency_planning`"
         ),
         upstream=(
             "none filed: the error-finish path exists only for input timeouts "
@@ -89,6 +91,34 @@ PATCHES: Final[tuple[PatchEntry, ...]] = (
         remove_when=(
             "vLLM-Omni lets a generation model runner fail one request (a per-request error in its output) "
             "without killing the engine core"
+        ),
+        written_against=VLLM_OMNI_0_30,
+        group="worker",
+    ),
+    PatchEntry(
+        module="worker.patch_latency_planning",
+        target="vllm_omni.core.sched.omni_generation_scheduler.OmniGenerationScheduler.schedule",
+        why=(
+            "vLLM-Omni admits waiting whole (non-streamed) requests up to `max_num_seqs` per step and finishes "
+            "them all at its end; where an extra row costs nearly a request alone (a CPU) the first request "
+            "waits for the whole batch (c=8: median TTFP 2x upstream's one at a time); only the scheduler can "
+            "choose how many run (a request the stage skipped would finish with no audio)"
+        ),
+        how=(
+            "wrap the method: where our stage published a cost model (`token2wav_stage/cost_model.py`, kept by "
+            "`worker.patch_generation_scheduler`), no async chunk moves and no queued request carries stream "
+            "meta, lower `max_num_running_reqs` for this call to the running requests plus "
+            "`whole_rows_to_admit` (arrival order; one more row while it does not raise the batch's summed "
+            "completion time) and restore it; off with `additional_config: token2wav_latency_planning: false`; "
+            "refuses to install when `schedule` no longer reads `max_num_running_reqs`"
+        ),
+        upstream=(
+            "none filed: vLLM-Omni's generation scheduler has no per-step admission hook or cost model; the fix "
+            "upstream would be a pluggable admission policy for one-shot generation requests"
+        ),
+        remove_when=(
+            "vLLM-Omni schedules one-shot generation requests by predicted completion time, or lets a stage "
+            "plug in its admission policy"
         ),
         written_against=VLLM_OMNI_0_30,
         group="worker",

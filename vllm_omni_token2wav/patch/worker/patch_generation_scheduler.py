@@ -27,6 +27,10 @@ reading it and `update_from_output` calling that, `OmniEngineCoreOutput` with th
 `FinishReason.ERROR` and `RequestStatus.FINISHED_ERROR`. So a rename upstream fails the plugin at start-up
 instead of finishing failed requests with no output. At run time the patch creates the instance's dict the
 way upstream's own lazy creator does (the install check proved upstream declares and drains it).
+
+The same wrapper takes the stage's measured cost model (`token2wav_stage/cost_model.py`, key `COST_KEY`) off
+every payload and keeps the latest on the scheduler instance (`COST_MODEL_ATTR`), where the latency-planning
+patch of `schedule` (`patch_latency_planning.py`) reads it. Neither key reaches the orchestrator.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from vllm_omni_token2wav.logger import init_logger
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.cost_model import COST_KEY, CostModel
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.errors import ERROR_KEY, decode_error
 from vllm_omni_token2wav.patch.checks import (
     UpstreamMismatchError,
@@ -48,7 +53,7 @@ from vllm_omni_token2wav.patch.register import entry
 
 logger = init_logger(__name__)
 
-__all__ = ["ROW", "check_upstream", "install", "take_request_errors", "uninstall"]
+__all__ = ["COST_MODEL_ATTR", "ROW", "check_upstream", "install", "take_cost_model", "take_request_errors", "uninstall"]
 
 ROW = entry(__name__)
 #: vLLM-Omni's private queue of error outputs that `update_from_output` attaches to the step's outputs.
@@ -56,6 +61,8 @@ PENDING_ATTR = "_pending_input_timeout_outputs"
 _OUTPUT_FIELDS = ("request_id", "new_token_ids", "finish_reason", "stop_reason")
 
 _MARK = "_token2wav_request_errors"
+#: The scheduler instance's attribute holding the stage's latest published `CostModel` (ours, not upstream's).
+COST_MODEL_ATTR = "_token2wav_cost_model"
 
 
 def take_request_errors(model_runner_output: Any) -> dict[str, str]:
@@ -73,6 +80,17 @@ def take_request_errors(model_runner_output: Any) -> dict[str, str]:
             if message and index < len(req_ids):
                 errors.setdefault(str(req_ids[index]), message)
     return errors
+
+
+def take_cost_model(model_runner_output: Any) -> CostModel | None:
+    """The stage's published cost model of this step (None if none); removes `COST_KEY` from every payload."""
+    found: CostModel | None = None
+    for attr in ("multimodal_outputs", "inter_stage_outputs"):
+        for payload in getattr(model_runner_output, attr, None) or ():
+            if isinstance(payload, dict) and COST_KEY in payload:
+                model = CostModel.decode(payload.pop(COST_KEY))
+                found = found or model
+    return found
 
 
 def _fail(scheduler: Any, errors: dict[str, str]) -> list[str]:
@@ -161,6 +179,11 @@ def install() -> None:
 
         def update_from_output(self: Any, scheduler_output: Any, model_runner_output: Any, _stock: Any = stock) -> Any:
             errors = take_request_errors(model_runner_output)
+            costs = take_cost_model(model_runner_output)
+            if costs is not None:
+                if getattr(self, COST_MODEL_ATTR, None) is None or costs.samples % 50 == 0:
+                    logger.info("token2wav stage's cost model: %s", costs)
+                setattr(self, COST_MODEL_ATTR, costs)
             if errors:
                 _fail(self, errors)
             return _stock(self, scheduler_output, model_runner_output)

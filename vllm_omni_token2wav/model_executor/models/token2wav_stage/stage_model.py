@@ -20,6 +20,8 @@ shared flow + HiFT core), `CosyVoice3Code2Wav` with its own. The runner:
    scheduler step: the idle-stream sweep (`store.StreamStore.sweep`, on every call: profiling and
    placeholder-only steps return before the engine runs, and abandoned streams must not wait for
    real work to be freed) -> `contract.parse_step` -> `Token2WavStepExecutor.step` -> `contract.build_output`;
+   a step of whole utterances only is timed into the cost model the output then carries to the scheduler
+   (`cost_model.py`; off with `additional_config: token2wav_latency_planning: false`);
 4. calls `on_requests_finished(ids)` to free streams.
 
 With `VLLM_OMNI_TOKEN2WAV_STAGE_STATS=<path>` the model writes its cumulative counters there after
@@ -54,10 +56,16 @@ from vllm_omni_token2wav.model_executor.models.speaker_embedding.selection impor
 )
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.backend import Token2WavBackend
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.contract import (
+    Segment,
     SegmentKind,
     SegmentResult,
     build_output,
     parse_step,
+)
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.cost_model import (
+    COST_KEY,
+    CostEstimator,
+    latency_planning_enabled,
 )
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.families import (
     FamilySpec,
@@ -157,6 +165,9 @@ class Token2WavStageModel(nn.Module):
         self.backend = self._build_backend(opts)
         self.streams = StreamStore(max_streams=opts.stream_limit, idle_timeout_s=opts.idle_timeout_s)
         self._stats = StatsWriter(self.family.name)
+        #: The measured cost of whole-utterance steps, published to the scheduler (`cost_model.py`); None: off.
+        planning = latency_planning_enabled(getattr(vllm_config, "additional_config", None))
+        self.costs: CostEstimator | None = CostEstimator() if planning else None
         self.executor = Token2WavStepExecutor(
             self.backend,
             self.streams,
@@ -302,13 +313,14 @@ class Token2WavStageModel(nn.Module):
                 results = [SegmentResult(error=s.error) for s in step.segments]
             else:
                 self._ensure_loaded()
-                results = self.executor.step(step.segments)
+                results = self._timed_step(step.segments)
         except Exception as exc:
             if stats is not None:
                 stats.record_failure(f"{type(exc).__name__}: {exc}", live_streams=len(self.streams))
                 self._stats.write()
             raise
         output = build_output(results, step.device, self.family.output_key)
+        self._publish_costs(output, len(step.segments))
         if stats is not None:
             seeds = self.executor.last_seeds if ran else None
             stats.record_step(
@@ -324,6 +336,28 @@ class Token2WavStageModel(nn.Module):
                 self._record_memory(stats)
             self._stats.write(force=False)
         return output
+
+    def _timed_step(self, segments: list[Segment]) -> list[SegmentResult]:
+        """`executor.step`, timed into `self.costs` when every segment is a whole utterance (`cost_model.py`)."""
+        if self.costs is None or any(s.kind is not SegmentKind.WHOLE or s.error for s in segments):
+            return self.executor.step(segments)
+        from vllm_omni_token2wav import platforms
+
+        start = time.perf_counter()
+        results = self.executor.step(segments)
+        platforms.current_omni_platform.synchronize(self.token2wav.device)
+        seconds = time.perf_counter() - start
+        if not any(r.error for r in results):
+            self.costs.record(len(segments), sum(len(s.tokens) for s in segments), seconds)
+        return results
+
+    def _publish_costs(self, output: Any, count: int) -> None:
+        """The cost model on the step's first segment, empty tensors on the others (the scheduler reads it)."""
+        model = self.costs.model() if self.costs is not None else None
+        if model is None or count == 0:
+            return
+        empty = torch.empty(0, dtype=torch.float64)
+        output.multimodal_outputs[COST_KEY] = [model.encode()] + [empty] * (count - 1)
 
     def on_requests_finished(self, finished_req_ids: Iterable[str]) -> None:
         """Free the streams of finished requests (their state, their ended-stream records)."""
