@@ -68,11 +68,12 @@ class Arm:
     def warm_up(self) -> None:
         """Requests until the stage has measured a solo step and a batched one (so a cost model exists)."""
         self.run_and_check(_requests("w0", [30]))
-        for attempt in range(4):
+        for attempt in range(3):
             rows = self.engine.counters()["steps_by_rows"]
             if "1" in rows and any(int(k) >= 2 for k in rows):
                 return
-            self.run_and_check(_requests(f"w{attempt + 1}", [28, 33]))
+            # submitted at once, the first is scheduled alone while the engine receives the others
+            self.run_and_check(_requests(f"w{attempt + 1}", [28, 33, 26, 31]))
         raise AssertionError(f"no solo and batched step measured after the warm-up: {rows}")
 
 

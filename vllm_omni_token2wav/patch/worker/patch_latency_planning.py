@@ -24,9 +24,9 @@ wraps `schedule`:
 
 Stream chunks that are due go first (`order_due_streams`, before the rule above): where our stage published its
 streams' audio (`patch_generation_scheduler.PLAYBACK_ATTR`, a `token2wav_stage/playback.PlaybackClock`), planning
-is on, the waiting queue is FCFS (a `deque`; under the priority policy the client's priorities rule) and more
-stream requests wait than the step has free slots (`max_num_running_reqs` minus the running requests) or their
-ready tokens exceed the token budget, the stream requests' places in the waiting queue are refilled in order of
+is on, the waiting queue is FCFS (a `deque`; under the priority policy the client's priorities rule), two or more
+stream requests wait, and more requests wait than the step has free slots (`max_num_running_reqs` minus the
+running requests) or their ready tokens exceed the token budget, the stream requests' places in the waiting queue are refilled in order of
 `PlaybackClock.due` (the moment the listener's audio runs out; arrival for a stream without audio yet), stably;
 whole utterances keep their places. Without that pressure the queue is not touched. The count is conservative
 (a waiting stream whose next chunk has not arrived is parked by upstream's chunk adapter inside `schedule`,
@@ -123,10 +123,10 @@ def order_due_streams(scheduler: Any, stats: PlannerStats | None = None) -> int:
     budget = getattr(scheduler, "max_num_scheduled_tokens", None)
     ready = sum(
         max(len(getattr(r, "prompt_token_ids", None) or ()) - int(getattr(r, "num_computed_tokens", 0)), 0)
-        for r in streams
+        for r in waiting
     )
-    if len(streams) <= free and (budget is None or ready <= int(budget)):
-        return 0  # every waiting stream fits this step: nothing to order
+    if len(waiting) <= free and (budget is None or ready <= int(budget)):
+        return 0  # everything waiting fits this step: nothing to order
     ordered = due_order(waiting, flags, clock)
     if all(a is b for a, b in zip(ordered, waiting, strict=True)):
         return 0
