@@ -26,11 +26,12 @@ Stream chunks that are due go first (`order_due_streams`, before the rule above)
 streams' audio (`patch_generation_scheduler.PLAYBACK_ATTR`, a `token2wav_stage/playback.PlaybackClock`), planning
 is on, the waiting queue is FCFS (a `deque`; under the priority policy the client's priorities rule), two or more
 stream requests wait, and more requests wait than the step has free slots (`max_num_running_reqs` minus the
-running requests) or their ready tokens exceed the token budget, the stream requests' places in the waiting queue are refilled in order of
-`PlaybackClock.due` (the moment the listener's audio runs out; arrival for a stream without audio yet), stably;
-whole utterances keep their places. Without that pressure the queue is not touched. The count is conservative
-(a waiting stream whose next chunk has not arrived is parked by upstream's chunk adapter inside `schedule`,
-keeping the others' relative order), so an extra reorder only changes the order of requests that all run.
+running requests) or their ready tokens exceed the token budget, the stream requests' places in the waiting
+queue are refilled in order of `PlaybackClock.due` (the moment the listener's audio runs out; arrival for a
+stream without audio yet), stably; whole utterances keep their places. Without that pressure the queue is not
+touched. The count is conservative (a waiting stream whose next chunk has not arrived is parked by upstream's
+chunk adapter inside `schedule`, keeping the others' relative order), so an extra reorder only changes the order
+of requests that all run.
 
 With `VLLM_OMNI_TOKEN2WAV_STAGE_STATS` set, the decisions are counted in `token2wav_stage/planner_stats.py`'s
 `PlannerStats` and written next to the stage's stats (`<path>.planner.json`) when they change.
