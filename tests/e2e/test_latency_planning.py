@@ -2,12 +2,13 @@
 """Latency-aware planning of whole utterances in the real engine (Step-Audio2's code2wav alone, CPU).
 
 One engine per arm (`token2wav_latency_planning` on / off, reduced stand-in, 2 Euler steps). A warm-up lets the
-stage measure a solo step and a batched one (the stage's own `steps_by_rows` says when), so the cost model
-exists; then five whole utterances are submitted at once. The scheduler's counters (`<stats>.planner.json`,
-`token2wav_stage/planner_stats.py`) show what it decided: with planning on it admitted fewer than all waiting
-requests per step (on this CPU an extra row costs about a request alone); with it off nothing is planned or
-held back and the stage ran requests batched (upstream's policy). In both arms every reply is complete and
-equal to the same request run through our stage class alone in this process (<= 1e-5, equal length).
+stage measure a solo step and a batched one after its first (unmeasured) step (the stage's own `steps_by_rows`
+says when), so the cost model exists; then five whole utterances are submitted at once. The scheduler's
+counters (`<stats>.planner.json`, `token2wav_stage/planner_stats.py`) show what it decided: with planning on it
+admitted fewer than all waiting requests per step (on this CPU an extra row costs about a request alone); with
+it off nothing is planned or held back and the stage ran requests batched (upstream's policy). In both arms
+every reply is complete and equal to the same request run through our stage class alone in this process
+(<= 1e-5, equal length).
 """
 
 from __future__ import annotations
@@ -67,10 +68,10 @@ class Arm:
 
     def warm_up(self) -> None:
         """Requests until the stage has measured a solo step and a batched one (so a cost model exists)."""
-        self.run_and_check(_requests("w0", [30]))
+        self.run_and_check(_requests("w0", [30]))  # the stage's first whole step: not measured (one-time costs)
         for attempt in range(3):
             rows = self.engine.counters()["steps_by_rows"]
-            if "1" in rows and any(int(k) >= 2 for k in rows):
+            if rows.get("1", {}).get("steps", 0) >= 2 and any(int(k) >= 2 for k in rows):
                 return
             # submitted at once, the first is scheduled alone while the engine receives the others
             self.run_and_check(_requests(f"w{attempt + 1}", [28, 33, 26, 31]))

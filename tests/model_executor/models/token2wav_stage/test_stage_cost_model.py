@@ -1,12 +1,12 @@
 # SPDX-License-Identifier: Apache-2.0
 """The real stage measures its whole-utterance steps and publishes the cost model on its output (issue 32).
 
-Driven as vLLM-Omni's runner drives it (one flat `input_ids`, per-segment dicts): steps of whole utterances
-are counted into the model (rows 2, then 1: both `solo_seen` and `batch_seen`), a step with a stream chunk is
-not; the model rides on the first segment as `COST_KEY` (empty tensors on the others), from the second measured
-step on; a step with stream chunks carries each chunk's new audio seconds under `PLAYBACK_KEY` (empty for the
-other segments; the scheduler's due order, `playback.py`); `additional_config: token2wav_latency_planning: false`
-publishes nothing.
+Driven as vLLM-Omni's runner drives it (one flat `input_ids`, per-segment dicts): the first whole step is not
+measured (one-time costs), the next steps of whole utterances are counted into the model (rows 2, then 1: both
+`solo_seen` and `batch_seen`), a step with a stream chunk is not; the model rides on the first segment as
+`COST_KEY` (empty tensors on the others), from the second measured step on; a step with stream chunks carries
+each chunk's new audio seconds under `PLAYBACK_KEY` (empty for the other segments; the scheduler's due order,
+`playback.py`); `additional_config: token2wav_latency_planning: false` publishes nothing.
 """
 
 from __future__ import annotations
@@ -41,6 +41,8 @@ def _whole(stage: Stage, requests: dict[str, list[int]]) -> dict[str, Any]:
 
 def test_whole_steps_are_measured_and_published_stream_steps_are_not(model_dir: Path) -> None:
     stage = Stage(model=str(model_dir), **FAST_OPTIONS)
+    warm = _whole(stage, {"w": list(range(10, 22))})
+    assert COST_KEY not in warm and stage.costs is not None and stage.costs.samples == 0  # first-call costs
     first = _whole(stage, {"a": list(range(10, 22)), "b": list(range(30, 38))})
     assert COST_KEY not in first  # one measured step: no model yet
     assert PLAYBACK_KEY not in first  # no stream chunk

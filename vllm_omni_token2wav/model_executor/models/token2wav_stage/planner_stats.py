@@ -12,7 +12,6 @@ atomically, after each `schedule` call that changed them (at most once per
 |----------------------|--------------------------------------------------------------------------------------------|
 | `pid`                | the engine-core process                                                                    |
 | `enabled`            | the stage's `token2wav_latency_planning` as the scheduler read it                          |
-| `schedule_calls`     | `schedule` calls seen by the patch                                                         |
 | `planned_steps`      | calls where the whole-utterance rule ran (a cost model, two or more waiting, free slots)   |
 | `held_back_steps`    | planned steps that admitted fewer whole utterances than were waiting (within free slots)   |
 | `held_back_requests` | the sum over those steps of waiting minus admitted                                         |
@@ -52,7 +51,6 @@ class PlannerStats:
 
     pid: int = field(default_factory=os.getpid)
     enabled: bool = True
-    schedule_calls: int = 0
     planned_steps: int = 0
     held_back_steps: int = 0
     held_back_requests: int = 0

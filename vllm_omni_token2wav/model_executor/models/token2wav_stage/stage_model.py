@@ -171,6 +171,9 @@ class Token2WavStageModel(nn.Module):
         #: The measured cost of whole-utterance steps, published to the scheduler (`cost_model.py`); None: off.
         planning = latency_planning_enabled(getattr(vllm_config, "additional_config", None))
         self.costs: CostEstimator | None = CostEstimator() if planning else None
+        #: Whole-utterance steps left to run before measuring: the first carries one-time costs (thread pools, the
+        #: speaker session, first allocations) and measured 2-row steps faster than it, a negative cost per row.
+        self._cost_warmup_steps = 1
         self.executor = Token2WavStepExecutor(
             self.backend,
             self.streams,
@@ -351,8 +354,12 @@ class Token2WavStageModel(nn.Module):
         results = self.executor.step(segments)
         platforms.current_omni_platform.synchronize(self.token2wav.device)
         seconds = time.perf_counter() - start
-        if not any(r.error for r in results):
-            self.costs.record(len(segments), sum(len(s.tokens) for s in segments), seconds)
+        if any(r.error for r in results):
+            return results
+        if self._cost_warmup_steps > 0:
+            self._cost_warmup_steps -= 1
+            return results
+        self.costs.record(len(segments), sum(len(s.tokens) for s in segments), seconds)
         return results
 
     def _publish_costs(self, output: Any, count: int) -> None:
