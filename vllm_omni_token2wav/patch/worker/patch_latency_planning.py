@@ -116,10 +116,6 @@ def order_due_streams(scheduler: Any, stats: PlannerStats | None = None) -> int:
     if clock is None or not isinstance(queue, deque) or len(queue) < 2 or not _enabled(scheduler):
         return 0
     waiting = list(queue)
-    flags = [clock.audio_s(str(r.request_id)) > 0 or carries_stream_meta(_info(r)) for r in waiting]
-    streams = [r for r, is_stream in zip(waiting, flags, strict=True) if is_stream]
-    if len(streams) < 2:
-        return 0
     free = int(scheduler.max_num_running_reqs) - len(scheduler.running)
     budget = getattr(scheduler, "max_num_scheduled_tokens", None)
     ready = sum(
@@ -127,7 +123,10 @@ def order_due_streams(scheduler: Any, stats: PlannerStats | None = None) -> int:
         for r in waiting
     )
     if len(waiting) <= free and (budget is None or ready <= int(budget)):
-        return 0  # everything waiting fits this step: nothing to order
+        return 0  # everything waiting fits this step: nothing to order (and no request's information is read)
+    flags = [clock.audio_s(str(r.request_id)) > 0 or carries_stream_meta(_info(r)) for r in waiting]
+    if sum(flags) < 2:
+        return 0
     ordered = due_order(waiting, flags, clock)
     if all(a is b for a, b in zip(ordered, waiting, strict=True)):
         return 0
