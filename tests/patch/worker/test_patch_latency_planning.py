@@ -285,6 +285,18 @@ def test_without_pressure_the_queue_is_not_touched(patched: type[_Scheduler]) ->
     assert s.schedule() == ["full", "dry", "low"]  # every waiting stream fits the step: queue order
 
 
+def test_a_token_budget_too_small_for_the_waiting_chunks_is_pressure_too(patched: type[_Scheduler]) -> None:
+    time_ = _Time()
+    s = patched(max_num_seqs=8)
+    _served(s, PlaybackClock(now=time_.now, wall=time_.wall), {"full": 3.0, "dry": 0.1})
+    s.waiting.extend([_stream("full"), _stream("dry")])  # 25 ready tokens each
+    s.max_num_scheduled_tokens = 50
+    assert patch.order_due_streams(s) == 0  # both fit the budget
+    s.max_num_scheduled_tokens = 40
+    assert patch.order_due_streams(s) == 1
+    assert [r.request_id for r in s.waiting] == ["dry", "full"]
+
+
 def test_whole_utterances_keep_their_places_and_a_new_stream_is_due_since_it_arrived(
     patched: type[_Scheduler],
 ) -> None:
