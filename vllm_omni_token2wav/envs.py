@@ -17,7 +17,9 @@
 |                                         | after every forward call with its cumulative     |                       |
 |                                         | counters (engine tests read the worker's         |                       |
 |                                         | batching and errors there; `stats.py` of         |                       |
-|                                         | `model_executor/models/token2wav_stage/`)        |                       |
+|                                         | `model_executor/models/token2wav_stage/`); the   |                       |
+|                                         | scheduler writes the latency planner's counters  |                       |
+|                                         | to `<path>.planner.json` (`planner_stats.py`)    |                       |
 | `VLLM_OMNI_TOKEN2WAV_STAGE_STATS_`      | seconds between two writes of that file by       | 0: every call         |
 | `INTERVAL_S`                            | `forward` (`on_requests_finished` always writes; |                       |
 |                                         | benchmarks: under CPU contention a write per     |                       |

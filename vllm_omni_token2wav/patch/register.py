@@ -80,8 +80,9 @@ PATCHES: Final[tuple[PatchEntry, ...]] = (
             "requests with `FINISHED_ERROR` and queue an `OmniEngineCoreOutput(finish_reason=ERROR)` on "
             "`_pending_input_timeout_outputs`, which upstream's `_attach_finished_request_sets` drains into the "
             "step's outputs; refuses to install when upstream no longer declares or drains that attribute; also "
-            "takes the stage's published cost model (`token2wav_cost`) off the output and keeps it on the scheduler "
-            "for `worker.patch_latency_planning`"
+            "takes the stage's published cost model (`token2wav_cost`) and its streams' new audio seconds "
+            "(`token2wav_audio_s`) off the output and keeps them on the scheduler for "
+            "`worker.patch_latency_planning`"
         ),
         upstream=(
             "none filed: the error-finish path exists only for input timeouts "
@@ -109,8 +110,11 @@ PATCHES: Final[tuple[PatchEntry, ...]] = (
             "`worker.patch_generation_scheduler`), no async chunk moves and no queued request carries stream "
             "meta, lower `max_num_running_reqs` for this call to the running requests plus "
             "`whole_rows_to_admit` (arrival order; one more row while it does not raise the batch's summed "
-            "completion time) and restore it; off with `additional_config: token2wav_latency_planning: false`; "
-            "refuses to install when `schedule` no longer reads `max_num_running_reqs`"
+            "completion time) and restore it; with more requests waiting than free slots, refill the waiting "
+            "stream chunks' places in order of when their listeners' audio runs out (`token2wav_stage/"
+            "playback.py`); counts its decisions next to the stage stats (`planner_stats.py`); off with "
+            "`additional_config: token2wav_latency_planning: false`; refuses to install when `schedule` no longer "
+            "reads `max_num_running_reqs`"
         ),
         upstream=(
             "none filed: vLLM-Omni's generation scheduler has no per-step admission hook or cost model; the fix "

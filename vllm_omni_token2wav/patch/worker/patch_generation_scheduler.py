@@ -30,7 +30,10 @@ way upstream's own lazy creator does (the install check proved upstream declares
 
 The same wrapper takes the stage's measured cost model (`token2wav_stage/cost_model.py`, key `COST_KEY`) off
 every payload and keeps the latest on the scheduler instance (`COST_MODEL_ATTR`), where the latency-planning
-patch of `schedule` (`patch_latency_planning.py`) reads it. Neither key reaches the orchestrator.
+patch of `schedule` (`patch_latency_planning.py`) reads it, and each stream chunk's new audio seconds
+(`token2wav_stage/playback.py`, key `PLAYBACK_KEY`) into the scheduler's `PlaybackClock` (`PLAYBACK_ATTR`,
+created on the first published value; requests no longer live are dropped after each step), from which that
+patch orders due stream chunks first. None of these keys reaches the orchestrator.
 """
 
 from __future__ import annotations
@@ -41,6 +44,11 @@ from typing import Any
 from vllm_omni_token2wav.logger import init_logger
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.cost_model import COST_KEY, CostModel
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.errors import ERROR_KEY, decode_error
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.playback import (
+    PLAYBACK_KEY,
+    PlaybackClock,
+    decode_seconds,
+)
 from vllm_omni_token2wav.patch.checks import (
     UpstreamMismatchError,
     expect_attribute,
@@ -53,7 +61,17 @@ from vllm_omni_token2wav.patch.register import entry
 
 logger = init_logger(__name__)
 
-__all__ = ["COST_MODEL_ATTR", "ROW", "check_upstream", "install", "take_cost_model", "take_request_errors", "uninstall"]
+__all__ = [
+    "COST_MODEL_ATTR",
+    "PLAYBACK_ATTR",
+    "ROW",
+    "check_upstream",
+    "install",
+    "take_cost_model",
+    "take_playback",
+    "take_request_errors",
+    "uninstall",
+]
 
 ROW = entry(__name__)
 #: vLLM-Omni's private queue of error outputs that `update_from_output` attaches to the step's outputs.
@@ -63,6 +81,8 @@ _OUTPUT_FIELDS = ("request_id", "new_token_ids", "finish_reason", "stop_reason")
 _MARK = "_token2wav_request_errors"
 #: The scheduler instance's attribute holding the stage's latest published `CostModel` (ours, not upstream's).
 COST_MODEL_ATTR = "_token2wav_cost_model"
+#: The scheduler instance's `PlaybackClock` of its streams (ours, not upstream's); absent until our stage publishes.
+PLAYBACK_ATTR = "_token2wav_playback"
 
 
 def take_request_errors(model_runner_output: Any) -> dict[str, str]:
@@ -91,6 +111,38 @@ def take_cost_model(model_runner_output: Any) -> CostModel | None:
                 model = CostModel.decode(payload.pop(COST_KEY))
                 found = found or model
     return found
+
+
+def take_playback(model_runner_output: Any) -> dict[str, float]:
+    """`{request id: new audio seconds}` of the step's stream chunks; removes `PLAYBACK_KEY` from every payload."""
+    req_ids = list(getattr(model_runner_output, "req_ids", None) or [])
+    served: dict[str, float] = {}
+    for attr in ("multimodal_outputs", "inter_stage_outputs"):
+        for index, payload in enumerate(getattr(model_runner_output, attr, None) or ()):
+            if not isinstance(payload, dict) or PLAYBACK_KEY not in payload:
+                continue
+            seconds = decode_seconds(payload.pop(PLAYBACK_KEY))
+            if seconds is not None and index < len(req_ids):
+                served.setdefault(str(req_ids[index]), seconds)
+    return served
+
+
+def _record_playback(scheduler: Any, served: dict[str, float]) -> None:
+    clock: PlaybackClock | None = getattr(scheduler, PLAYBACK_ATTR, None)
+    if clock is None:
+        if not served:
+            return
+        clock = PlaybackClock()
+        setattr(scheduler, PLAYBACK_ATTR, clock)
+    for rid, seconds in served.items():
+        clock.served(rid, seconds)
+
+
+def _forget_finished(scheduler: Any) -> None:
+    clock: PlaybackClock | None = getattr(scheduler, PLAYBACK_ATTR, None)
+    live = getattr(scheduler, "requests", None)
+    if clock is not None and len(clock) and isinstance(live, dict):
+        clock.forget_except(live)
 
 
 def _fail(scheduler: Any, errors: dict[str, str]) -> list[str]:
@@ -180,13 +232,17 @@ def install() -> None:
         def update_from_output(self: Any, scheduler_output: Any, model_runner_output: Any, _stock: Any = stock) -> Any:
             errors = take_request_errors(model_runner_output)
             costs = take_cost_model(model_runner_output)
+            _record_playback(self, take_playback(model_runner_output))
             if costs is not None:
                 if getattr(self, COST_MODEL_ATTR, None) is None or costs.samples % 50 == 0:
                     logger.info("token2wav stage's cost model: %s", costs)
                 setattr(self, COST_MODEL_ATTR, costs)
             if errors:
                 _fail(self, errors)
-            return _stock(self, scheduler_output, model_runner_output)
+            try:
+                return _stock(self, scheduler_output, model_runner_output)
+            finally:
+                _forget_finished(self)
 
         setattr(update_from_output, _MARK, True)
         update_from_output.__wrapped__ = stock  # type: ignore[attr-defined]

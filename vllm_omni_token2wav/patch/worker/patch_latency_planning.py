@@ -22,6 +22,20 @@ wraps `schedule`:
 3. it lowers `max_num_running_reqs` for this one call to the running requests plus that count, calls the stock
    `schedule` (whose fast path and fallback both stop admitting there) and restores it.
 
+Stream chunks that are due go first (`order_due_streams`, before the rule above): where our stage published its
+streams' audio (`patch_generation_scheduler.PLAYBACK_ATTR`, a `token2wav_stage/playback.PlaybackClock`), planning
+is on, the waiting queue is FCFS (a `deque`; under the priority policy the client's priorities rule), two or more
+stream requests wait, and more requests wait than the step has free slots (`max_num_running_reqs` minus the
+running requests) or their ready tokens exceed the token budget, the stream requests' places in the waiting
+queue are refilled in order of `PlaybackClock.due` (the moment the listener's audio runs out; arrival for a
+stream without audio yet), stably; whole utterances keep their places. Without that pressure the queue is not
+touched. The count is conservative (a waiting stream whose next chunk has not arrived is parked by upstream's
+chunk adapter inside `schedule`, keeping the others' relative order), so an extra reorder only changes the order
+of requests that all run.
+
+With `VLLM_OMNI_TOKEN2WAV_STAGE_STATS` set, the decisions are counted in `token2wav_stage/planner_stats.py`'s
+`PlannerStats` and written next to the stage's stats (`<path>.planner.json`) when they change.
+
 Install-time checks (`checks.py`): `schedule(self, throttle_prefills)` exists and its code reads
 `max_num_running_reqs` (the only knob the patch turns), `_async_chunk_transport_enabled` is callable,
 `vllm_omni.engine.serialization.deserialize_additional_information` resolves. A rename upstream stops the plugin
@@ -30,7 +44,9 @@ at start-up instead of silently planning nothing.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable
+from dataclasses import asdict
 from typing import Any
 
 from vllm_omni_token2wav.logger import init_logger
@@ -40,19 +56,30 @@ from vllm_omni_token2wav.model_executor.models.token2wav_stage.cost_model import
     latency_planning_enabled,
     whole_rows_to_admit,
 )
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.planner_stats import PlannerStats, PlannerStatsWriter
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.playback import PlaybackClock, due_order
 from vllm_omni_token2wav.patch.checks import expect_callable, expect_reads, resolve
 from vllm_omni_token2wav.patch.register import entry
-from vllm_omni_token2wav.patch.worker.patch_generation_scheduler import COST_MODEL_ATTR
+from vllm_omni_token2wav.patch.worker.patch_generation_scheduler import COST_MODEL_ATTR, PLAYBACK_ATTR
 
 logger = init_logger(__name__)
 
-__all__ = ["ROW", "check_upstream", "install", "planned_running_limit", "uninstall"]
+__all__ = [
+    "ROW",
+    "check_upstream",
+    "install",
+    "order_due_streams",
+    "planned_running_limit",
+    "planner_stats",
+    "uninstall",
+]
 
 ROW = entry(__name__)
 _SCHEDULER = "vllm_omni.core.sched.omni_generation_scheduler.OmniGenerationScheduler"
 _DESERIALIZE = "vllm_omni.engine.serialization.deserialize_additional_information"
 _MARK = "_token2wav_latency_planning"
 _ENABLED_ATTR = "_token2wav_latency_planning_enabled"
+_STATS_ATTR = "_token2wav_planner_stats"
 
 
 def _info(request: Any) -> Any:
@@ -73,7 +100,47 @@ def _enabled(scheduler: Any) -> bool:
     return enabled
 
 
-def planned_running_limit(scheduler: Any) -> int | None:
+def planner_stats(scheduler: Any) -> PlannerStatsWriter:
+    """The scheduler's `PlannerStatsWriter` (created on first use; counts only with the stats variable set)."""
+    writer = getattr(scheduler, _STATS_ATTR, None)
+    if writer is None:
+        writer = PlannerStatsWriter()
+        setattr(scheduler, _STATS_ATTR, writer)
+    return writer
+
+
+def order_due_streams(scheduler: Any, stats: PlannerStats | None = None) -> int:
+    """Refill the waiting stream requests' places in due order under pressure (module docstring); overtakes."""
+    clock: PlaybackClock | None = getattr(scheduler, PLAYBACK_ATTR, None)
+    queue = scheduler.waiting
+    if clock is None or not isinstance(queue, deque) or len(queue) < 2 or not _enabled(scheduler):
+        return 0
+    waiting = list(queue)
+    free = int(scheduler.max_num_running_reqs) - len(scheduler.running)
+    budget = getattr(scheduler, "max_num_scheduled_tokens", None)
+    ready = sum(
+        max(len(getattr(r, "prompt_token_ids", None) or ()) - int(getattr(r, "num_computed_tokens", 0)), 0)
+        for r in waiting
+    )
+    if len(waiting) <= free and (budget is None or ready <= int(budget)):
+        return 0  # everything waiting fits this step: nothing to order (and no request's information is read)
+    flags = [clock.audio_s(str(r.request_id)) > 0 or carries_stream_meta(_info(r)) for r in waiting]
+    if sum(flags) < 2:
+        return 0
+    ordered = due_order(waiting, flags, clock)
+    if all(a is b for a, b in zip(ordered, waiting, strict=True)):
+        return 0
+    before = {id(r): i for i, r in enumerate(waiting)}
+    overtakes = sum(1 for i, r in enumerate(ordered) if i < before[id(r)])
+    queue.clear()
+    queue.extend(ordered)
+    logger.info_once("latency planning: waiting stream chunks ordered by when their listeners' audio runs out")
+    if stats is not None:
+        stats.record_reorder(overtakes)
+    return overtakes
+
+
+def planned_running_limit(scheduler: Any, stats: PlannerStats | None = None) -> int | None:
     """This step's `max_num_running_reqs`, or None to schedule as upstream does (the module docstring's rules)."""
     model: CostModel | None = getattr(scheduler, COST_MODEL_ATTR, None)
     if model is None or not _enabled(scheduler) or scheduler._async_chunk_transport_enabled():
@@ -95,6 +162,9 @@ def planned_running_limit(scheduler: Any) -> int | None:
     if len(tokens) <= 1:
         return None
     admit = whole_rows_to_admit(tokens, model)
+    if stats is not None:
+        stats.record_plan(min(max(admit, 1), len(tokens)), len(tokens))
+        stats.model = asdict(model)
     # at most one line per (admitted, waiting) pair and process: what the planner does, visible in a server's log
     logger.info_once("latency planning: %d of %d waiting whole utterances admitted in a step", admit, len(tokens))
     logger.debug("latency planning: %d of %d waiting whole utterances this step (%s)", admit, len(tokens), model)
@@ -140,15 +210,23 @@ def install() -> None:
         check_upstream(cls)
 
         def schedule(self: Any, *args: Any, _stock: Any = stock, **kwargs: Any) -> Any:
-            limit = planned_running_limit(self)
-            if limit is None:
-                return _stock(self, *args, **kwargs)
-            saved = self.max_num_running_reqs
-            self.max_num_running_reqs = limit
+            writer = planner_stats(self)
+            stats = writer.target()
+            if stats is not None:
+                stats.enabled = _enabled(self)
             try:
-                return _stock(self, *args, **kwargs)
+                order_due_streams(self, stats)
+                limit = planned_running_limit(self, stats)
+                if limit is None:
+                    return _stock(self, *args, **kwargs)
+                saved = self.max_num_running_reqs
+                self.max_num_running_reqs = limit
+                try:
+                    return _stock(self, *args, **kwargs)
+                finally:
+                    self.max_num_running_reqs = saved
             finally:
-                self.max_num_running_reqs = saved
+                writer.write()
 
         setattr(schedule, _MARK, True)
         schedule.__wrapped__ = stock  # type: ignore[attr-defined]

@@ -131,3 +131,19 @@ def test_the_off_switch(config: object, expected: bool) -> None:
 def test_a_bad_switch_value_names_the_key() -> None:
     with pytest.raises(ValueError, match="token2wav_latency_planning"):
         latency_planning_enabled({"token2wav_latency_planning": "sometimes"})
+
+
+def test_the_fit_never_makes_a_row_or_a_token_cost_negative() -> None:
+    # a noisy host: the batched step ran faster than the solo one (unconstrained: row_s < 0, "a row saves time")
+    est = CostEstimator()
+    est.record(1, 30, 1.06)
+    est.record(2, 61, 0.69)
+    model = est.model()
+    assert model is not None
+    assert model.base_s >= 0 and model.row_s >= 0 and model.token_s >= 0
+    assert model.alone_s(30) == pytest.approx(model.base_s + model.row_s + 30 * model.token_s)
+    unconstrained = torch.linalg.lstsq(
+        torch.tensor([[1.0, 1.0, 30.0], [1.0, 2.0, 61.0]], dtype=torch.float64),
+        torch.tensor([1.06, 0.69], dtype=torch.float64),
+    ).solution
+    assert float(unconstrained.min()) < 0  # the data itself asks for a negative coefficient

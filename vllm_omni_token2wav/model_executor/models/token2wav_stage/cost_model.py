@@ -9,7 +9,8 @@ its prompt), so the stage measures and the scheduler decides:
 
 - `CostEstimator` (stage side, one per stage process, so per device) fits the step's wall time of steps that
   ran whole utterances only, `seconds ~= base_s + row_s * rows + token_s * tokens` (tokens: the codec ids of
-  the step), by exponentially forgotten least squares (`DECAY` per step), pulled towards its previous fit in
+  the step), by exponentially forgotten least squares (`DECAY` per step) with every coefficient >= 0 (a negative
+  one is fixed at 0, the others refitted), pulled towards its previous fit in
   directions the recent steps do not excite (all steps with the same row count cannot tell `base_s` from
   `row_s`; all requests of one length cannot tell `row_s` from `token_s`).
 - `CostModel.encode()` is what the stage publishes under `COST_KEY` on each step's output (a float64 tensor on
@@ -123,9 +124,7 @@ class CostEstimator:
         self.solo_seen |= rows == 1
         self.batch_seen |= rows > 1
         weight = self.ridge * torch.diagonal(self._gram).clamp_min(1e-12)
-        lhs = self._gram + torch.diag(weight)
-        rhs = self._moment + weight * self._theta
-        self._theta = torch.linalg.solve(lhs, rhs)
+        self._theta = _non_negative_solve(self._gram + torch.diag(weight), self._moment + weight * self._theta)
 
     def model(self) -> CostModel | None:
         """The current fit, None before `min_samples` steps were measured."""
@@ -133,6 +132,25 @@ class CostEstimator:
             return None
         base, row, token = (float(v) for v in self._theta)
         return CostModel(base, row, token, self.samples, self.solo_seen, self.batch_seen)
+
+
+def _non_negative_solve(lhs: torch.Tensor, rhs: torch.Tensor) -> torch.Tensor:
+    """`lhs @ x = rhs` with every coefficient >= 0: a negative one is fixed at 0 and the rest solved again.
+
+    A fixed cost, a cost per row and a cost per token are never negative; an unconstrained fit of a few noisy steps
+    (a host under load, rows and tokens rising together) gave `row_s < 0` or `token_s < 0`, i.e. "an extra row
+    saves time", and the rule then batched every waiting request on a CPU.
+    """
+    free = list(range(rhs.numel()))
+    x = torch.zeros_like(rhs)
+    while free:
+        index = torch.tensor(free)
+        sub = torch.linalg.solve(lhs[index][:, index], rhs[index])
+        if bool((sub >= 0).all()):
+            x[index] = sub
+            break
+        free = [i for i, v in zip(free, sub.tolist(), strict=True) if v >= 0]
+    return x
 
 
 def whole_rows_to_admit(tokens: Sequence[int], model: CostModel) -> int:

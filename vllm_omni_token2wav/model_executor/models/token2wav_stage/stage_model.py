@@ -21,7 +21,8 @@ shared flow + HiFT core), `CosyVoice3Code2Wav` with its own. The runner:
    placeholder-only steps return before the engine runs, and abandoned streams must not wait for
    real work to be freed) -> `contract.parse_step` -> `Token2WavStepExecutor.step` -> `contract.build_output`;
    a step of whole utterances only is timed into the cost model the output then carries to the scheduler
-   (`cost_model.py`; off with `additional_config: token2wav_latency_planning: false`);
+   (`cost_model.py`; off with `additional_config: token2wav_latency_planning: false`), and a step with
+   stream chunks carries each chunk's new audio seconds for the scheduler's due order (`playback.py`);
 4. calls `on_requests_finished(ids)` to free streams.
 
 With `VLLM_OMNI_TOKEN2WAV_STAGE_STATS=<path>` the model writes its cumulative counters there after
@@ -56,6 +57,7 @@ from vllm_omni_token2wav.model_executor.models.speaker_embedding.selection impor
 )
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.backend import Token2WavBackend
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.contract import (
+    OUTPUT_SAMPLE_RATE,
     Segment,
     SegmentKind,
     SegmentResult,
@@ -79,6 +81,7 @@ from vllm_omni_token2wav.model_executor.models.token2wav_stage.model_source impo
     resolve_model_source,
 )
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.options import StageOptions, stage_options
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.playback import PLAYBACK_KEY, step_audio_seconds
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.stats import StageStats, StatsWriter
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.step_executor import (
     StepExecutorConfig,
@@ -168,6 +171,9 @@ class Token2WavStageModel(nn.Module):
         #: The measured cost of whole-utterance steps, published to the scheduler (`cost_model.py`); None: off.
         planning = latency_planning_enabled(getattr(vllm_config, "additional_config", None))
         self.costs: CostEstimator | None = CostEstimator() if planning else None
+        #: Whole-utterance steps left to run before measuring: the first carries one-time costs (thread pools, the
+        #: speaker session, first allocations) and measured 2-row steps faster than it, a negative cost per row.
+        self._cost_warmup_steps = 1
         self.executor = Token2WavStepExecutor(
             self.backend,
             self.streams,
@@ -321,6 +327,7 @@ class Token2WavStageModel(nn.Module):
             raise
         output = build_output(results, step.device, self.family.output_key)
         self._publish_costs(output, len(step.segments))
+        self._publish_playback(output, step.segments, results)
         if stats is not None:
             seeds = self.executor.last_seeds if ran else None
             stats.record_step(
@@ -347,8 +354,12 @@ class Token2WavStageModel(nn.Module):
         results = self.executor.step(segments)
         platforms.current_omni_platform.synchronize(self.token2wav.device)
         seconds = time.perf_counter() - start
-        if not any(r.error for r in results):
-            self.costs.record(len(segments), sum(len(s.tokens) for s in segments), seconds)
+        if any(r.error for r in results):
+            return results
+        if self._cost_warmup_steps > 0:
+            self._cost_warmup_steps -= 1
+            return results
+        self.costs.record(len(segments), sum(len(s.tokens) for s in segments), seconds)
         return results
 
     def _publish_costs(self, output: Any, count: int) -> None:
@@ -358,6 +369,18 @@ class Token2WavStageModel(nn.Module):
             return
         empty = torch.empty(0, dtype=torch.float64)
         output.multimodal_outputs[COST_KEY] = [model.encode()] + [empty] * (count - 1)
+
+    def _publish_playback(self, output: Any, segments: list[Segment], results: list[SegmentResult]) -> None:
+        """Each stream chunk's new audio seconds (`playback.py`), for the scheduler's due order; with planning on."""
+        if self.costs is None or not any(s.kind is SegmentKind.CHUNK for s in segments):
+            return
+        samples = [
+            (0 if r.audio is None else int(r.audio.numel()))
+            if s.kind is SegmentKind.CHUNK and r.error is None
+            else None
+            for s, r in zip(segments, results, strict=True)
+        ]
+        output.multimodal_outputs[PLAYBACK_KEY] = step_audio_seconds(samples, OUTPUT_SAMPLE_RATE)
 
     def on_requests_finished(self, finished_req_ids: Iterable[str]) -> None:
         """Free the streams of finished requests (their state, their ended-stream records)."""
