@@ -447,7 +447,7 @@ def stem_for(argv: Sequence[str]) -> str:
     `--engine --soak`: `token2wav_serve_soak`.
     """
     if "--soak" in argv:
-        return "token2wav_serve_soak"
+        return soak_stem(argv)
     if "--engine" in argv:
         rate = bench_cli.option_value(argv, "--request-rate")
         wall = "_wallclock" if bench_cli.option_value(argv, "--clock") == "wall" else ""
@@ -459,13 +459,27 @@ def stem_for(argv: Sequence[str]) -> str:
     return stem + bench_cli.thread_clock_suffix(argv)
 
 
+def soak_stem(argv: Sequence[str]) -> str:
+    """`token2wav_serve_soak[_mns<N>]`: `_mns<N>` where `--max-num-seqs` overrides the shipped deployment's."""
+    seqs = bench_cli.option_value(argv, "--max-num-seqs")
+    return "token2wav_serve_soak" + ("" if seqs is None else f"_mns{seqs}")
+
+
 RECORDERS = (
     bench_cli.Recorder(
         name="token2wav_serve",
         command=("bench", "token2wav-serve"),
         stem=stem_for,
         summary="token2wav_serve[_full][_talker<T>][_<N>threads][_cpuclock]_<device>, "
-        "--engine: token2wav_serve_engine[_poisson<R>][_wallclock]_<device>, --engine --soak: "
-        "token2wav_serve_soak_<device>: the stage under load",
+        "--engine: token2wav_serve_engine[_poisson<R>][_wallclock]_<device>: the stage under load",
+    ),
+    # a soak whose verdict fails (exit code 1) is a finding: its table is kept too
+    bench_cli.Recorder(
+        name="token2wav_serve_soak",
+        command=("bench", "token2wav-serve", "--engine", "--soak"),
+        stem=soak_stem,
+        summary="token2wav_serve_soak[_mns<N>]_<device>: one server, 1,000 streamed requests at c=8 and a burst "
+        "at c=64 (failures, RSS slope, TTFP per window)",
+        recorded_codes=(0, 1),
     ),
 )
