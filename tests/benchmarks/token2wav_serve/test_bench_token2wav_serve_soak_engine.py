@@ -72,6 +72,8 @@ def test_the_soak_report_has_failures_memory_and_windows(soak: dict[str, Any]) -
     samples = report["memory_samples"]
     assert {s["phase"] for s in samples} >= {"sustained", "burst", "settle"}
     assert all(s["processes"] >= 3 and s["rss_mb"] > 100 for s in samples)
+    after = report["server"]["processes_after_settle"]
+    assert len(after) == samples[-1]["processes"] and sum(p["rss_mb"] for p in after) > 100
     assert [s["t_s"] for s in samples] == sorted(s["t_s"] for s in samples)
     mem = report["memory"]
     assert mem["slope"]["samples"] >= 2 and math.isfinite(mem["slope"]["mb_per_min"])

@@ -23,6 +23,7 @@ from vllm_omni_token2wav.benchmarks.token2wav_serve.soak import (
     SoakRequest,
     least_squares_slope,
     process_tree,
+    tree_breakdown,
     tree_memory_mb,
 )
 from vllm_omni_token2wav.cli_types import CLIUsageError
@@ -157,6 +158,8 @@ def test_the_process_tree_of_this_process_is_measured() -> None:
     assert process_tree(os.getpid())[0] == os.getpid()
     mem = tree_memory_mb(os.getpid())
     assert mem is not None and mem["rss_mb"] > 10 and mem["processes"] >= 1
+    mine = tree_breakdown(os.getpid())[0]
+    assert mine["pid"] == os.getpid() and mine["name"] and mine["rss_mb"] > 10
 
 
 def _args(*argv: str) -> argparse.Namespace:

@@ -195,6 +195,28 @@ def tree_memory_mb(pid: int) -> dict[str, Any] | None:
     return {"rss_mb": rss * 1.024e-3, "pss_mb": pss * 1.024e-3 if pss_known else None, "processes": count}
 
 
+def tree_breakdown(pid: int) -> list[dict[str, Any]]:
+    """Per process of `pid`'s tree: pid, name (`comm`: vLLM names its engine cores and workers), Rss and Pss MB."""
+    out = []
+    for p in process_tree(pid):
+        mem = process_memory_kb(p)
+        if mem is None:
+            continue
+        try:
+            name = Path(f"/proc/{p}/comm").read_text().strip()
+        except OSError:
+            name = "?"
+        out.append(
+            {
+                "pid": p,
+                "name": name,
+                "rss_mb": mem[0] * 1.024e-3,
+                "pss_mb": None if mem[1] is None else mem[1] * 1.024e-3,
+            }
+        )
+    return out
+
+
 def least_squares_slope(xs: Sequence[float], ys: Sequence[float]) -> float | None:
     """The slope of the least-squares line through (xs, ys); None with fewer than 2 distinct xs."""
     if len(xs) < 2:
@@ -529,6 +551,8 @@ class SoakBenchmark:
             }
             self._warm_up(server)
             self._sample(server)  # the "warm" sample: the server as warmed, before the soak
+            if server.pid is not None:
+                self.report.server["processes_after_warm_up"] = tree_breakdown(server.pid)
             sampler.start()
             self._phases(server)
             self._settle(server)
@@ -641,6 +665,8 @@ class SoakBenchmark:
         self._msg(f"settle: {SETTLE_S:.0f} s idle, memory sampled")
         time.sleep(SETTLE_S)
         self._sample(server)
+        if server.pid is not None:
+            self.report.server["processes_after_settle"] = tree_breakdown(server.pid)
 
     def _read_stage_errors(self, stats: Path) -> None:
         deadline = time.monotonic() + _STATS_WAIT_S

@@ -107,6 +107,9 @@ def memory_lines(data: dict[str, Any]) -> list[str]:
             "server PSS MB (shared pages split between the processes; the RSS sum counts a shared library once per "
             f"process): {'; '.join(pss)}; sustained slope {fmt(mem['pss_slope_mb_per_min'], '+.2f')} MB/min"
         )
+    growth = _growth_by_process(data["server"])
+    if growth:
+        lines.append("RSS MB per process, after warm-up -> after the settle: " + "; ".join(growth))
     for key, label in (("slope", "whole sustained phase"), ("slope_second_half", "its second half")):
         s = mem[key]
         lines.append(
@@ -114,6 +117,17 @@ def memory_lines(data: dict[str, Any]) -> list[str]:
             f"{fmt(s['mb_per_min'], '+.2f')} MB/min, {fmt(s['mb_per_100_requests'], '+.2f')} MB per 100 requests"
         )
     return lines
+
+
+def _growth_by_process(server: dict[str, Any]) -> list[str]:
+    before = {p["pid"]: p for p in server.get("processes_after_warm_up") or []}
+    after = server.get("processes_after_settle") or []
+    out = []
+    for p in after:
+        was = before.get(p["pid"])
+        start = "new" if was is None else f"{was['rss_mb']:.0f}"
+        out.append(f"{p['name']} {start} -> {p['rss_mb']:.0f}")
+    return out
 
 
 def verdict_lines(data: dict[str, Any]) -> list[str]:
