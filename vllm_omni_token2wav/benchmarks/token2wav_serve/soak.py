@@ -388,11 +388,9 @@ class SoakReport:
         sustained = [m for m in self.memory if m.phase == "sustained"]
         out["slope"] = _slopes(sustained)
         out["slope_second_half"] = _slopes(sustained[len(sustained) // 2 :])
-        pss = [m for m in sustained if m.pss_mb is not None]
-        out["pss_slope_mb_per_min"] = (
-            None
-            if len(pss) < 2
-            else _per_min(least_squares_slope([m.t_s for m in pss], [m.pss_mb or 0.0 for m in pss]))
+        with_pss = [m for m in sustained if m.pss_mb is not None]
+        out["pss_slope_mb_per_min"] = _per_min(
+            least_squares_slope([m.t_s for m in with_pss], [m.pss_mb or 0.0 for m in with_pss])
         )
         return out
 
