@@ -128,6 +128,11 @@ class EngineServer:
         except OSError:
             return False
 
+    @property
+    def pid(self) -> int | None:
+        """The server process's id (its group's leader: engine cores and workers are its descendants), or None."""
+        return None if self._proc is None else self._proc.pid
+
     def alive(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 

@@ -20,6 +20,12 @@ code2wav `max_num_seqs` = the largest level vs 1 (two servers), with the emulate
 work beside it; reports go to `./out/token2wav_serve_engine.{json,png}`. Options that only shape the
 emulated stage (`--talker-rate`, `--voices`, `--threads`, ...) are usage errors there, named with why.
 
+`--engine --soak` keeps one server up for many requests (`soak.py` beside this module): `--requests`
+(default 1,000) streamed requests at one `--concurrency` (default 8), then a burst (`--burst-requests`
+128 at `--burst-concurrency` 64); it reports failures (the exit code is 1 unless there are none), the
+server tree's RSS over time and its least-squares slope, and TTFP per `--window` requests, to
+`./out/token2wav_serve_soak.{json,png}` (the JSON rewritten after every window).
+
 Exit codes: 0 done; 1 some segment failed (the table says which); 2 usage error; 130 interrupted
 (the partial report is printed and its JSON written).
 
@@ -42,6 +48,15 @@ DEFAULT_JSON = str(bench_cli.DEFAULT_REPORT_DIR / "token2wav_serve.json")
 DEFAULT_PLOT = str(bench_cli.DEFAULT_REPORT_DIR / "token2wav_serve.png")
 ENGINE_JSON = str(bench_cli.DEFAULT_REPORT_DIR / "token2wav_serve_engine.json")
 ENGINE_PLOT = str(bench_cli.DEFAULT_REPORT_DIR / "token2wav_serve_engine.png")
+SOAK_JSON = str(bench_cli.DEFAULT_REPORT_DIR / "token2wav_serve_soak.json")
+SOAK_PLOT = str(bench_cli.DEFAULT_REPORT_DIR / "token2wav_serve_soak.png")
+#: Options of `--engine` that `--soak` refuses, and why.
+SOAK_REFUSED = {
+    "request_rate": "the soak is a closed loop at --concurrency, then the burst",
+    "clock": "the soak runs no in-process comparison",
+}
+#: Options only `--soak` takes.
+SOAK_ONLY = ("burst_requests", "burst_concurrency", "window")
 FAMILY_CHOICES = (*FAMILIES, *FAMILY_ALIASES)
 DEFAULT_TALKER_RATE = 100.0
 #: Options of the emulated run that `--engine` refuses, and why (the served stack decides these itself).
@@ -205,9 +220,23 @@ class Token2WavServeSubcommand:
             "loopback), code2wav max_num_seqs = largest level vs 1, beside the in-process run of the same work",
         )
         parser.add_argument("--server-logs", metavar="DIR", help="--engine: keep the servers' logs in DIR")
+        parser.add_argument(
+            "--soak",
+            action="store_true",
+            help="with --engine: one server, --requests (default 1000) streamed requests at --concurrency (default "
+            "8), then a burst; failures (must be 0), the server's RSS and its slope, TTFP per window",
+        )
+        parser.add_argument("--burst-requests", type=int, metavar="N", help="--soak: requests of the burst (128)")
+        parser.add_argument("--burst-concurrency", type=int, metavar="C", help="--soak: the burst's concurrency (64)")
+        parser.add_argument("--window", type=int, metavar="N", help="--soak: requests per TTFP window (100)")
         bench_cli.add_report_file_options(parser, DEFAULT_JSON, DEFAULT_PLOT)
 
     def run(self, args: argparse.Namespace) -> int:
+        if args.soak:
+            return run_soak(args)
+        for option in SOAK_ONLY:
+            if getattr(args, option) is not None:
+                raise CLIUsageError(f"--{option.replace('_', '-')} shapes a soak run; add --engine --soak")
         if args.engine:
             return run_engine(args)
         config = build_config(args)
@@ -314,14 +343,111 @@ def run_engine(args: argparse.Namespace) -> int:
     )
 
 
+def build_soak_config(args: argparse.Namespace) -> Any:
+    """The validated `SoakConfig` for `--engine --soak` (raises `CLIUsageError` before any work)."""
+    if not args.engine:
+        raise CLIUsageError("--soak runs through the real served stack; add --engine")
+    for option, why in {**ENGINE_REFUSED, **SOAK_REFUSED}.items():
+        value = getattr(args, option)
+        if value not in (None, False):
+            raise CLIUsageError(f"--{option.replace('_', '-')} does not apply to --engine --soak: {why}")
+    if args.family is not None and canonical_family(args.family) != "step_audio2":
+        raise CLIUsageError(
+            f"--family {args.family} does not apply to --engine --soak: the served stack is Step-Audio2's"
+        )
+    if bench_cli.check_device(args.device) not in ("auto", "cpu"):
+        raise CLIUsageError(f"--device {args.device} does not apply to --engine: the engine serves on its platform")
+    bench_cli.check_output_files(args)
+    for option, low in (
+        ("requests", 1),
+        ("max_num_seqs", 1),
+        ("burst_requests", 0),
+        ("burst_concurrency", 1),
+        ("window", 1),
+    ):
+        bench_cli.check_at_least("--" + option.replace("_", "-"), getattr(args, option), low)
+    if args.server_logs is not None and Path(args.server_logs).exists() and not Path(args.server_logs).is_dir():
+        raise CLIUsageError(f"--server-logs {args.server_logs}: not a folder")
+
+    from vllm_omni_token2wav.benchmarks.token2wav_serve.engine import ENGINE_INSTALL_HINT, missing_engine
+    from vllm_omni_token2wav.benchmarks.token2wav_serve.soak import PLANS, SoakConfig
+
+    missing = missing_engine()
+    if missing:
+        raise CLIUsageError(f"--engine --soak needs {missing}, which this environment lacks; {ENGINE_INSTALL_HINT}")
+    plan = "soak-smoke" if args.smoke else "soak"
+    sizes: dict[str, Any] = dict(PLANS[plan])
+    if args.concurrency:
+        levels = parse_levels(args.concurrency)
+        if len(levels) != 1:
+            raise CLIUsageError(f"--concurrency {args.concurrency}: --soak sustains one level; give one value like 8")
+        sizes["concurrency"] = levels[0]
+    if args.audio_seconds:
+        lo, hi = parse_seconds_range(args.audio_seconds)
+        if lo != hi:
+            raise CLIUsageError(
+                f"--audio-seconds {args.audio_seconds}: the served stack gives every reply one length; give one value"
+            )
+        sizes["audio_seconds"] = lo
+    for option in ("requests", "burst_requests", "burst_concurrency", "window", "max_num_seqs"):
+        if getattr(args, option) is not None:
+            sizes[option] = getattr(args, option)
+    config = SoakConfig(
+        seed=args.seed,
+        plan=plan,
+        server_logs=None if args.server_logs is None else Path(args.server_logs).expanduser(),
+        **sizes,
+    )
+    try:
+        config.validate()
+    except ValueError as exc:
+        raise CLIUsageError(str(exc)) from None
+    return config
+
+
+def run_soak(args: argparse.Namespace) -> int:
+    config = build_soak_config(args)
+    from vllm_omni_token2wav.benchmarks.engine_server import EngineServerError
+    from vllm_omni_token2wav.benchmarks.token2wav_serve import soak_report
+    from vllm_omni_token2wav.benchmarks.token2wav_serve.soak import SoakBenchmark, SoakSetupError
+
+    json_path = Path(args.json or SOAK_JSON)
+    bench = SoakBenchmark(
+        config,
+        stage=bench_cli.stage_printer("token2wav-serve --engine --soak"),
+        checkpoint=lambda report: soak_report.write_json(report, json_path),  # after each window: a partial report
+    )
+    bench.report.command = bench_cli.invoked_command()
+    failed_to_serve = False
+    try:
+        interrupted = bench_cli.run_benchmark(bench.run, SoakSetupError)
+    except EngineServerError as exc:  # the note says where the server's log is
+        print(f"vllm-omni-token2wav: {exc}", file=sys.stderr)
+        bench.report.notes.append(f"server failure: {str(exc).splitlines()[0]}")
+        interrupted, failed_to_serve = False, True
+    report = bench.report
+    return bench_cli.publish_report(
+        report,
+        soak_report,
+        json_path,
+        Path(args.plot or SOAK_PLOT),
+        plot=bool(report.requests),
+        interrupted=interrupted,
+        code=1 if failed_to_serve or report.failed() else 0,
+    )
+
+
 SUBCOMMAND = Token2WavServeSubcommand()
 
 
 def stem_for(argv: Sequence[str]) -> str:
     """`token2wav_serve[_full][_talker<T>][_<N>threads][_cpuclock]`: the default command keeps the plain name.
 
-    `--engine`: `token2wav_serve_engine[_poisson<R>][_wallclock]` (`_wallclock`: in-process steps by the wall clock).
+    `--engine`: `token2wav_serve_engine[_poisson<R>][_wallclock]` (`_wallclock`: in-process steps by the wall clock);
+    `--engine --soak`: `token2wav_serve_soak`.
     """
+    if "--soak" in argv:
+        return soak_stem(argv)
     if "--engine" in argv:
         rate = bench_cli.option_value(argv, "--request-rate")
         wall = "_wallclock" if bench_cli.option_value(argv, "--clock") == "wall" else ""
@@ -333,6 +459,12 @@ def stem_for(argv: Sequence[str]) -> str:
     return stem + bench_cli.thread_clock_suffix(argv)
 
 
+def soak_stem(argv: Sequence[str]) -> str:
+    """`token2wav_serve_soak[_mns<N>]`: `_mns<N>` where `--max-num-seqs` overrides the shipped deployment's."""
+    seqs = bench_cli.option_value(argv, "--max-num-seqs")
+    return "token2wav_serve_soak" + ("" if seqs is None else f"_mns{seqs}")
+
+
 RECORDERS = (
     bench_cli.Recorder(
         name="token2wav_serve",
@@ -340,5 +472,14 @@ RECORDERS = (
         stem=stem_for,
         summary="token2wav_serve[_full][_talker<T>][_<N>threads][_cpuclock]_<device>, "
         "--engine: token2wav_serve_engine[_poisson<R>][_wallclock]_<device>: the stage under load",
+    ),
+    # a soak whose verdict fails (exit code 1) is a finding: its table is kept too
+    bench_cli.Recorder(
+        name="token2wav_serve_soak",
+        command=("bench", "token2wav-serve", "--engine", "--soak"),
+        stem=soak_stem,
+        summary="token2wav_serve_soak[_mns<N>]_<device>: one server, 1,000 streamed requests at c=8 and a burst "
+        "at c=64 (failures, RSS slope, TTFP per window)",
+        recorded_codes=(0, 1),
     ),
 )
