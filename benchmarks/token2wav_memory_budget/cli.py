@@ -23,6 +23,9 @@ from functools import partial
 from benchmarks import program, run_home
 from vllm_omni_token2wav.benchmarks import bench_cli
 
+FAMILIES = ("minicpmo_4_5", "step_audio2", "cosyvoice3")
+KV_DTYPES = ("float32", "bfloat16")
+
 
 class Token2wavMemoryBudgetSubcommand:
     name = "token2wav-memory-budget"
@@ -33,9 +36,13 @@ class Token2wavMemoryBudgetSubcommand:
         parser.add_argument("--streams", type=int, default=8, help="concurrent CosyVoice3 replies")
         parser.add_argument("--fit", type=int, default=3, help="replies the budget holds at once (< --streams)")
         parser.add_argument("--family-seconds", type=float, default=12.0, help="reply length of the bytes table")
+        parser.add_argument("--families", default=",".join(FAMILIES), help="comma list of the bytes table's families")
+        parser.add_argument("--kv-dtypes", default=",".join(KV_DTYPES), help="comma list: float32, bfloat16")
         parser.add_argument("--n-timesteps", type=int, default=10)
         parser.add_argument("--threads", type=int, default=1)
         bench_cli.add_json_option(parser, bench_cli.DEFAULT_REPORT_DIR / "token2wav_memory_budget.json")
+        # record.py passes --plot to every recorder; this benchmark's report is its two tables, no figure
+        parser.add_argument("--plot", metavar="OUT.png", help="accepted for benchmarks/record.py; nothing is drawn")
 
     def run(self, args: argparse.Namespace) -> int:
         from benchmarks.token2wav_memory_budget.run import execute

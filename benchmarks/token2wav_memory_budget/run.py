@@ -34,6 +34,7 @@ from typing import Any
 
 import torch
 
+from benchmarks.token2wav_memory_budget.cli import FAMILIES, KV_DTYPES
 from vllm_omni_token2wav.atomic_io import write_bytes_atomic
 from vllm_omni_token2wav.benchmarks.bench_cli import invoked_command
 from vllm_omni_token2wav.benchmarks.common import load_average, run_environment, torch_threads
@@ -50,8 +51,6 @@ from vllm_omni_token2wav.model_executor.models.token2wav_stage.stage_model impor
 
 MB = 1_000_000
 SAMPLE_RATE = 24_000
-FAMILIES = ("minicpmo_4_5", "step_audio2", "cosyvoice3")
-KV_DTYPES = ("float32", "bfloat16")
 
 
 def rss_bytes() -> int:
@@ -254,8 +253,9 @@ def budget_run(args: argparse.Namespace, kv: str, root: Path) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="t2w-budget-") as tmp:
         root = Path(tmp)
-        families = [family_bytes(f, kv, args, root) for f in FAMILIES for kv in KV_DTYPES]
-        served = [budget_run(args, kv, root) for kv in KV_DTYPES]
+        kvs = [kv for kv in KV_DTYPES if kv in args.kv_dtypes.split(",")]
+        families = [family_bytes(f, kv, args, root) for f in FAMILIES if f in args.families.split(",") for kv in kvs]
+        served = [budget_run(args, kv, root) for kv in kvs]
     return {"families": families, "budget": served}
 
 
