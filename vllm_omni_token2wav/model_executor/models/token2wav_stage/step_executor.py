@@ -29,6 +29,12 @@ whose stream could never fit alone, or a waiting stream whose last chunk arrives
 not fit (the engine ends the request after that step, so its audio could come no later), is that
 segment's error naming its tokens, the bytes and the budget. A one-chunk stream and a whole utterance
 live for one step only: they are refused only if they could never fit alone, and otherwise run.
+Streams that grow (a backend whose `estimate_stream_bytes` grows with tokens: CosyVoice3) are counted
+at a reservation in tokens: their first chunk plus `reserve_tokens` at admission; a chunk going past it
+first grows the reservation (doubled where that fits, else to what it needs), and is held (the live
+stream waits) when even that does not fit; one that can never fit, or whose last chunk arrives while it
+waits, fails and its stream is dropped. `backend.reserve_stream` caps the caches' growth at the
+reservation, so what a stream holds stays within what it is counted at.
 
 Noise: a stream's NSF generator is seeded from `meta.seed` or, by default, from
 `sha256(stage seed, request id, epoch)`, so a request's audio depends on its own inputs only and
