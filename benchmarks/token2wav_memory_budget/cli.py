@@ -38,6 +38,9 @@ class Token2wavMemoryBudgetSubcommand:
         parser.add_argument("--family-seconds", type=float, default=12.0, help="reply length of the bytes table")
         parser.add_argument("--families", default=",".join(FAMILIES), help="comma list of the bytes table's families")
         parser.add_argument("--kv-dtypes", default=",".join(KV_DTYPES), help="comma list: float32, bfloat16")
+        parser.add_argument(
+            "--budget-kv-dtypes", default="bfloat16", help="comma list: K/V dtypes of the c=N run (each a run)"
+        )
         parser.add_argument("--n-timesteps", type=int, default=10)
         parser.add_argument("--threads", type=int, default=1)
         bench_cli.add_json_option(parser, bench_cli.DEFAULT_REPORT_DIR / "token2wav_memory_budget.json")

@@ -255,7 +255,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         root = Path(tmp)
         kvs = [kv for kv in KV_DTYPES if kv in args.kv_dtypes.split(",")]
         families = [family_bytes(f, kv, args, root) for f in FAMILIES if f in args.families.split(",") for kv in kvs]
-        served = [budget_run(args, kv, root) for kv in kvs]
+        served = [budget_run(args, kv, root) for kv in args.budget_kv_dtypes.split(",")]
     return {"families": families, "budget": served}
 
 

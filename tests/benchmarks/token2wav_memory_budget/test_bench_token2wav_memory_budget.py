@@ -21,7 +21,7 @@ def test_a_tiny_run_waits_completes_every_reply_and_writes_the_recorded_layout(
 ) -> None:
     out = tmp_path / "budget.json"
     argv = ["--seconds", "3", "--streams", "3", "--fit", "1", "--family-seconds", "2", "--n-timesteps", "2"]
-    argv += ["--families", "cosyvoice3", "--kv-dtypes", "float32", "--json", str(out)]
+    argv += ["--families", "cosyvoice3", "--kv-dtypes", "float32", "--budget-kv-dtypes", "float32", "--json", str(out)]
     code, stdout, _ = run_dev(capsys, "token2wav_memory_budget", *argv)
     assert code == 0 and "completed 3/3, errors 0" in stdout
     doc = json.loads(out.read_text())
