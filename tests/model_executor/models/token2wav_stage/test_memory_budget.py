@@ -500,3 +500,13 @@ def test_the_stream_reserve_option_reads_seconds() -> None:
     Config.additional_config = {"token2wav_stream_reserve_s": -1}
     with pytest.raises(ValueError, match="token2wav_stream_reserve_s must be a number of audio seconds >= 0"):
         stage_options(Config(), {})
+
+
+def test_the_later_chunks_of_a_stream_dropped_by_the_budget_are_rejected_naming_why() -> None:
+    engine = growing(budget=10)
+    engine.step([chunk(0, "a", 0, [1, 2, 3, 4, 5, 6])])
+    out = engine.step([chunk(0, "a", 1, [7, 8, 9, 10, 11])])
+    assert out[0].error is not None and "can never finish" in out[0].error
+    out = engine.step([chunk(0, "a", 2, [12])])  # no new stream opens mid-reply
+    assert out[0].error is not None and "was dropped by token2wav_memory_budget" in out[0].error, out[0].error
+    assert len(engine.store) == 0

@@ -482,7 +482,8 @@ class Token2WavStepExecutor:
             self._waiting.pop(key, None)
             self._touched.pop(key, None)
             self._reserved.pop(key, None)
-            self.store.forget([key])  # its audio cannot be finished: free what it holds for the others
+            # its audio cannot be finished: free what it holds for the others; its later chunks are rejected
+            self.store.drop(key, f"was dropped by {OPTION} (its stream could not grow)")
             self.budget_refusals += 1
             why = (
                 f"more than the whole {OPTION}={budget} bytes: it can never finish on this stage"
