@@ -24,6 +24,9 @@ from vllm_omni_token2wav.model_executor.models.standin.chunk_producer import (
     all_chunks,
     forward_inputs,
 )
+from vllm_omni_token2wav.model_executor.models.step_audio2.step_audio2_token2wav_stage import (
+    StepAudio2Token2WavForConditionalGeneration,
+)
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.contract import (
     ChunkMeta,
     Segment,
@@ -373,7 +376,26 @@ def test_a_cosyvoice2_streams_reservation_bounds_what_it_holds_at_every_chunk(mo
         assert errors == [None], errors
         (state,) = stage.streams.states()
         held.append(stage.backend.stream_bytes(state.caches, state.voice).own)
+        assert stage.backend.estimate_stream_bytes(voice, state.tokens) == reserved  # bounded: independent of length
     assert max(held) <= reserved and held[-1] >= 0.9 * reserved, (held, reserved)
+
+
+def test_a_step_audio2_streams_estimate_grows_with_its_untrimmed_conformer_cache(model_dir: Path) -> None:
+    """Step-Audio2 keeps its conformer cache whole: what a stream holds grows, and the estimate with it."""
+    stage = StepAudio2Token2WavForConditionalGeneration(model=str(model_dir), **FAST_OPTIONS)
+    stage.load_weights([])
+    _, voice = stage.executor.voice(None)
+    held, estimated = [], []
+    tokens = torch.randint(0, 6561, (300,), generator=torch.Generator().manual_seed(5)).tolist()
+    for payload in all_chunks(ProducerStream("r", tokens, stage.family))[:-1]:
+        input_ids, kwargs = forward_inputs([payload], stage.family)
+        errors = segment_errors(stage(input_ids, None, **kwargs).multimodal_outputs)
+        assert errors == [None], errors
+        (state,) = stage.streams.states()
+        held.append(stage.backend.stream_bytes(state.caches, state.voice).own)
+        estimated.append(stage.backend.estimate_stream_bytes(voice, state.tokens))
+    assert all(h <= e for h, e in zip(held, estimated, strict=True)), (held, estimated)
+    assert held[-1] > 1.2 * held[2] and held[-1] >= 0.8 * estimated[-1], (held, estimated)  # it grows, tracked
 
 
 def test_a_waiting_request_that_goes_silent_is_dropped_after_the_idle_timeout() -> None:
