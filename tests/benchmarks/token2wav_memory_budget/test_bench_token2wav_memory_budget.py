@@ -31,5 +31,6 @@ def test_a_tiny_run_waits_completes_every_reply_and_writes_the_recorded_layout(
     assert served["peak_counted_bytes"] <= served["budget_bytes"]
     (row,) = doc["families"]
     assert row["arena_bytes_per_frame_measured"] == row["estimate_bytes_per_frame"]
+    assert row["own_within_counted_every_chunk"] and row["own_bytes"] <= row["counted_bytes"]
     assert row["full_size_bytes_per_audio_second"] == 180_224_000  # 3.6 MB per frame x 50 frames per second
     assert out.with_suffix(".txt").read_text() in stdout
