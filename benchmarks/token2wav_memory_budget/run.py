@@ -192,7 +192,7 @@ def budget_run(args: argparse.Namespace, kv: str, root: Path) -> dict[str, Any]:
     for payload in producer(stage, "warm-up", args.seconds, seed=99):
         serve(stage, [payload])
     base_rss = rss_bytes()
-    peak_rss, peak_counted, max_live = base_rss, 0, 0
+    peak_rss, peak_counted, max_live, kept_at_peak = base_rss, 0, 0, 0
     audio: dict[str, list[torch.Tensor]] = {rid: [] for rid in rids}
     errors: dict[str, str] = {}
     first_audio_step: dict[str, int] = {}
@@ -211,7 +211,10 @@ def budget_run(args: argparse.Namespace, kv: str, root: Path) -> dict[str, Any]:
                 first_audio_step.setdefault(rid, step)
         peak_counted = max(peak_counted, engine.live_bytes())
         max_live = max(max_live, len(stage.streams))
-        peak_rss = max(peak_rss, rss_bytes())
+        now_rss = rss_bytes()
+        if now_rss > peak_rss:
+            peak_rss = now_rss
+            kept_at_peak = sum(a.numel() * a.element_size() for parts in audio.values() for a in parts)
         step += 1
     wall = time.perf_counter() - t0
 
@@ -246,6 +249,7 @@ def budget_run(args: argparse.Namespace, kv: str, root: Path) -> dict[str, Any]:
         "rss_before_bytes": base_rss,
         "peak_rss_bytes": peak_rss,
         "peak_rss_over_before_bytes": peak_rss - base_rss,
+        "audio_kept_at_peak_bytes": kept_at_peak,
         "completed": sum(1 for rid in rids if audio[rid] and rid not in errors),
         "audio_seconds": {rid: round(sum(int(a.numel()) for a in audio[rid]) / SAMPLE_RATE, 3) for rid in rids},
         "first_audio_step": first_audio_step,
@@ -297,7 +301,8 @@ def render(result: dict[str, Any]) -> str:
         lines.append(
             f"   peak counted {run['peak_counted_bytes']:,} B <= budget; RSS {run['rss_before_bytes'] / MB:.0f} MB "
             f"after one reply alone, peak {run['peak_rss_bytes'] / MB:.0f} MB "
-            f"(+{run['peak_rss_over_before_bytes'] / MB:.1f} MB)"
+            f"(+{run['peak_rss_over_before_bytes'] / MB:.1f} MB, of which "
+            f"{run['audio_kept_at_peak_bytes'] / MB:.1f} MB the benchmark's own copy of the replies' audio)"
         )
         lines.append(
             f"   max |audio - alone| {run['max_abs_vs_alone']:.1e}; {run['steps']} steps in {run['wall_s']:.1f} s; "
