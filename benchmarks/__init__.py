@@ -35,6 +35,7 @@ DEV_BENCHMARKS: tuple[str, ...] = (
     "upstream_audio",
     "token2wav_row_cost",
     "token2wav_stream_memory",
+    "token2wav_memory_budget",
     "flow_rtf",
     "prompt_path",
     "audio_frontend",

@@ -24,6 +24,9 @@ from vllm_omni_token2wav.model_executor.models.standin.chunk_producer import (
     all_chunks,
     forward_inputs,
 )
+from vllm_omni_token2wav.model_executor.models.step_audio2.step_audio2_token2wav_stage import (
+    StepAudio2Token2WavForConditionalGeneration,
+)
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.contract import (
     ChunkMeta,
     Segment,
@@ -213,8 +216,11 @@ def test_the_stage_stats_report_the_budget_and_what_waits() -> None:
 # ---- CosyVoice3 on the reduced stand-in ---------------------------------------------------------
 
 
-def cosyvoice3_stage(cv3_dir: Path, budget: object) -> CosyVoice3Code2Wav:
-    stage = CosyVoice3Code2Wav(model=str(cv3_dir), device="cpu", n_timesteps=2, memory_budget=budget)
+KV_DTYPES = {None: torch.float32, "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def cosyvoice3_stage(cv3_dir: Path, budget: object, **options: object) -> CosyVoice3Code2Wav:
+    stage = CosyVoice3Code2Wav(model=str(cv3_dir), device="cpu", n_timesteps=2, memory_budget=budget, **options)
     stage.load_weights([])
     return stage
 
@@ -239,28 +245,77 @@ def tokens_of(stage: CosyVoice3Code2Wav, payload: ChunkPayload) -> int:
     return len(segment.tokens)
 
 
+KV_ELEMENT = {None: 4, "float32": 4, "bfloat16": 2, "float16": 2}
+
+
 @pytest.mark.usefixtures("cpu_platform")
-def test_cosyvoice3s_estimate_matches_the_bytes_its_streams_hold(cv3_dir: Path) -> None:
-    """The admission estimate vs `stream_bytes` after every chunk of a stream (the per-frame cost, measured)."""
-    stage = cosyvoice3_stage(cv3_dir, "off")
+@pytest.mark.parametrize("kv_dtype", [None, "bfloat16", "float16"])
+def test_cosyvoice3s_estimate_matches_the_bytes_its_streams_hold_in_each_kv_dtype(
+    cv3_dir: Path, kv_dtype: str | None
+) -> None:
+    """The admission estimate vs `stream_bytes` after every chunk of a stream, in each K/V storage dtype."""
+    stage = cosyvoice3_stage(cv3_dir, "off", kv_cache_dtype=kv_dtype)
     backend = stage.backend
     _, voice = stage.executor.voice(None)
     config = backend.core.flow.config
-    ratios = []
+    prompt = int(voice.prompt.tokens.shape[-1])
+    per_frame = 2 * 2 * 2 * config.depth * config.heads * config.dim_head * KV_ELEMENT[kv_dtype]
+    assert backend.bytes_per_frame == per_frame
+    small = backend.estimate_stream_bytes(voice, 0) - prompt * config.token_mel_ratio * per_frame
     for payload in cosyvoice3_chunks(stage, "r", 180, seed=1)[:-1]:  # the last chunk ends the stream
-        audio, errors = serve(stage, [payload])
+        _, errors = serve(stage, [payload])
         assert errors == [None], errors
         (state,) = stage.streams.states()
-        measured = backend.stream_bytes(state.caches, state.voice).own
         arena = state.caches.flow.kv
-        per_frame = arena.nbytes // arena.capacity
-        # the K/V arena's cost per mel frame is exactly the formula the estimate uses (3.6 MB at full size in fp32)
-        assert per_frame == 2 * 2 * 2 * config.depth * config.heads * config.dim_head * 4
-        ratios.append(measured / backend.estimate_stream_bytes(voice, state.tokens))
-    # the estimate counts committed frames; the arena grows geometrically (x2 capacity), so a live stream holds
-    # up to twice it (measured 1.11, 1.47, 1.82 after chunks 1-3 of this stream): admission underestimates a
-    # newcomer's growth by at most that factor, while live streams are counted by what they hold
-    assert len(ratios) >= 3 and all(0.9 <= r <= 2.0 for r in ratios), ratios
+        # measured: the arena's bytes per mel frame are exactly the estimate's (3.6 MB at full size in fp32)
+        assert arena.keys.dtype == KV_DTYPES[kv_dtype] and arena.nbytes == arena.capacity * per_frame
+        # and everything else the stream holds is within the estimate's constant part
+        rest = backend.stream_bytes(state.caches, state.voice).own - arena.nbytes
+        assert 0 < rest <= small, (rest, small)
+
+
+@pytest.mark.usefixtures("cpu_platform")
+@pytest.mark.parametrize("kv_dtype", [None, "bfloat16"])
+def test_a_cosyvoice3_reservation_bounds_the_arena_at_every_chunk(cv3_dir: Path, kv_dtype: str | None) -> None:
+    """Under a budget the arena doubles only up to the stream's reservation: own bytes <= the reserved estimate."""
+    stage = cosyvoice3_stage(cv3_dir, "1GiB", kv_cache_dtype=kv_dtype, reserve_seconds=3.0)
+    backend, engine = stage.backend, stage.executor
+    _, voice = engine.voice(None)
+    held, counted = [], []
+    for payload in cosyvoice3_chunks(stage, "r", 180, seed=1)[:-1]:
+        _, errors = serve(stage, [payload])
+        assert errors == [None], errors
+        (state,) = stage.streams.states()
+        own = backend.stream_bytes(state.caches, state.voice).own
+        reserved = engine._reserved["r"]
+        assert reserved >= state.tokens and reserved >= 75  # 3 s x 25 tokens, then grown with the stream
+        held.append(own)
+        counted.append(backend.estimate_stream_bytes(voice, reserved))
+        assert own <= counted[-1], (own, counted[-1], state.tokens, reserved)
+    shared = voice.prompt.nbytes  # the voice's prompt, counted once beside the stream's own bytes
+    assert engine.live_bytes() == counted[-1] + shared and engine.budget_waits == 0
+    assert held[-1] >= 0.5 * counted[-1], (held, counted)  # the reservation is not wildly above what it holds
+
+
+@pytest.mark.usefixtures("cpu_platform")
+@pytest.mark.parametrize(("kv_dtype", "bound"), [("bfloat16", 0.1), ("float16", 0.02)])
+def test_a_reduced_kv_dtype_stays_close_to_fp32_audio(cv3_dir: Path, kv_dtype: str, bound: float) -> None:
+    """bf16 / fp16 K/V storage (attention still in fp32): half the bytes, audio near fp32's (relative L2
+    measured on the reduced stand-in, 120 tokens: bf16 5.4e-2, fp16 7.0e-3)."""
+    audio = {}
+    for dtype in (None, kv_dtype):
+        stage = cosyvoice3_stage(cv3_dir, "off", kv_cache_dtype=dtype)
+        parts = []
+        for payload in cosyvoice3_chunks(stage, "r", 120, seed=4):
+            out, errors = serve(stage, [payload])
+            assert errors == [None], errors
+            parts.append(out[0])
+        audio[dtype] = torch.cat(parts)
+    ref, reduced = audio[None], audio[kv_dtype]
+    assert ref.shape == reduced.shape and ref.abs().max() > 0
+    relative = float((reduced - ref).norm() / ref.norm())
+    print(f"kv {kv_dtype}: relative L2 {relative:.2e}, max abs {float((reduced - ref).abs().max()):.2e}")
+    assert 0 < relative < bound, relative  # rounded K/V change the audio a little, not its content
 
 
 @pytest.mark.usefixtures("cpu_platform")
@@ -321,7 +376,26 @@ def test_a_cosyvoice2_streams_reservation_bounds_what_it_holds_at_every_chunk(mo
         assert errors == [None], errors
         (state,) = stage.streams.states()
         held.append(stage.backend.stream_bytes(state.caches, state.voice).own)
+        assert stage.backend.estimate_stream_bytes(voice, state.tokens) == reserved  # bounded: independent of length
     assert max(held) <= reserved and held[-1] >= 0.9 * reserved, (held, reserved)
+
+
+def test_a_step_audio2_streams_estimate_grows_with_its_untrimmed_conformer_cache(model_dir: Path) -> None:
+    """Step-Audio2 keeps its conformer cache whole: what a stream holds grows, and the estimate with it."""
+    stage = StepAudio2Token2WavForConditionalGeneration(model=str(model_dir), **FAST_OPTIONS)
+    stage.load_weights([])
+    _, voice = stage.executor.voice(None)
+    held, estimated = [], []
+    tokens = torch.randint(0, 6561, (300,), generator=torch.Generator().manual_seed(5)).tolist()
+    for payload in all_chunks(ProducerStream("r", tokens, stage.family))[:-1]:
+        input_ids, kwargs = forward_inputs([payload], stage.family)
+        errors = segment_errors(stage(input_ids, None, **kwargs).multimodal_outputs)
+        assert errors == [None], errors
+        (state,) = stage.streams.states()
+        held.append(stage.backend.stream_bytes(state.caches, state.voice).own)
+        estimated.append(stage.backend.estimate_stream_bytes(voice, state.tokens))
+    assert all(h <= e for h, e in zip(held, estimated, strict=True)), (held, estimated)
+    assert held[-1] > 1.2 * held[2] and held[-1] >= 0.8 * estimated[-1], (held, estimated)  # it grows, tracked
 
 
 def test_a_waiting_request_that_goes_silent_is_dropped_after_the_idle_timeout() -> None:
@@ -336,3 +410,125 @@ def test_a_waiting_request_that_goes_silent_is_dropped_after_the_idle_timeout() 
     now[0] = engine.store.idle_timeout_s + 1
     out = engine.step([chunk(0, "c", 0, [9, 10, 11, 12, 13])])  # fits only without gone's reservation of 3
     assert audio(out[0]) == [9, 10, 11, 12, 13] and engine.memory_snapshot().waiting_streams == 0
+
+
+# ---- streams that grow (CosyVoice3's exact K/V): reservations and growth under the budget ---------
+
+
+class GrowingBackend(FakeBackend):
+    """FakeBackend whose streams are estimated like CosyVoice3's: one byte per token received, growing."""
+
+    def estimate_stream_bytes(self, voice: object, tokens: int) -> int:
+        return max(int(tokens), 0)
+
+    def reserve_stream(self, caches: object, tokens: int) -> object:
+        self.reserved.append(tokens)
+        return caches
+
+    @property
+    def reserved(self) -> list[int]:
+        if not hasattr(self, "_reserved"):
+            self._reserved: list[int] = []
+        return self._reserved
+
+
+def growing(budget: int, reserve_tokens: int = 0) -> Token2WavStepExecutor:
+    return Token2WavStepExecutor(
+        GrowingBackend(),
+        StreamStore(max_streams=16),
+        VOICE,
+        StepExecutorConfig(reference_seconds=1.0, memory_budget=budget, reserve_tokens=reserve_tokens),
+    )
+
+
+def run_steps(engine: Token2WavStepExecutor, steps: list[list[Segment]]) -> tuple[list[list[SegmentResult]], int]:
+    """Every step's results, and the most the live streams were counted at after any step."""
+    outs, peak = [], 0
+    for segments in steps:
+        outs.append(engine.step(segments))
+        peak = max(peak, engine.live_bytes())
+    return outs, peak
+
+
+def test_a_live_stream_whose_growth_does_not_fit_waits_and_resumes_with_its_solo_audio() -> None:
+    engine = growing(budget=10)
+    outs, peak = run_steps(
+        engine,
+        [
+            [chunk(0, "a", 0, [1, 2, 3, 4]), chunk(1, "b", 0, [5, 6, 7, 8])],  # 4 + 4 of 10
+            [chunk(0, "a", 1, [9, 10, 11]), chunk(1, "b", 1, [12])],  # a would hold 7: 7 + 4 > 10, it waits
+            [chunk(0, "b", 2, [13], last=True), chunk(1, "a", 2, [14])],  # a still waits (b live at the start)
+            [chunk(0, "a", 3, [15], last=True)],  # b ended: a's held chunks run in order
+        ],
+    )
+    assert audio(outs[0][0]) == [1, 2, 3, 4] and audio(outs[1][1]) == [12] and audio(outs[2][0]) == [13]
+    assert outs[1][0].audio is None and outs[1][0].error is None and outs[2][1].audio is None
+    assert audio(outs[3][0]) == [9, 10, 11, 14, 15]
+    assert peak <= 10 and engine.budget_waits == 1 and engine.budget_refusals == 0 and len(engine.store) == 0
+
+
+def test_growth_doubles_the_reservation_where_it_fits_else_grows_to_what_it_needs() -> None:
+    engine = growing(budget=20)
+    engine.step([chunk(0, "a", 0, [1, 2, 3])])
+    assert engine._reserved["a"] == 3
+    engine.step([chunk(0, "a", 1, [4])])  # 4 tokens: doubled to 6 (fits)
+    assert engine._reserved["a"] == 6
+    engine.step([chunk(0, "b", 0, list(range(12)))])  # b: 12, a counted at 6: 18 of 20
+    engine.step([chunk(0, "a", 2, [5, 6, 7])])  # a needs 7: doubling to 12 does not fit, 7 does
+    assert engine._reserved["a"] == 7 and engine.live_bytes() == 19 and engine.budget_waits == 0
+
+
+def test_a_reservation_makes_a_new_stream_wait_before_it_grows() -> None:
+    engine = growing(budget=12, reserve_tokens=6)
+    outs, peak = run_steps(
+        engine,
+        [
+            [chunk(0, "a", 0, [1, 2])],  # reserves 2 + 6 = 8
+            [chunk(0, "b", 0, [3, 4]), chunk(1, "a", 1, [5, 6, 7, 8, 9, 10])],  # b needs 8: waits; a grows to 8
+            [chunk(0, "a", 2, [11], last=True), chunk(1, "b", 1, [12])],
+            [chunk(0, "b", 2, [13])],
+        ],
+    )
+    assert audio(outs[1][1]) == [5, 6, 7, 8, 9, 10] and outs[1][0].audio is None and engine.budget_waits == 1
+    assert audio(outs[2][0]) == [11] and audio(outs[3][0]) == [3, 4, 12, 13]
+    assert peak <= 12 and engine.backend.reserved[:2] == [8, 8]  # type: ignore[attr-defined]
+
+
+def test_a_stream_that_grows_past_the_whole_budget_fails_alone_naming_its_length_and_the_budget() -> None:
+    engine = growing(budget=10)
+    engine.step([chunk(0, "a", 0, [1, 2, 3, 4, 5, 6]), chunk(1, "b", 0, [7, 8])])
+    out = engine.step([chunk(0, "a", 1, [9, 10, 11, 12, 13]), chunk(1, "b", 1, [14])])
+    assert out[0].error is not None and "request a: its stream grew to 11 tokens" in out[0].error
+    assert "token2wav_memory_budget=10 bytes: it can never finish" in out[0].error
+    assert audio(out[1]) == [14] and engine.store.get("a") is None and engine.budget_refusals == 1
+    assert engine.live_bytes() == 4  # a's memory went back; b reserved 4 (its 2 tokens doubled when it grew to 3)
+
+
+def test_a_growing_stream_whose_last_chunk_comes_while_it_waits_fails_and_frees_its_memory() -> None:
+    engine = growing(budget=10)
+    engine.step([chunk(0, "a", 0, [1, 2, 3, 4]), chunk(1, "b", 0, [5, 6, 7, 8])])
+    engine.step([chunk(0, "a", 1, [9, 10, 11])])  # waits to grow
+    out = engine.step([chunk(0, "a", 2, [12], last=True), chunk(1, "b", 1, [13])])
+    assert out[0].error is not None and "its stream grew to 8 tokens" in out[0].error
+    assert "its last chunk arrived while the other live streams hold 4 bytes" in out[0].error
+    assert audio(out[1]) == [13] and engine.store.get("a") is None and engine.memory_snapshot().waiting_streams == 0
+
+
+def test_the_stream_reserve_option_reads_seconds() -> None:
+    class Config:
+        additional_config = {"token2wav_stream_reserve_s": 60}
+
+    assert stage_options(Config(), {}).reserve_seconds == 60.0
+    Config.additional_config = {"token2wav_stream_reserve_s": -1}
+    with pytest.raises(ValueError, match="token2wav_stream_reserve_s must be a number of audio seconds >= 0"):
+        stage_options(Config(), {})
+
+
+def test_the_later_chunks_of_a_stream_dropped_by_the_budget_are_rejected_naming_why() -> None:
+    engine = growing(budget=10)
+    engine.step([chunk(0, "a", 0, [1, 2, 3, 4, 5, 6])])
+    out = engine.step([chunk(0, "a", 1, [7, 8, 9, 10, 11])])
+    assert out[0].error is not None and "can never finish" in out[0].error
+    out = engine.step([chunk(0, "a", 2, [12])])  # no new stream opens mid-reply
+    assert out[0].error is not None and "was dropped by token2wav_memory_budget" in out[0].error, out[0].error
+    assert len(engine.store) == 0

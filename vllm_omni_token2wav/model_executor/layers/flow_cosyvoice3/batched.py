@@ -148,8 +148,10 @@ def run_rows(flow: CausalMaskedDiffWithDiT, rows: Sequence[ChunkRow], *, pad_fra
         cond.append(row_cond)
         spk.append(state.spk[:, :, None].expand(-1, -1, n))
         positions.append(torch.arange(start, end, device=device))
-        # the last chunk sizes the arena exactly: nothing will be appended after it
+        # the last chunk sizes the arena exactly: nothing will be appended after it; a reservation caps growth
         limit = end if plan.final else state.noise.size(2)
+        if end <= state.kv_reserve_frames:
+            limit = min(limit, state.kv_reserve_frames)
         arenas.append(state.kv.for_chunk(start, end, granule=chunk, limit=limit))
     if pad_frames:
         zeros = torch.zeros(1, config.output_size, pad_frames, device=device, dtype=dtype)
@@ -197,12 +199,15 @@ def run_rows(flow: CausalMaskedDiffWithDiT, rows: Sequence[ChunkRow], *, pad_fra
 
         def attend(block: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
             outs = []
+            piece_dtype = q.dtype
             for r, arena, off, n in zip(rows, arenas, offsets, lengths, strict=True):
                 start, end = r.plan.compute_start, r.plan.compute_end
                 arena.write(step, block, start, k[:, :, off : off + n], v[:, :, off : off + n])
                 for a in range(start, end, chunk):  # start is a chunk boundary: each piece is one chunk
                     b = min(a + chunk, end)
                     keys, values = arena.read(step, block, b)
+                    if keys.dtype != piece_dtype:  # a reduced-precision arena (`kv_dtype`): attend in the flow's dtype
+                        keys, values = keys.to(piece_dtype), values.to(piece_dtype)
                     piece = q[:, :, off + a - start : off + b - start]
                     outs.append(F.scaled_dot_product_attention(piece, keys, values))
             if pad_frames:

@@ -93,6 +93,10 @@ class FlowStreamState:
     finished: bool = False
     #: prompt ids not run yet (`start_stream(..., run_prompt=False)`): the first chunk feeds them first
     unfed_prompt: torch.Tensor | None = None
+    #: frames reserved for this stream's K/V (0: none): the arena grows geometrically up to this many frames
+    #: and no further while a chunk ends within it, so its bytes stay within a memory budget's reservation
+    #: (the token2wav stage's `reserve_stream`; docs/design/token2wav_stage.md, "Memory budget")
+    kv_reserve_frames: int = 0
 
     @property
     def generated_tokens(self) -> int:

@@ -135,12 +135,14 @@ def start_stream(
     noise: torch.Tensor | None = None,
     final_chunk: FinalChunk = DEFAULT_FINAL_CHUNK,
     run_prompt: bool = True,
+    kv_dtype: torch.dtype | None = None,
 ) -> FlowStreamState:
     """Set up a stream for a prompt (tokens `(1, P)`, mel `(1, 2P, 80)` aligned, CAM++ embedding `(1, 192)`).
 
     `run_prompt=True` runs the prompt's complete chunks through the estimator now (their caches are final
     already); `False` only checks the inputs and leaves the prompt to the first chunk (same results, the
-    work moves into that chunk's launch). Emits nothing.
+    work moves into that chunk's launch). Emits nothing. `kv_dtype` stores the K/V arena in another dtype
+    (bf16 / fp16 halve it; attention still runs in the flow's dtype); None: the flow's dtype.
     """
     where = "start_stream"
     if n_timesteps < 1:
@@ -172,7 +174,7 @@ def start_stream(
             config.dim_head,
             capacity=0,
             device=flow.device,
-            dtype=flow.dtype,
+            dtype=flow.dtype if kv_dtype is None else kv_dtype,
         ),
         replay=FullReplay(prompt_ids[:, :0], prompt_mel) if final_chunk is FinalChunk.FULL_ATTENTION else None,
         unfed_prompt=prompt_ids,

@@ -27,6 +27,7 @@ prompt + generated frames within the flow's 15000-frame noise table (300 s).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -66,9 +67,13 @@ class CosyVoice3Backend:
 
     name = "cosyvoice3-dit-causal-hift"
 
-    def __init__(self, core: CosyVoice3Token2Wav, *, batch_vocoder: bool = False) -> None:
+    def __init__(
+        self, core: CosyVoice3Token2Wav, *, batch_vocoder: bool = False, kv_cache_dtype: torch.dtype | None = None
+    ) -> None:
         self.core = core
         self.batch_vocoder = bool(batch_vocoder)
+        #: the K/V arena's storage dtype (`token2wav_kv_cache_dtype`); None: the flow's (fp16 with `float16`)
+        self.kv_cache_dtype = kv_cache_dtype
         # The stage's graph switch (`Token2WavStageModel.set_device_graphs`): CosyVoice3's launches are not
         # captured (the DiT chunk attends over a growing per-row K/V arena), so they always run eagerly.
         self.use_graphs = False
@@ -106,7 +111,13 @@ class CosyVoice3Backend:
             n_timesteps=core.n_timesteps,
             noise_seed=int(seed),
             final_chunk=core.final_chunk,
+            kv_dtype=self.kv_cache_dtype,
         )
+
+    @property
+    def kv_dtype(self) -> torch.dtype:
+        """The dtype the streams' K/V arenas are stored in: `kv_cache_dtype`, else the flow's."""
+        return self.core.flow.dtype if self.kv_cache_dtype is None else self.kv_cache_dtype
 
     def new_tokens(self, caches: StreamCaches, tokens: Sequence[int]) -> torch.Tensor:
         """The chunk's ids after the re-sent lookahead, `(1, m)` long on the CPU (ValueError if it does not fit)."""
@@ -187,16 +198,45 @@ class CosyVoice3Backend:
 
         The flow's K/V arena holds every committed frame, the prompt's included: `(prompt + tokens) x
         token_mel_ratio` frames of `n_timesteps x depth x 2 CFG rows x 2 (k, v) x heads x dim_head`
-        elements (3.6 MB per frame at full size in fp32). The arena's geometric growth can hold up to
-        twice that between chunks; the measured per-frame cost and that slack are pinned by
-        tests/model_executor/models/token2wav_stage/test_memory_budget.py on the reduced stand-in.
+        elements in the arena's dtype (`kv_dtype`: 3.6 MB per frame at full size in fp32, 1.8 MB in bf16 /
+        fp16). The arena grows geometrically, but never past the frames `reserve_stream` reserved while a
+        chunk ends within them, so a stream's own bytes stay within the estimate at its reservation (pinned
+        on the reduced stand-in by tests/model_executor/models/token2wav_stage/test_memory_budget.py).
         """
+        prompt = int(voice.prompt.tokens.shape[-1])
+        return self._frames(prompt, tokens) * self.bytes_per_frame + self._small_bytes(prompt)
+
+    #: A bound on the causal HiFT's per-stream state (mel tail, phase, source tail, conv contexts).
+    VOCODER_STATE_BYTES = 256 * 1024
+
+    def _small_bytes(self, prompt_tokens: int) -> int:
+        """A stream's bytes besides the arena: the conv history (`steps x 2 convs x 2 CFG x dim x 30` in the
+        flow's dtype), the prompt's mel frames not yet committed, the window ids and the vocoder's state."""
         flow = self.core.flow
         config = flow.config
-        frames = (int(voice.prompt.tokens.shape[-1]) + max(int(tokens), 0)) * config.token_mel_ratio
         element = torch.empty((), dtype=flow.dtype).element_size()
-        per_frame = self.core.n_timesteps * config.depth * 2 * 2 * config.heads * config.dim_head * element
-        return frames * per_frame
+        history = self.core.n_timesteps * 2 * 2 * config.dim * 30 * element
+        prompt_mel = prompt_tokens * config.token_mel_ratio * config.output_size * element
+        window = (prompt_tokens + 64) * 8
+        return history + prompt_mel + window + config.output_size * element + self.VOCODER_STATE_BYTES
+
+    @property
+    def bytes_per_frame(self) -> int:
+        """K/V bytes per mel frame: `n_timesteps x depth x 2 CFG x 2 (k, v) x heads x dim_head x element`."""
+        config = self.core.flow.config
+        element = torch.empty((), dtype=self.kv_dtype).element_size()
+        return self.core.n_timesteps * config.depth * 2 * 2 * config.heads * config.dim_head * element
+
+    def _frames(self, prompt_tokens: int, tokens: int) -> int:
+        return (prompt_tokens + max(int(tokens), 0)) * self.core.flow.config.token_mel_ratio
+
+    def reserve_stream(self, caches: StreamCaches, tokens: int) -> StreamCaches:
+        """`caches` whose K/V arena grows up to the frames of `tokens` generated tokens and no further (the
+        memory budget's reservation of this stream, `Token2WavStepExecutor`): doubling stops at the reservation."""
+        frames = self._frames(caches.flow.prompt_tokens, tokens)
+        if frames == caches.flow.kv_reserve_frames:
+            return caches
+        return dataclasses.replace(caches, flow=dataclasses.replace(caches.flow, kv_reserve_frames=frames))
 
     def stream_bytes(self, caches: StreamCaches, voice: CosyVoice3Voice) -> StreamBytes:
         """The stream's own caches (the flow's K/V arena dominates) vs. its voice's prompt (shared)."""

@@ -77,7 +77,7 @@ class CosyVoice3Code2Wav(Token2WavStageModel):
         )
 
     def _build_backend(self, opts: StageOptions) -> Token2WavBackend:
-        return CosyVoice3Backend(self.token2wav, batch_vocoder=opts.batch_vocoder)
+        return CosyVoice3Backend(self.token2wav, batch_vocoder=opts.batch_vocoder, kv_cache_dtype=opts.kv_cache_dtype)
 
     def _voice_loader(self) -> Callable[[object, float], object] | None:
         return _as_sent

@@ -112,9 +112,11 @@ def open_stream(
     noise_seed: int,
     final_chunk: FinalChunk = DEFAULT_FINAL_CHUNK,
     run_prompt: bool = False,
+    kv_dtype: torch.dtype | None = None,
 ) -> StreamCaches:
     """A new stream in the voice of `prompt`. With `run_prompt=False` nothing is computed: the prompt's
-    frames run inside the first chunk's flow launch (batched with other rows)."""
+    frames run inside the first chunk's flow launch (batched with other rows). `kv_dtype`: the K/V arena's
+    storage dtype (None: the flow's)."""
     state = start_stream(
         flow,
         prompt.tokens,
@@ -124,6 +126,7 @@ def open_stream(
         noise_seed=noise_seed,
         final_chunk=final_chunk,
         run_prompt=run_prompt,
+        kv_dtype=kv_dtype,
     )
     return StreamCaches(flow=state, vocoder=streamer.start(), lookahead=flow.config.pre_lookahead_len)
 

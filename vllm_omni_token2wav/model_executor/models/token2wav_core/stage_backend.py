@@ -34,6 +34,7 @@ from vllm_omni_token2wav.model_executor.layers.flow.batched import (
     emitted_tokens,
     flow_chunks,
 )
+from vllm_omni_token2wav.model_executor.layers.flow.streaming import ConformerTrim
 from vllm_omni_token2wav.model_executor.models.token2wav_core.core import Token2WavCore
 from vllm_omni_token2wav.model_executor.models.token2wav_core.graphs import StageGraphs
 from vllm_omni_token2wav.model_executor.models.token2wav_core.prompt_features import TOKEN_MEL_RATIO, PromptFeatures
@@ -194,16 +195,24 @@ class CosyVoice2Backend:
         `max(P, tail) / 2` tokens, so it is reserved in full at admission whatever `tokens` is, and an
         admitted stream never grows past its reservation. Pinned against `stream_bytes` on the stand-in
         (tests/model_executor/models/token2wav_stage/test_memory_budget.py): 728,000 held vs 755,200 reserved.
+        Step-Audio2 (`ConformerTrim.NONE`) is the exception: its conformer cache keeps every frame, so its
+        estimate grows by that cache's bytes for `TOKEN_MEL_RATIO` frames per token (checked after every chunk
+        by the memory budget like CosyVoice3's).
         """
-        del tokens
         setup = voice.setup
         prompt = max(setup.prompt_frames, 1)
         kv_per_frame = setup.estimator_att.base_nbytes // prompt
         conformer_per_frame = setup.conformer_att.nbytes // prompt
         small = setup.conformer_cnn.nbytes + setup.estimator_cnn.nbytes
+        conformer_frames = prompt + setup.tail_frames
+        if self.core.conformer_trim is ConformerTrim.NONE:
+            # Step-Audio2 keeps the conformer's whole history (upstream does not trim it): that part grows with
+            # the reply, TOKEN_MEL_RATIO frames per token received (measured 850 frames after 252 tokens with
+            # P = 300 on the stand-in, within 300 + 100 + 504)
+            conformer_frames += TOKEN_MEL_RATIO * max(int(tokens), 0)
         return (
             kv_per_frame * max(prompt, setup.tail_frames)
-            + conformer_per_frame * (prompt + setup.tail_frames)
+            + conformer_per_frame * conformer_frames
             + small
             + VOCODER_STATE_BYTES
         )

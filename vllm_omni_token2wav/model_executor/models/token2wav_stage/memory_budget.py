@@ -40,6 +40,10 @@ AUTO_SHARE = 0.5
 
 OPTION = "token2wav_memory_budget"
 
+#: Codec tokens per audio second of every family served (MiniCPM-o 4.5, Step-Audio2, CosyVoice3: 25 Hz):
+#: turns `token2wav_stream_reserve_s` into the tokens a new stream reserves.
+TOKENS_PER_SECOND = 25
+
 _UNITS = {
     "": 1,
     "b": 1,
@@ -138,6 +142,7 @@ class MemorySnapshot:
 __all__ = [
     "AUTO_SHARE",
     "OPTION",
+    "TOKENS_PER_SECOND",
     "BytesModel",
     "MemorySnapshot",
     "auto_memory_budget",

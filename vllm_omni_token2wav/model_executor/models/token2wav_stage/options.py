@@ -27,6 +27,9 @@ places of a deploy YAML's stage, the later winning: the connector's `extra` (vLL
 | `memory_budget`     | `extra["token2wav_memory_budget"]`: bytes the live streams may hold (an | auto (None)      |
 |                     | int or "8GiB"; "auto": a share of free device memory / available RAM;   |                  |
 |                     | "off" / 0: none; `memory_budget.py`)                                    |                  |
+| `reserve_seconds`   | `extra["token2wav_stream_reserve_s"]`: audio seconds a new stream       | 0                |
+|                     | reserves under the budget beyond its first chunk (streams that grow:    |                  |
+|                     | CosyVoice3), at 25 tokens per second                                    |                  |
 | `kv_cache_dtype`    | `extra["token2wav_kv_cache_dtype"]` ("bfloat16", "float16", "float32")  | the flow's dtype |
 | `pad_to_buckets`    | `extra["token2wav_pad_to_buckets"]` (graph-capture shapes)              | False            |
 | `setup_cache_size`  | `extra["token2wav_setup_cache_size"]` (post-prompt flow states kept)    | 4                |
@@ -96,6 +99,7 @@ class StageOptions:
     max_streams: int | None = None
     idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S
     memory_budget: int | None = None  # None: auto (resolved by the stage model); 0: no budget
+    reserve_seconds: float = 0.0
     kv_cache_dtype: torch.dtype | None = None
     pad_to_buckets: bool = False
     setup_cache_size: int = 4
@@ -119,6 +123,10 @@ class StageOptions:
             raise ValueError(f"max_num_seqs (rows per launch) must be >= 1, got {self.max_rows}")
         if self.max_streams is not None and self.max_streams < 1:
             raise ValueError(f"token2wav_max_streams must be >= 1, got {self.max_streams}")
+        if not self.reserve_seconds >= 0:  # also NaN
+            raise ValueError(
+                f"token2wav_stream_reserve_s must be a number of audio seconds >= 0, got {self.reserve_seconds!r}"
+            )
         if self.setup_cache_size < 0:
             raise ValueError(f"token2wav_setup_cache_size must be >= 0, got {self.setup_cache_size}")
         if self.prompt_cache_size is not None and self.prompt_cache_size < 0:
@@ -206,6 +214,7 @@ def stage_options(vllm_config: Any, overrides: Mapping[str, Any], *, family: str
         "max_streams": int(extra["token2wav_max_streams"]) if "token2wav_max_streams" in extra else None,
         "idle_timeout_s": float(extra.get("token2wav_stream_idle_timeout_s", DEFAULT_IDLE_TIMEOUT_S)),
         "memory_budget": parse_memory_budget(extra.get("token2wav_memory_budget")),
+        "reserve_seconds": float(extra.get("token2wav_stream_reserve_s", 0.0)),
         "kv_cache_dtype": kv_dtype(extra.get("token2wav_kv_cache_dtype")),
         "pad_to_buckets": bool(extra.get("token2wav_pad_to_buckets", False)),
         "setup_cache_size": int(extra.get("token2wav_setup_cache_size", 4)),

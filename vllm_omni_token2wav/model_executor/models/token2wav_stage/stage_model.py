@@ -74,7 +74,10 @@ from vllm_omni_token2wav.model_executor.models.token2wav_stage.families import (
     find_default_voice,
     resolve_token2wav_dir,
 )
-from vllm_omni_token2wav.model_executor.models.token2wav_stage.memory_budget import resolve_memory_budget
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.memory_budget import (
+    TOKENS_PER_SECOND,
+    resolve_memory_budget,
+)
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.model_source import (
     ModelSource,
     hub_patterns,
@@ -187,6 +190,7 @@ class Token2WavStageModel(nn.Module):
                 memory_budget=resolve_memory_budget(
                     opts.memory_budget, self.backend.device, platforms.current_omni_platform
                 ),
+                reserve_tokens=round(opts.reserve_seconds * TOKENS_PER_SECOND),
             ),
         )
 

@@ -29,6 +29,12 @@ whose stream could never fit alone, or a waiting stream whose last chunk arrives
 not fit (the engine ends the request after that step, so its audio could come no later), is that
 segment's error naming its tokens, the bytes and the budget. A one-chunk stream and a whole utterance
 live for one step only: they are refused only if they could never fit alone, and otherwise run.
+Streams that grow (a backend whose `estimate_stream_bytes` grows with tokens: CosyVoice3) are counted
+at a reservation in tokens: their first chunk plus `reserve_tokens` at admission; a chunk going past it
+first grows the reservation (doubled where that fits, else to what it needs), and is held (the live
+stream waits) when even that does not fit; one that can never fit, or whose last chunk arrives while it
+waits, fails and its stream is dropped. `backend.reserve_stream` caps the caches' growth at the
+reservation, so what a stream holds stays within what it is counted at.
 
 Noise: a stream's NSF generator is seeded from `meta.seed` or, by default, from
 `sha256(stage seed, request id, epoch)`, so a request's audio depends on its own inputs only and
@@ -83,6 +89,10 @@ class StepExecutorConfig:
     load_voice: Callable[[object, float], object] | None = None
     #: Bytes the live streams may hold (`memory_budget.py`); None: no budget.
     memory_budget: int | None = None
+    #: Tokens a new stream reserves at admission beyond those it brings (`token2wav_stream_reserve_s` x 25):
+    #: a backend whose streams grow with their length (`estimate_stream_bytes` growing: CosyVoice3) has its
+    #: growth checked against the budget chunk by chunk; a reservation makes those checks pass up front.
+    reserve_tokens: int = 0
 
 
 @dataclass
@@ -138,6 +148,9 @@ class Token2WavStepExecutor:
         #: so a request that vanished without a finish notice does not hold its reservation forever.
         self._touched: dict[str, float] = {}
         self.clock: Callable[[], float] = time.monotonic
+        #: Tokens reserved for each live stream (budget on, `estimate_stream_bytes` backends): what it is counted
+        #: at, and (`backend.reserve_stream`) how far its caches may grow; a chunk going past it must fit first.
+        self._reserved: dict[str, int] = {}
         #: Streams that had to wait, and segments refused by the budget, since construction.
         self.budget_waits = 0
         self.budget_refusals = 0
@@ -172,9 +185,22 @@ class Token2WavStepExecutor:
 
     def step(self, segments: Sequence[Segment]) -> list[SegmentResult]:
         self.last_seeds = {}
-        if not self._waiting and (self.config.memory_budget is None or not any(map(self._opens, segments))):
-            return self._step_once(segments)  # nothing waits and nothing new: the budget has nothing to decide
+        if not self._waiting and (
+            self.config.memory_budget is None or not any(self._opens(s) or self._grows(s) for s in segments)
+        ):
+            return self._step_once(segments)  # nothing waits, opens or outgrows its reservation: nothing to decide
         return self._step_with_budget(segments)
+
+    def _grows(self, seg: Segment) -> bool:
+        """Whether `seg` takes a live stream past the bytes of its reservation (arithmetic only)."""
+        estimate = getattr(self.backend, "estimate_stream_bytes", None)
+        if estimate is None or seg.kind is not SegmentKind.CHUNK or seg.error is not None or not seg.tokens:
+            return False
+        state = self.store.get(seg.key)
+        if state is None:
+            return False
+        reserved = self._reserved.get(seg.key, state.tokens)
+        return int(estimate(state.voice, state.tokens + len(seg.tokens))) > int(estimate(state.voice, reserved))
 
     def _opens(self, seg: Segment) -> bool:
         """Whether `seg` may start something the budget decides on: a new stream or a whole utterance."""
@@ -224,6 +250,7 @@ class Token2WavStepExecutor:
         for key in keys:
             self._waiting.pop(key, None)
             self._touched.pop(key, None)
+            self._reserved.pop(key, None)
         return self.store.forget(keys)
 
     # ---- memory budget ----------------------------------------------------------------------------
@@ -236,7 +263,8 @@ class Token2WavStepExecutor:
         own, shared = 0, {}
         for state in self.store.states():
             usage = self.backend.stream_bytes(state.caches, state.voice)
-            reserved = int(estimate(state.voice, state.tokens)) if estimate is not None else 0
+            tokens = self._reserved.get(state.key, state.tokens)
+            reserved = int(estimate(state.voice, max(tokens, state.tokens))) if estimate is not None else 0
             own += max(usage.own, reserved)
             shared[state.voice_key] = usage.shared
         return own + sum(shared.values())
@@ -267,6 +295,8 @@ class Token2WavStepExecutor:
                 self.store.idle_timeout_s,
                 len(held),
             )
+        live_keys = {state.key for state in self.store.states()}
+        self._reserved = {k: v for k, v in self._reserved.items() if k in live_keys}
         used = self.live_bytes()  # live streams + streams opened in this step
         ahead = 0  # estimates of streams still waiting
         rounds: dict[int, list[Segment]] = {}  # original index -> segments to run in order (held ones first)
@@ -274,10 +304,27 @@ class Token2WavStepExecutor:
             seg.key: seg for seg in segments if seg.error is None and seg.kind is SegmentKind.CHUNK and seg.chunk
         }
         handled: set[int] = set()
-        for key, held in list(self._waiting.items()):
+        # live streams waiting to grow go first: their audio has started, and only they can free memory
+        order = sorted(self._waiting.items(), key=lambda kv: kv[0] not in live_keys)
+        for key, held in order:
             seg = present.get(key)
             tokens = sum(len(h.tokens) for h in held) + (len(seg.tokens) if seg is not None else 0)
-            need = self._estimate([*held, seg] if seg is not None else held)
+            if key in live_keys:
+                if seg is None:
+                    ahead += self._growth(key, tokens, budget, used)[1]
+                    continue
+                handled.add(seg.index)
+                assert seg.chunk is not None
+                self._touched[key] = now_s
+                result, extra = self._grow_or_hold(seg, held, used, budget)
+                results[seg.index] = result
+                if result is None:
+                    rounds[seg.index] = [*held, seg]
+                    used += extra
+                elif result.error is None:
+                    ahead += extra
+                continue
+            reserve, need = self._reservation([*held, seg] if seg is not None else held, budget)
             if seg is None:
                 ahead += need
                 continue
@@ -289,6 +336,7 @@ class Token2WavStepExecutor:
                 del self._touched[key]
                 rounds[seg.index] = [*held, seg]
                 used += need
+                self._reserve(key, reserve)
             elif seg.chunk.last:
                 del self._waiting[key]
                 del self._touched[key]
@@ -305,6 +353,16 @@ class Token2WavStepExecutor:
         for seg in segments:
             if seg.index in handled or budget is None or seg.error is not None or not seg.tokens:
                 continue
+            if self._grows(seg):
+                handled.add(seg.index)
+                result, extra = self._grow_or_hold(seg, [], used, budget)
+                results[seg.index] = result
+                if result is None:
+                    rounds[seg.index] = [seg]
+                    used += extra
+                elif result.error is None:
+                    ahead += extra
+                continue
             if seg.kind is SegmentKind.WHOLE:
                 need = self._estimate([seg])
                 if need > budget:
@@ -317,7 +375,7 @@ class Token2WavStepExecutor:
                 admit(seg.request_id, seg.chunk, seg.voice, None, self.store.ended(seg.key))
             except ChunkRejectedError:
                 continue
-            need = self._estimate([seg])
+            reserve, need = self._reservation([seg], budget) if not seg.chunk.last else (0, self._estimate([seg]))
             if need > budget:
                 handled.add(seg.index)
                 results[seg.index] = SegmentResult(error=self._never_fits(seg, need, budget))
@@ -325,6 +383,8 @@ class Token2WavStepExecutor:
                 # a one-chunk stream (MiniCPM-o's sync path) ends within this step, like a whole utterance: it
                 # cannot wait (the engine ends the request with this step) and holds nothing afterwards
                 used += need
+                if not seg.chunk.last:
+                    self._reserve(seg.key, reserve)
             else:
                 handled.add(seg.index)
                 self._waiting[seg.key] = [seg]
@@ -360,6 +420,102 @@ class Token2WavStepExecutor:
             if results[index] is None:
                 results[index] = SegmentResult(audio=torch.cat(parts) if parts else None)
         return [r if r is not None else SegmentResult() for r in results]
+
+    def _reservation(self, segments: Sequence[Segment], budget: int | None) -> tuple[int, int]:
+        """(tokens reserved, bytes) of a new stream admitted with `segments`: its tokens plus `reserve_tokens`,
+        or only its tokens where the reservation alone would exceed the whole budget (it may still be short)."""
+        tokens = sum(len(s.tokens) for s in segments)
+        estimate = getattr(self.backend, "estimate_stream_bytes", None)
+        if estimate is None or self.config.reserve_tokens <= 0:
+            return tokens, self._estimate(segments)
+        try:
+            _, voice = self.voice(segments[0].voice)
+        except REQUEST_ERRORS:
+            return tokens, self._estimate(segments)
+        full = int(estimate(voice, tokens + self.config.reserve_tokens))
+        if budget is not None and full > budget:
+            return tokens, int(estimate(voice, tokens))
+        return tokens + self.config.reserve_tokens, full
+
+    def _reserve(self, key: str, tokens: int) -> None:
+        if hasattr(self.backend, "estimate_stream_bytes"):
+            self._reserved[key] = tokens
+
+    def _growth(self, key: str, extra_tokens: int, budget: int | None, used: int) -> tuple[int, int]:
+        """(new reservation in tokens, extra bytes) for live stream `key` receiving `extra_tokens` more: the
+        reservation doubles (amortised arena copies) where that fits the budget, else grows to what it needs."""
+        state = self.store.get(key)
+        assert state is not None
+        estimate = self.backend.estimate_stream_bytes  # type: ignore[attr-defined]
+        current = max(self._reserved.get(key, state.tokens), state.tokens)
+        after = state.tokens + extra_tokens
+        if after <= current:
+            return current, 0
+        held = int(estimate(state.voice, current))
+        doubled = max(after, 2 * current, current + self.config.reserve_tokens)
+        free = None if budget is None else budget - used
+        for tokens in (doubled, after):
+            extra = int(estimate(state.voice, tokens)) - held
+            if free is None or extra <= free or tokens == after:
+                return tokens, max(extra, 0)
+        raise AssertionError("unreachable")
+
+    def _grow_or_hold(
+        self, seg: Segment, held: list[Segment], used: int, budget: int | None
+    ) -> tuple[SegmentResult | None, int]:
+        """A live stream's chunk past its reservation, and the extra bytes: None (the reservation grew; run
+        `held` + `seg`), an empty result (held: the stream waits for memory), or an error (it can never, or no
+        longer, fit: its stream is dropped, freeing what it held)."""
+        assert seg.chunk is not None
+        key = seg.key
+        state = self.store.get(key)
+        assert state is not None
+        extra_tokens = sum(len(h.tokens) for h in held) + len(seg.tokens)
+        tokens, extra = self._growth(key, extra_tokens, budget, used)
+        if budget is None or used + extra <= budget:
+            self._reserved[key] = tokens
+            self._waiting.pop(key, None)
+            self._touched.pop(key, None)
+            return None, extra
+        need = int(self.backend.estimate_stream_bytes(state.voice, state.tokens + extra_tokens))  # type: ignore[attr-defined]
+        if need > budget or seg.chunk.last:
+            self._waiting.pop(key, None)
+            self._touched.pop(key, None)
+            self._reserved.pop(key, None)
+            # its audio cannot be finished: free what it holds for the others; its later chunks are rejected
+            self.store.drop(key, f"was dropped by {OPTION} (its stream could not grow)")
+            self.budget_refusals += 1
+            why = (
+                f"more than the whole {OPTION}={budget} bytes: it can never finish on this stage"
+                if need > budget
+                else f"its last chunk arrived while the other live streams hold {used - self._counted(state)} bytes "
+                f"of {OPTION}={budget}"
+            )
+            return SegmentResult(
+                error=f"request {seg.request_id}: its stream grew to {state.tokens + extra_tokens} tokens, which need "
+                f"about {need} bytes of stream memory ({self.backend.name} backend's estimate), {why}; send a "
+                "shorter reply, raise the budget, or reserve more per stream (token2wav_stream_reserve_s) so "
+                "fewer streams start at once"
+            ), 0
+        if key not in self._waiting:
+            self._waiting[key] = []
+            self.budget_waits += 1
+            logger.info(
+                "token2wav stage: request %s waits for memory to grow (needs ~%d more bytes, live %d, budget %d)",
+                seg.request_id,
+                extra,
+                used,
+                budget,
+            )
+        self._waiting[key] = [*held, seg]
+        self._touched[key] = self.clock()
+        return SegmentResult(), extra
+
+    def _counted(self, state: StreamState) -> int:
+        """What live stream `state` counts against the budget (see `live_bytes`)."""
+        estimate = self.backend.estimate_stream_bytes  # type: ignore[attr-defined]
+        usage = self.backend.stream_bytes(state.caches, state.voice)
+        return max(usage.own, int(estimate(state.voice, max(self._reserved.get(state.key, 0), state.tokens))))
 
     def _estimate(self, segments: Sequence[Segment]) -> int:
         """Own bytes of a stream after `segments`: the backend's `estimate_stream_bytes`, else `bytes_model`."""
@@ -409,6 +565,10 @@ class Token2WavStepExecutor:
             self.last_seeds[seg.key] = seed
         else:
             voice_key, voice, caches = adm.previous.voice_key, adm.previous.voice, adm.previous.caches
+        reserved = self._reserved.get(seg.key)
+        reserve_stream = getattr(self.backend, "reserve_stream", None)
+        if reserved is not None and reserve_stream is not None:
+            caches = reserve_stream(caches, reserved)
         item = _Item(seg, "chunk", adm.epoch, adm.chunk_seq, voice_key, voice, caches, adm.previous)
         if seg.tokens:
             try:
@@ -496,6 +656,7 @@ class Token2WavStepExecutor:
             base = it.previous.samples_emitted if it.previous is not None else 0
             tokens = (it.previous.tokens if it.previous is not None else 0) + len(seg.tokens)
             if seg.chunk.last:
+                self._reserved.pop(seg.key, None)
                 end.append((seg.key, Ended(it.epoch, it.chunk_seq, f"had its last chunk (chunk_seq {it.chunk_seq})")))
                 continue
             caches = it.new_caches if it.kind == "chunk" else it.caches

@@ -127,6 +127,16 @@ class StreamStore:
                 self._ended.pop(key, None)
         return dropped
 
+    def drop(self, key: str, reason: str) -> bool:
+        """End the live stream `key` now (the memory budget refused its growth), remembering `reason` so that
+        its later chunks are rejected naming it; whether it was live."""
+        with self._lock:
+            entry = self._live.get(key)
+            if entry is None:
+                return False
+            self._evict(key, entry[0], reason)
+        return True
+
     def _evict(self, key: str, state: StreamState, reason: str) -> Eviction:
         self._live.pop(key, None)
         self._remember(key, Ended(state.epoch, state.chunk_seq, reason))
