@@ -532,3 +532,56 @@ def test_the_later_chunks_of_a_stream_dropped_by_the_budget_are_rejected_naming_
     out = engine.step([chunk(0, "a", 2, [12])])  # no new stream opens mid-reply
     assert out[0].error is not None and "was dropped by token2wav_memory_budget" in out[0].error, out[0].error
     assert len(engine.store) == 0
+
+
+# ---- the stream count (`token2wav_max_streams`): an admission limit, never an eviction ------------------
+
+
+def counted(limit: int, budget: int | None = None) -> Token2WavStepExecutor:
+    return Token2WavStepExecutor(
+        FakeBackend(),
+        StreamStore(max_streams=None),
+        VOICE,
+        StepExecutorConfig(reference_seconds=1.0, memory_budget=budget, max_streams=limit),
+    )
+
+
+def test_a_stream_over_max_streams_waits_and_no_live_stream_is_evicted_for_it() -> None:
+    engine = counted(limit=2)
+    out = engine.step([chunk(0, "a", 0, [1, 2]), chunk(1, "b", 0, [3]), chunk(2, "c", 0, [4, 5])])
+    assert audio(out[0]) == [1, 2] and audio(out[1]) == [3] and audio(out[2]) == []  # c waits, no error
+    assert engine.store.get("a") is not None and engine.store.get("b") is not None and engine.store.get("c") is None
+    out = engine.step([chunk(0, "c", 1, [6]), chunk(1, "a", 1, [7])])
+    assert audio(out[0]) == [] and audio(out[1]) == [7]  # still two live streams
+    out = engine.step([chunk(0, "b", 1, [8], last=True)])
+    assert audio(out[0]) == [8] and len(engine.store) == 1
+    out = engine.step([chunk(0, "c", 2, [9])])  # b ended: c's held chunks run in order, then this one
+    assert audio(out[0]) == [4, 5, 6, 9] and engine.budget_waits == 1
+    snap = engine.memory_snapshot()
+    assert (snap.waiting_streams, snap.budget_bytes) == (0, None) and len(engine.store) == 2
+
+
+def test_a_waiting_streams_last_chunk_over_the_count_runs_anyway_with_its_whole_audio() -> None:
+    engine = counted(limit=1)
+    engine.step([chunk(0, "a", 0, [1])])
+    assert audio(engine.step([chunk(0, "b", 0, [2, 3])])[0]) == []
+    out = engine.step([chunk(0, "b", 1, [4], last=True), chunk(1, "a", 1, [5])])
+    assert audio(out[0]) == [2, 3, 4] and audio(out[1]) == [5]  # b ended within the step: nothing lost
+    assert engine.store.get("b") is None and engine.budget_refusals == 0
+
+
+def test_the_count_and_the_budget_both_hold_a_new_stream() -> None:
+    engine = counted(limit=3, budget=6)
+    engine.bytes_model.per_token = 1.0
+    engine.step([chunk(0, "a", 0, [1, 2, 3, 4, 5])])
+    out = engine.step([chunk(0, "b", 0, [6, 7])])  # one slot of three used, but 5 + 2 bytes > 6
+    assert audio(out[0]) == [] and engine.memory_snapshot().waiting_streams == 1
+
+
+def test_the_stage_sets_no_count_bound_by_default() -> None:
+    class Config:
+        additional_config: dict[str, object] = {}
+
+    assert stage_options(Config(), {}).stream_limit is None
+    Config.additional_config = {"token2wav_max_streams": 4}
+    assert stage_options(Config(), {}).stream_limit == 4

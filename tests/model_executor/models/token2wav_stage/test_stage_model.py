@@ -68,7 +68,7 @@ def test_construction_reads_the_config_checks_the_folder_and_loads_nothing(
     stage = stage_cls(vllm_config=_config(model_dir, {"token2wav_max_streams": 3}), prefix="code2wav")
     assert stage.token2wav.model_path == model_dir / "token2wav" and stage.token2wav.device == torch.device("cpu")
     assert (stage.options.n_timesteps, stage.options.reference_seconds, stage.options.max_rows) == (2, 1.5, 4)
-    assert stage.streams.max_streams == 3 and stage.options.load_format == "dummy"
+    assert stage.executor.config.max_streams == 3 and stage.options.load_format == "dummy"
     assert stage.default_voice == model_dir / "token2wav" / stage.family.default_voice_names[0]
     assert not _loaded(stage) and counter.count == 0 and list(stage.parameters()) == []
     for flag in (
@@ -289,25 +289,32 @@ def test_on_requests_finished_frees_streams_and_the_last_chunk_ends_them(model_d
     assert error is not None and "arrived after its stream had its last chunk" in error
 
 
-def test_abandoned_streams_are_evicted_and_a_late_chunk_says_so(
+def test_a_stream_over_max_streams_waits_abandoned_ones_are_evicted_and_a_late_chunk_says_so(
     model_dir: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     stage = MiniCPMO45Code2Wav(model=str(model_dir), max_streams=2, idle_timeout_s=30.0, **FAST_OPTIONS)
+    assert stage.streams.max_streams is None and stage.executor.config.max_streams == 2
     now = [0.0]
     monkeypatch.setattr(stage.streams, "_clock", lambda: now[0])
     chunks = {rid: all_chunks(ProducerStream(rid, list(range(400, 460)), stage.family)) for rid in "abc"}
     with caplog.at_level(logging.WARNING):
-        for rid in "abc":  # the third stream pushes the least recently used one out
+        for rid in "abc":  # the third stream waits for admission: a live stream is never pushed out for it
             now[0] += 1
             input_ids, kwargs = forward_inputs([chunks[rid][0]], stage.family)
-            stage(input_ids, None, **kwargs)
-    assert stage.live_streams == 2 and stage.streams.get("a") is None and "more than 2 live streams" in caplog.text
-    now[0] += 31  # b and c went quiet: the next step sweeps them
+            out = stage(input_ids, None, **kwargs).multimodal_outputs
+            assert segment_errors(out) == [None]
+            assert (out["model_outputs"][0].numel() > 0) == (rid != "c"), rid
+    assert stage.live_streams == 2 and stage.streams.get("a") is not None and "evicted" not in caplog.text
+    assert stage.executor.memory_snapshot().waiting_streams == 1 and stage.executor.budget_waits == 1
+    now[0] += 31  # a and b went quiet: the next step sweeps them, and c's held chunk runs before its next one
     with caplog.at_level(logging.WARNING):
         input_ids, kwargs = forward_inputs([chunks["c"][1]], stage.family)
-        error = segment_errors(stage(input_ids, None, **kwargs).multimodal_outputs)[0]
-    assert stage.live_streams == 0 and "stream of request b was evicted (idle 32 s > 30 s)" in caplog.text
-    assert error is not None and "arrived after its stream was evicted (idle 31 s > 30 s)" in error
+        out = stage(input_ids, None, **kwargs).multimodal_outputs
+    assert segment_errors(out) == [None] and out["model_outputs"][0].numel() > 0
+    assert stage.live_streams == 1 and "stream of request b was evicted (idle 32 s > 30 s)" in caplog.text
+    input_ids, kwargs = forward_inputs([chunks["a"][1]], stage.family)
+    error = segment_errors(stage(input_ids, None, **kwargs).multimodal_outputs)[0]
+    assert error is not None and "arrived after its stream was evicted (idle 33 s > 30 s)" in error
 
 
 def test_idle_streams_are_swept_on_every_call_also_empty_profiling_and_placeholder_only_ones(

@@ -22,7 +22,8 @@ places of a deploy YAML's stage, the later winning: the connector's `extra` (vLL
 | `reference_seconds` | `extra["ref_audio_max_seconds"]` (MiniCPM-o's name)                     | 6.0              |
 | `prompt_wav`        | `extra["prompt_wav"]` (the default voice file)                          | family lookup    |
 | `seed`              | `extra["token2wav_seed"]` (NSF noise seeds)                             | 0                |
-| `max_streams`       | `extra["token2wav_max_streams"]`                                        | 2 x max_rows    |
+| `max_streams`       | `extra["token2wav_max_streams"]`: streams live at once; a new stream    | None (no bound)  |
+|                     | beyond it waits for admission (a live one is never evicted for it)      |                  |
 | `idle_timeout_s`    | `extra["token2wav_stream_idle_timeout_s"]`                              | 600              |
 | `memory_budget`     | `extra["token2wav_memory_budget"]`: bytes the live streams may hold (an | auto (None)      |
 |                     | int or "8GiB"; "auto": a share of free device memory / available RAM;   |                  |
@@ -137,8 +138,11 @@ class StageOptions:
             )
 
     @property
-    def stream_limit(self) -> int:
-        return self.max_streams if self.max_streams is not None else max(2 * self.max_rows, 16)
+    def stream_limit(self) -> int | None:
+        """Streams admitted at once (None: only the memory budget bounds them). Never a reason to evict a live
+        stream: under vLLM-Omni's async-chunk transfer a request leaves the running batch between its chunks, so
+        a stage holds a stream per request in flight, up to the client's concurrency, not `max_num_seqs`."""
+        return self.max_streams
 
     @property
     def tail_frames(self) -> int:

@@ -169,7 +169,8 @@ class Token2WavStageModel(nn.Module):
         self.default_voice: Any = self._default_voice(opts, folder)
         self._install_speaker_backend(opts, platforms.current_omni_platform)
         self.backend = self._build_backend(opts)
-        self.streams = StreamStore(max_streams=opts.stream_limit, idle_timeout_s=opts.idle_timeout_s)
+        # no count bound in the store (it would evict live streams): `max_streams` is an admission limit
+        self.streams = StreamStore(max_streams=None, idle_timeout_s=opts.idle_timeout_s)
         self._stats = StatsWriter(self.family.name)
         #: The measured cost of whole-utterance steps, published to the scheduler (`cost_model.py`); None: off.
         planning = latency_planning_enabled(getattr(vllm_config, "additional_config", None))
@@ -191,6 +192,7 @@ class Token2WavStageModel(nn.Module):
                     opts.memory_budget, self.backend.device, platforms.current_omni_platform
                 ),
                 reserve_tokens=round(opts.reserve_seconds * TOKENS_PER_SECOND),
+                max_streams=opts.stream_limit,
             ),
         )
 

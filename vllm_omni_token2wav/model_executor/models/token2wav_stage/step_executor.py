@@ -93,6 +93,11 @@ class StepExecutorConfig:
     #: a backend whose streams grow with their length (`estimate_stream_bytes` growing: CosyVoice3) has its
     #: growth checked against the budget chunk by chunk; a reservation makes those checks pass up front.
     reserve_tokens: int = 0
+    #: Streams admitted at once (`token2wav_max_streams`); None: only the budget bounds them. A new stream beyond
+    #: it waits like one over the budget (a live stream is never evicted for it); a waiting stream whose last
+    #: chunk arrives runs anyway when its memory fits (it ends within that step, so the bound is exceeded for
+    #: one step only, where refusing it would lose the request's audio).
+    max_streams: int | None = None
 
 
 @dataclass
@@ -185,9 +190,11 @@ class Token2WavStepExecutor:
 
     def step(self, segments: Sequence[Segment]) -> list[SegmentResult]:
         self.last_seeds = {}
-        if not self._waiting and (
-            self.config.memory_budget is None or not any(self._opens(s) or self._grows(s) for s in segments)
-        ):
+        budget, limit = self.config.memory_budget, self.config.max_streams
+        decides = (budget is not None and any(self._opens(s) or self._grows(s) for s in segments)) or (
+            limit is not None and any(map(self._opens, segments))
+        )
+        if not self._waiting and not decides:
             return self._step_once(segments)  # nothing waits, opens or outgrows its reservation: nothing to decide
         return self._step_with_budget(segments)
 
@@ -282,14 +289,14 @@ class Token2WavStepExecutor:
 
     def _step_with_budget(self, segments: Sequence[Segment]) -> list[SegmentResult]:
         """Hold what does not fit, run what does (waiting streams' held chunks in extra rounds); module docstring."""
-        budget = self.config.memory_budget
+        budget, limit = self.config.memory_budget, self.config.max_streams
         results: list[SegmentResult | None] = [None] * len(segments)
         now_s = self.clock()
         for key in [k for k in self._waiting if now_s - self._touched.get(k, now_s) > self.store.idle_timeout_s]:
             held = self._waiting.pop(key)
             self._touched.pop(key, None)
             logger.warning(
-                "token2wav stage: request %s waited for memory and sent nothing for more than %.0f s; its %d held "
+                "token2wav stage: request %s waited for admission and sent nothing for more than %.0f s; its %d held "
                 "chunk(s) are dropped",
                 held[0].request_id,
                 self.store.idle_timeout_s,
@@ -297,8 +304,10 @@ class Token2WavStepExecutor:
             )
         live_keys = {state.key for state in self.store.states()}
         self._reserved = {k: v for k, v in self._reserved.items() if k in live_keys}
-        used = self.live_bytes()  # live streams + streams opened in this step
+        used = self.live_bytes() if budget is not None else 0  # live streams + streams opened in this step
         ahead = 0  # estimates of streams still waiting
+        live_n = len(live_keys)  # live streams + streams opened in this step (`max_streams`)
+        ahead_n = 0  # new streams still waiting
         rounds: dict[int, list[Segment]] = {}  # original index -> segments to run in order (held ones first)
         present = {
             seg.key: seg for seg in segments if seg.error is None and seg.kind is SegmentKind.CHUNK and seg.chunk
@@ -327,15 +336,19 @@ class Token2WavStepExecutor:
             reserve, need = self._reservation([*held, seg] if seg is not None else held, budget)
             if seg is None:
                 ahead += need
+                ahead_n += 1
                 continue
             handled.add(seg.index)
             assert seg.chunk is not None
             self._touched[key] = now_s
-            if budget is None or used + ahead + need <= budget:
+            fits = budget is None or used + ahead + need <= budget
+            if fits and (limit is None or live_n + ahead_n < limit or seg.chunk.last):
+                # a last chunk over the stream count runs now: the stream ends within this step
                 del self._waiting[key]
                 del self._touched[key]
                 rounds[seg.index] = [*held, seg]
                 used += need
+                live_n += not seg.chunk.last
                 self._reserve(key, reserve)
             elif seg.chunk.last:
                 del self._waiting[key]
@@ -350,10 +363,11 @@ class Token2WavStepExecutor:
                 held.append(seg)
                 results[seg.index] = SegmentResult()
                 ahead += need
+                ahead_n += 1
         for seg in segments:
-            if seg.index in handled or budget is None or seg.error is not None or not seg.tokens:
+            if seg.index in handled or (budget is None and limit is None) or seg.error is not None or not seg.tokens:
                 continue
-            if self._grows(seg):
+            if budget is not None and self._grows(seg):
                 handled.add(seg.index)
                 result, extra = self._grow_or_hold(seg, [], used, budget)
                 results[seg.index] = result
@@ -364,8 +378,8 @@ class Token2WavStepExecutor:
                     ahead += extra
                 continue
             if seg.kind is SegmentKind.WHOLE:
-                need = self._estimate([seg])
-                if need > budget:
+                need = self._estimate([seg]) if budget is not None else 0
+                if budget is not None and need > budget:
                     handled.add(seg.index)
                     results[seg.index] = SegmentResult(error=self._never_fits(seg, need, budget))
                 continue
@@ -376,14 +390,16 @@ class Token2WavStepExecutor:
             except ChunkRejectedError:
                 continue
             reserve, need = self._reservation([seg], budget) if not seg.chunk.last else (0, self._estimate([seg]))
-            if need > budget:
+            fits = budget is None or used + ahead + need <= budget
+            if budget is not None and need > budget:
                 handled.add(seg.index)
                 results[seg.index] = SegmentResult(error=self._never_fits(seg, need, budget))
-            elif used + ahead + need <= budget or seg.chunk.last:
+            elif (fits and (limit is None or live_n + ahead_n < limit)) or seg.chunk.last:
                 # a one-chunk stream (MiniCPM-o's sync path) ends within this step, like a whole utterance: it
                 # cannot wait (the engine ends the request with this step) and holds nothing afterwards
                 used += need
                 if not seg.chunk.last:
+                    live_n += 1
                     self._reserve(seg.key, reserve)
             else:
                 handled.add(seg.index)
@@ -392,12 +408,17 @@ class Token2WavStepExecutor:
                 self.budget_waits += 1
                 results[seg.index] = SegmentResult()
                 ahead += need
+                ahead_n += 1
                 logger.info(
-                    "token2wav stage: request %s waits for memory (needs ~%d bytes, live %d, budget %d)",
+                    "token2wav stage: request %s waits for admission (needs ~%d bytes, live %d, budget %s; "
+                    "streams live %d, waiting %d, max %s)",
                     seg.request_id,
                     need,
                     used,
                     budget,
+                    live_n,
+                    ahead_n,
+                    limit,
                 )
         now = [seg for seg in segments if seg.index not in handled]
         queues = {i: list(q) for i, q in rounds.items()}

@@ -8,7 +8,8 @@ docs/design/token2wav_stage.md), so the store never keeps one longer than needed
   `on_requests_finished`), which also drops what the store remembers about it;
 - a stream not touched for `idle_timeout_s` (its request vanished without a last chunk or a
   finish notice) is evicted, with a warning naming it;
-- when more than `max_streams` are live, the least recently used are evicted, with a warning.
+- when more than `max_streams` are live (a bound only direct users set: the stage model sets none and limits
+  admission instead, `step_executor.py`), the least recently used are evicted, with a warning.
 
 An ended stream leaves a small `Ended` record (epoch, last chunk_seq, why) so a late chunk of it
 gets a clear error instead of silently starting a new stream; at most `max_ended` are kept (LRU).
@@ -41,21 +42,21 @@ class Eviction:
 
 
 class StreamStore:
-    """Live streams by key (LRU order), with idle-timeout and count-bound eviction."""
+    """Live streams by key (LRU order), with idle-timeout and (optional) count-bound eviction."""
 
     def __init__(
         self,
         *,
-        max_streams: int,
+        max_streams: int | None,
         idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
         max_ended: int = DEFAULT_MAX_ENDED,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        if max_streams < 1:
-            raise ValueError(f"max_streams must be >= 1, got {max_streams}")
+        if max_streams is not None and max_streams < 1:
+            raise ValueError(f"max_streams must be >= 1 or None, got {max_streams}")
         if not idle_timeout_s > 0:
             raise ValueError(f"idle_timeout_s must be > 0, got {idle_timeout_s}")
-        self.max_streams = int(max_streams)
+        self.max_streams = int(max_streams) if max_streams is not None else None
         self.idle_timeout_s = float(idle_timeout_s)
         self.max_ended = int(max_ended)
         self._clock = clock
@@ -96,7 +97,7 @@ class StreamStore:
                 self._live[state.key] = (state, now)
                 self._live.move_to_end(state.key)
             evicted = []
-            while len(self._live) > self.max_streams:
+            while self.max_streams is not None and len(self._live) > self.max_streams:
                 key, (state, _) = next(iter(self._live.items()))
                 evicted.append(self._evict(key, state, f"was evicted (more than {self.max_streams} live streams)"))
         self._warn(evicted)
