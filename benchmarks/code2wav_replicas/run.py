@@ -35,6 +35,10 @@ FAMILY = "step_audio2"
 DEPLOYMENT = "standin_step_audio2_stream"
 SAMPLES_PER_CODE = 960  # 24 kHz audio, 25 Hz codes
 SAMPLE_RATE = 24000
+#: Upstream's Step-Audio2 chunker (`thinker2token2wav_async_chunk`) sends each chunk but the last with the flow's
+#: `pre_lookahead_len` (3) codes after it, which the next chunk sends again: a reply of C codes in K chunks
+#: reaches the stage as C + 3 (K - 1) tokens.
+LOOKAHEAD = 3
 STAGE_INIT_TIMEOUT_S = 600
 REQUEST_TIMEOUT_S = 600.0
 #: The stats file is written at most once a second by `forward` (every write costs the step under CPU
@@ -139,6 +143,34 @@ def _read_counters(pattern: str, replicas: int) -> list[dict[str, Any]]:
     return out
 
 
+def judge(reply: Reply, counters: list[dict[str, Any]], codes: int) -> tuple[list[int], str | None]:
+    """(the replicas whose stage served `reply`'s request, what is wrong with the reply or None).
+
+    Whole: no error, 960 samples per code, served by exactly one replica, whose counters show every code of it
+    served and its last chunk (tokens less the repeated lookahead add up to `codes`; the engine's key is
+    `<request id>-<hex>`).
+    """
+    mine = [
+        (r, chunks)
+        for r, c in enumerate(counters)
+        for key, chunks in c.get("chunks", {}).items()
+        if key.startswith(f"{reply.request_id}-")
+    ]
+    owners = sorted({r for r, _ in mine})
+    if reply.error is not None:
+        return owners, reply.error
+    if reply.samples != SAMPLES_PER_CODE * codes:
+        return owners, f"{reply.samples} samples, expected {SAMPLES_PER_CODE * codes}"
+    if len(mine) != 1:
+        return owners, f"served by replicas {owners}, expected exactly one"
+    chunks = mine[0][1]
+    served = sum(int(n) for n, _ in chunks) - LOOKAHEAD * (len(chunks) - 1)
+    ended = bool(chunks) and bool(chunks[-1][1])
+    if served != codes or not ended:
+        return owners, f"the stage served {served} codes of it (ended: {ended}), expected {codes} and its last chunk"
+    return owners, None
+
+
 def run_one(replicas: int, args: argparse.Namespace, folder: Path) -> RunResult:
     """Start the deployment with `replicas` code2wav replicas, drive the load, shut it down."""
     from vllm_omni import AsyncOmni
@@ -184,22 +216,7 @@ def run_one(replicas: int, args: argparse.Namespace, folder: Path) -> RunResult:
     result.requests_per_replica = [0] * replicas
     ttfp = []
     for reply in replies:
-        owners = [
-            r for r, c in enumerate(counters) if any(k.startswith(f"{reply.request_id}-") for k in c.get("chunks", {}))
-        ]
-        served = [
-            sum(n for n, _ in chunks)
-            for c in counters
-            for k, chunks in c.get("chunks", {}).items()
-            if k.startswith(f"{reply.request_id}-")
-        ]
-        problem = reply.error
-        if problem is None and reply.samples != SAMPLES_PER_CODE * args.codes:
-            problem = f"{reply.samples} samples, expected {SAMPLES_PER_CODE * args.codes}"
-        if problem is None and len(owners) != 1:
-            problem = f"served by replicas {owners}, expected exactly one"
-        if problem is None and served != [args.codes]:
-            problem = f"the stage served {served} codes for it, expected [{args.codes}]"
+        owners, problem = judge(reply, counters, args.codes)
         for r in owners:
             result.requests_per_replica[r] += 1
         if problem is None:
