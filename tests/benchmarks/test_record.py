@@ -23,7 +23,7 @@ FORMER_SCRIPTS = (
     "token2wav_serve",
 )
 #: Recorders added since (`bench engine-ab`).
-NEW_RECORDERS = ("engine_ab", "upstream_audio")
+NEW_RECORDERS = ("engine_ab", "upstream_audio", "code2wav_replicas")
 
 
 @pytest.fixture
