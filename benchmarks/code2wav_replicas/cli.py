@@ -9,7 +9,7 @@ connector) started offline (`AsyncOmni`) once per replica count (`--replicas 1,2
 writes `out/code2wav_replicas.json` and `.txt` unless `--json` says elsewhere (the recorded
 `benchmarks/results/code2wav_replicas_cpu.{json,txt}` came from `--json` there).
 
-    python -m benchmarks.code2wav_replicas                          # 1 vs 2 replicas, 16 replies at c=4
+    python -m benchmarks.code2wav_replicas                          # 1 vs 2 replicas, 48 replies at c=8
     python -m benchmarks.code2wav_replicas --requests 8 --concurrency 2 --codes 75 --json /tmp/r.json
     python benchmarks/record.py code2wav_replicas                   # the recorded run
 
@@ -48,8 +48,8 @@ class Code2WavReplicasSubcommand:
 
     def add_cli_args(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("--replicas", default="1,2", help="code2wav num_replicas per run (default 1,2)")
-        parser.add_argument("--requests", type=int, default=16, help="streamed replies per run (default 16)")
-        parser.add_argument("--concurrency", type=int, default=4, help="replies in flight (default 4)")
+        parser.add_argument("--requests", type=int, default=48, help="streamed replies per run (default 48)")
+        parser.add_argument("--concurrency", type=int, default=8, help="replies in flight (default 8)")
         parser.add_argument("--codes", type=int, default=100, help="codes per reply, 25 per audio second (100)")
         parser.add_argument("--n-timesteps", type=int, help="flow Euler steps (default: the deployment's, 10)")
         bench_cli.add_json_option(parser, bench_cli.DEFAULT_REPORT_DIR / "code2wav_replicas.json")

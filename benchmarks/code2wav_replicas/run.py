@@ -75,6 +75,8 @@ class RunResult:
     requests_per_replica: list[int] = field(default_factory=list)
     worker_pids: list[int] = field(default_factory=list)
     whole_replies: int = 0
+    #: each replica's seconds inside `forward` calls with work (its counters' `work_forward_s`, warm-up included)
+    stage_busy_s: list[float] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
     startup_s: float = 0.0
 
@@ -213,6 +215,7 @@ def run_one(replicas: int, args: argparse.Namespace, folder: Path) -> RunResult:
 
     counters = _read_counters(stats, replicas)
     result.worker_pids = [int(c.get("pid", -1)) for c in counters]
+    result.stage_busy_s = [round(float(c.get("work_forward_s", 0.0)), 2) for c in counters]
     result.requests_per_replica = [0] * replicas
     ttfp = []
     for reply in replies:
@@ -243,7 +246,7 @@ def render(document: dict[str, Any]) -> str:
         f"command: {document['command']}",
         f"host: {document['environment']['cpu']}, {document['environment']['cores']} usable cores, "
         f"load {document['environment']['load_average']}",
-        "replicas  audio s/s  wall s  TTFP p50 s  TTFP p99 s  requests/replica  whole  pids",
+        "replicas  audio s/s  wall s  TTFP p50 s  TTFP p99 s  requests/replica  whole  stage busy s  pids",
     ]
     for run in runs:
         p50 = "-" if run["ttfp_p50_s"] is None else f"{run['ttfp_p50_s']:.2f}"
@@ -251,17 +254,23 @@ def render(document: dict[str, Any]) -> str:
         lines.append(
             f"{run['replicas']:>8}  {run['audio_s_per_s']:>9.2f}  {run['wall_s']:>6.1f}  {p50:>10}  {p99:>10}  "
             f"{'/'.join(map(str, run['requests_per_replica'])):>16}  {run['whole_replies']:>2}/{run['requests']:<2}  "
-            f"{','.join(map(str, run['worker_pids']))}"
+            f"{'/'.join(f'{b:.1f}' for b in run['stage_busy_s']):>12}  {','.join(map(str, run['worker_pids']))}"
         )
     if len(runs) > 1 and runs[0]["audio_s_per_s"]:
         ratio = runs[-1]["audio_s_per_s"] / runs[0]["audio_s_per_s"]
         lines.append(f"audio s/s {runs[-1]['replicas']} vs {runs[0]['replicas']} replicas: x{ratio:.2f}")
+    lines.append(
+        "stage busy s: each replica's seconds inside forward calls with work (warm-up included); wall s: the "
+        "measured load only"
+    )
     for run in runs:
         lines += [f"replicas {run['replicas']}: {failure}" for failure in run["failures"]]
     return "\n".join(lines) + "\n"
 
 
 def execute(args: argparse.Namespace, replica_counts: tuple[int, ...]) -> int:
+    # vLLM logs to stdout by default; the table is stdout (`benchmarks/record.py` keeps it as the .txt)
+    os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
     os.environ.setdefault("PYTHONPATH", str(Path(__file__).resolve().parents[2]))  # engine processes: this checkout
     with tempfile.TemporaryDirectory(prefix="code2wav_replicas_") as tmp:
         runs = []
