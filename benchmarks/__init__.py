@@ -39,6 +39,7 @@ DEV_BENCHMARKS: tuple[str, ...] = (
     "flow_rtf",
     "prompt_path",
     "audio_frontend",
+    "code2wav_replicas",
 )
 
 

@@ -17,7 +17,9 @@
 |                                         | after every forward call with its cumulative     |                       |
 |                                         | counters (engine tests read the worker's         |                       |
 |                                         | batching and errors there; `stats.py` of         |                       |
-|                                         | `model_executor/models/token2wav_stage/`); the   |                       |
+|                                         | `model_executor/models/token2wav_stage/`);       |                       |
+|                                         | `{replica}` in it: the replica id (one file per  |                       |
+|                                         | replica of a stage with `num_replicas` > 1); the |                       |
 |                                         | scheduler writes the latency planner's counters  |                       |
 |                                         | to `<path>.planner.json` (`planner_stats.py`)    |                       |
 | `VLLM_OMNI_TOKEN2WAV_STAGE_STATS_`      | seconds between two writes of that file by       | 0: every call         |
@@ -44,6 +46,10 @@ DEVICE_GRAPHS_MAX_ENV = "VLLM_OMNI_TOKEN2WAV_DEVICE_GRAPHS_MAX"
 STAGE_STATS_ENV = "VLLM_OMNI_TOKEN2WAV_STAGE_STATS"
 STAGE_STATS_INTERVAL_ENV = "VLLM_OMNI_TOKEN2WAV_STAGE_STATS_INTERVAL_S"
 EXTRA_FAMILIES_ENV = "VLLM_OMNI_TOKEN2WAV_EXTRA_FAMILIES"
+#: vLLM-Omni's own variable (set by its engine-core process per replica of a stage); read, never set, here.
+REPLICA_ID_ENV = "VLLM_OMNI_REPLICA_ID"
+#: In `VLLM_OMNI_TOKEN2WAV_STAGE_STATS`: replaced by the replica id, one file per replica.
+REPLICA_PLACEHOLDER = "{replica}"
 DEFAULT_DEVICE_GRAPHS_MAX = 64
 _TRUE = ("1", "true", "on", "yes")
 _FALSE = ("0", "false", "off", "no")
@@ -87,8 +93,24 @@ def device_graphs_max() -> int:
 
 
 def stage_stats_path() -> str | None:
-    """`VLLM_OMNI_TOKEN2WAV_STAGE_STATS`: where the stage model writes its counters; None when unset or empty."""
-    return os.environ.get(STAGE_STATS_ENV) or None
+    """`VLLM_OMNI_TOKEN2WAV_STAGE_STATS`: where the stage model writes its counters; None when unset or empty.
+
+    A `{replica}` in the value becomes this process's vLLM-Omni replica id (`VLLM_OMNI_REPLICA_ID`, which the
+    engine sets in each replica's engine-core process; 0 when unset), so the replicas of a stage with
+    `num_replicas: N` each write their own file instead of overwriting one another's.
+    """
+    path = os.environ.get(STAGE_STATS_ENV) or None
+    if path is None or REPLICA_PLACEHOLDER not in path:
+        return path
+    return path.replace(REPLICA_PLACEHOLDER, str(replica_id()))
+
+
+def replica_id() -> int:
+    """vLLM-Omni's `VLLM_OMNI_REPLICA_ID` of this process (the engine's own variable): 0 when unset or malformed."""
+    try:
+        return max(int(os.environ.get(REPLICA_ID_ENV, "0")), 0)
+    except ValueError:
+        return 0
 
 
 def stage_stats_interval_s() -> float:
