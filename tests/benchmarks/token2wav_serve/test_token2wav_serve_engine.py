@@ -22,6 +22,7 @@ from vllm_omni_token2wav.benchmarks.token2wav_serve.engine import (
     EngineSteps,
     engine_over_in_process,
     in_process_seconds,
+    read_overlay,
     step_means,
     write_overlay,
 )
@@ -139,14 +140,19 @@ def test_in_process_steps_of_unmeasured_row_counts_are_linear_in_rows() -> None:
 
 
 def test_the_overlay_inherits_the_shipped_deployment_and_sets_both_stages(tmp_path: Path) -> None:
+    import yaml
+
     path = write_overlay(tmp_path, "unbatched", producer_seqs=8, code2wav_seqs=1, max_tokens=100)
-    overlay = json.loads(path.read_text())
+    overlay = yaml.safe_load(path.read_text())
     base = Path(overlay["base_config"])
     assert base.is_absolute() and base.name == "standin_step_audio2_stream.yaml" and base.is_file()
     assert overlay["stages"] == [
         {"stage_id": 0, "max_num_seqs": 8, "default_sampling_params": {"max_tokens": 100}},
         {"stage_id": 1, "max_num_seqs": 1},
     ]
+    assert read_overlay(path) == overlay  # what the report records
+    soak = yaml.safe_load(write_overlay(tmp_path, "soak", max_tokens=50).read_text())  # slots as shipped
+    assert soak["stages"] == [{"stage_id": 0, "default_sampling_params": {"max_tokens": 50}}]
 
 
 def test_config_rules() -> None:

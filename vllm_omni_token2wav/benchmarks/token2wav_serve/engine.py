@@ -174,21 +174,27 @@ def shipped_deploy() -> Path:
     return Path(deploy.__file__).resolve().parent / DEPLOY
 
 
-def write_overlay(folder: Path, name: str, *, producer_seqs: int, code2wav_seqs: int, max_tokens: int) -> Path:
-    """A deploy overlay on the shipped stand-in stream YAML: the two `max_num_seqs` and the reply length.
+def write_overlay(
+    folder: Path, name: str, *, max_tokens: int, producer_seqs: int | None = None, code2wav_seqs: int | None = None
+) -> Path:
+    """A deploy overlay on the shipped stand-in stream YAML: the reply length and the two `max_num_seqs` given
+    (None: the shipped value), written by the project's one overlay writer (`standin.toy.write_overlay`;
+    vLLM-Omni merges `stages` by `stage_id`, field by field)."""
+    from vllm_omni_token2wav.model_executor.models.standin import toy
 
-    Written as JSON, which YAML reads as a mapping (vLLM-Omni merges `stages` by `stage_id`, field by field).
-    """
-    overlay = {
-        "base_config": str(shipped_deploy()),
-        "stages": [
-            {"stage_id": 0, "max_num_seqs": producer_seqs, "default_sampling_params": {"max_tokens": max_tokens}},
-            {"stage_id": 1, "max_num_seqs": code2wav_seqs},
-        ],
-    }
-    path = folder / f"{name}.yaml"
-    path.write_text(json.dumps(overlay, indent=1) + "\n")
-    return path
+    stages: dict[int, dict[str, Any]] = {0: {"default_sampling_params": {"max_tokens": max_tokens}}}
+    if producer_seqs is not None:
+        stages[0]["max_num_seqs"] = producer_seqs
+    if code2wav_seqs is not None:
+        stages[1] = {"max_num_seqs": code2wav_seqs}
+    return toy.write_overlay(folder / f"{name}.yaml", shipped_deploy(), stages)
+
+
+def read_overlay(path: Path) -> dict[str, Any]:
+    """An overlay `write_overlay` wrote, as the mapping the report records."""
+    import yaml
+
+    return dict(yaml.safe_load(path.read_text()))
 
 
 def request_texts(concurrency: int, count: int, seed: int) -> list[str]:
@@ -645,7 +651,7 @@ class EngineServeBenchmark:
         for s in servers:
             s.server.wait_ready()
             self.report.servers[s.mode] = {
-                "deploy_overlay": json.loads(s.deploy.read_text()),
+                "deploy_overlay": read_overlay(s.deploy),
                 "code2wav_max_num_seqs": cfg.batched_seqs if s.mode == "batched" else 1,
                 "ready_after_s": time.perf_counter() - start,
             }
@@ -871,5 +877,6 @@ __all__ = [
     "missing_engine",
     "request_texts",
     "step_means",
+    "read_overlay",
     "write_overlay",
 ]

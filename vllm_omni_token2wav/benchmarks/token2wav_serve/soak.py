@@ -32,7 +32,6 @@ what it measured.
 from __future__ import annotations
 
 import functools
-import json
 import os
 import shutil
 import statistics
@@ -58,8 +57,10 @@ from vllm_omni_token2wav.benchmarks.token2wav_serve.engine import (
     FAMILY,
     engine_versions,
     missing_engine,
+    read_overlay,
     read_stats,
     shipped_deploy,
+    write_overlay,
 )
 from vllm_omni_token2wav.benchmarks.token2wav_serve.run import SAMPLE_RATE, TOKEN_RATE, RequestResult, percentiles
 from vllm_omni_token2wav.envs import STAGE_STATS_ENV, STAGE_STATS_INTERVAL_ENV
@@ -456,17 +457,6 @@ def request_texts(phase: str, count: int, seed: int) -> list[str]:
     return [f"Soak benchmark, {phase} request {i}, seed {seed}." for i in range(count)]
 
 
-def write_overlay(folder: Path, *, max_num_seqs: int | None, max_tokens: int) -> Path:
-    """A deploy overlay on the shipped stand-in stream YAML: the reply length and, if given, both stages' slots."""
-    stages: list[dict[str, Any]] = [{"stage_id": 0, "default_sampling_params": {"max_tokens": max_tokens}}]
-    if max_num_seqs is not None:
-        stages[0]["max_num_seqs"] = max_num_seqs
-        stages.append({"stage_id": 1, "max_num_seqs": max_num_seqs})
-    path = folder / "deploy_soak.yaml"
-    path.write_text(json.dumps({"base_config": str(shipped_deploy()), "stages": stages}, indent=1) + "\n")
-    return path
-
-
 def shipped_max_num_seqs() -> dict[str, int]:
     """Each stage's `max_num_seqs` in the shipped deploy YAML (what the server runs without `max_num_seqs`)."""
     import yaml
@@ -524,7 +514,9 @@ class SoakBenchmark:
         logs = cfg.server_logs or Path(tempfile.mkdtemp(prefix="t2w-serve-soak-"))
         logs.mkdir(parents=True, exist_ok=True)
         keep_logs = cfg.server_logs is not None
-        deploy = write_overlay(logs, max_num_seqs=cfg.max_num_seqs, max_tokens=cfg.tokens)
+        deploy = write_overlay(
+            logs, "deploy_soak", max_tokens=cfg.tokens, producer_seqs=cfg.max_num_seqs, code2wav_seqs=cfg.max_num_seqs
+        )
         stats = logs / "stage_stats.json"
         server = EngineServer(
             model_dir,
@@ -542,7 +534,7 @@ class SoakBenchmark:
             if cfg.max_num_seqs is not None:
                 seqs = dict.fromkeys(seqs, cfg.max_num_seqs)
             self.report.server = {
-                "deploy_overlay": json.loads(deploy.read_text()),
+                "deploy_overlay": read_overlay(deploy),
                 "max_num_seqs": seqs,
                 "ready_after_s": time.perf_counter() - launched,
                 "pid": server.pid,
