@@ -18,6 +18,10 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from vllm_omni_token2wav.logger import init_logger
+
+logger = init_logger(__name__)
+
 if TYPE_CHECKING:
     from vllm_omni_token2wav.platforms.graph_api import DeviceGraphApi
 
@@ -96,7 +100,8 @@ class DevicePlatform:
         return {key: int(getattr(module, fn)(target)) for key, fn in _MEMORY_FUNCTIONS.items()}
 
     def free_memory(self, device: torch.device | None = None) -> int | None:
-        """Free bytes on `device` as the device runtime reports them (`mem_get_info`), or None where it has none.
+        """Free bytes on `device` as the device runtime reports them (`mem_get_info`), or None where it has none
+        or cannot answer.
 
         The CPU platform answers None: host memory is read by the caller (the stage's memory budget reads
         `MemAvailable`, `token2wav_stage/memory_budget.py`).
@@ -105,7 +110,13 @@ class DevicePlatform:
         if self.is_cpu() or not hasattr(module, "mem_get_info"):
             return None
         target = device if device is not None else self.torch_device()
-        free, _total = module.mem_get_info(target)
+        try:
+            free, _total = module.mem_get_info(target)
+        except (RuntimeError, AssertionError) as exc:  # a runtime that cannot answer (no driver, a CPU-only build)
+            logger.warning(
+                "%s: no free-memory figure for %s (%s: %s)", type(self).__name__, target, type(exc).__name__, exc
+            )
+            return None
         return int(free)
 
     def __repr__(self) -> str:

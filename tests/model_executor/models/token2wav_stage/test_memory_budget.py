@@ -131,6 +131,31 @@ def test_auto_takes_a_fixed_share_of_free_device_memory_or_of_available_ram() ->
     assert CpuDevicePlatform().free_memory() is None  # the CPU platform leaves host memory to the caller
     assert resolve_memory_budget(77, torch.device("cpu"), Device()) == 77
 
+    class Unknown:
+        def free_memory(self, device: torch.device) -> None:
+            return None
+
+    assert auto_memory_budget(torch.device("cuda", 0), Unknown()) is None  # never host RAM for a device's streams
+
+
+def test_a_device_runtime_that_cannot_answer_gives_no_figure_instead_of_failing_the_stage() -> None:
+    from vllm_omni_token2wav.platforms.interface import DevicePlatform
+
+    class Broken:
+        @staticmethod
+        def mem_get_info(device: object) -> tuple[int, int]:
+            raise AssertionError("Torch not compiled with CUDA enabled")
+
+    class Platform(DevicePlatform):
+        def device_module(self) -> object:
+            return Broken()
+
+        def is_cpu(self) -> bool:
+            return False
+
+    platform = Platform.__new__(Platform)
+    assert platform.free_memory(torch.device("cuda", 0)) is None
+
 
 # ---- waiting for admission ----------------------------------------------------------------------
 

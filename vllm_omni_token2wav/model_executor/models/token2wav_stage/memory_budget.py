@@ -97,10 +97,9 @@ def host_available_bytes() -> int | None:
 
 
 def auto_memory_budget(device: torch.device, platform: Any) -> int | None:
-    """`AUTO_SHARE` of the free memory of `device` (a CPU: of the host's available RAM); None if unknown."""
-    free = None if device.type == "cpu" else platform.free_memory(device)
-    if free is None:
-        free = host_available_bytes()
+    """`AUTO_SHARE` of the free memory of `device` (a CPU: of the host's available RAM); None if unknown (an
+    accelerator whose runtime gives no figure: host RAM says nothing about the device's memory)."""
+    free = host_available_bytes() if device.type == "cpu" else platform.free_memory(device)
     return int(free * AUTO_SHARE) if free is not None else None
 
 
