@@ -190,6 +190,37 @@ def write_overlay(
     return toy.write_overlay(folder / f"{name}.yaml", shipped_deploy(), stages)
 
 
+def environment_with_engine() -> dict[str, Any]:
+    """The run's environment record (CPU client, one torch thread) with the engine's versions."""
+    import torch
+
+    environment = run_environment(torch.device("cpu"), 1)
+    environment["engine"] = engine_versions()
+    return environment
+
+
+@dataclass(frozen=True)
+class ServedStandin:
+    """The stand-in folder a served run uses, what the report records of it, and where the servers log."""
+
+    model_dir: Path
+    model: dict[str, str]
+    logs: Path
+    keep_logs: bool  # the caller named the folder (--server-logs): it stays
+
+
+def served_standin(seed: int, server_logs: Path | None, prefix: str) -> ServedStandin:
+    """Build (or reuse) the reduced stand-in engine folder and make the log folder (a temporary one unless
+    `server_logs` is given; the caller removes it unless a run failed)."""
+    from vllm_omni_token2wav.model_executor.models.standin.model_dirs import ensure_engine_model_dir
+
+    model_dir = ensure_engine_model_dir(FAMILY, reduced=True, seed=seed)
+    logs = server_logs or Path(tempfile.mkdtemp(prefix=prefix))
+    logs.mkdir(parents=True, exist_ok=True)
+    model = {"family": FAMILY, "path": str(model_dir), "deploy": str(shipped_deploy())}
+    return ServedStandin(model_dir, model, logs, server_logs is not None)
+
+
 def read_overlay(path: Path) -> dict[str, Any]:
     """An overlay `write_overlay` wrote, as the mapping the report records."""
     import yaml
@@ -536,10 +567,7 @@ class EngineServeBenchmark:
         missing = missing_engine()
         if missing:
             raise EngineServeSetupError(f"--engine needs {missing}; {ENGINE_INSTALL_HINT}")
-        import torch
-
-        self.report.environment = run_environment(torch.device("cpu"), 1)
-        self.report.environment["engine"] = engine_versions()
+        self.report.environment = environment_with_engine()
         with stamp_load_at_end(lambda: self.report.environment):
             self._run()
         self.report.complete = True
@@ -547,14 +575,10 @@ class EngineServeBenchmark:
 
     def _run(self) -> None:
         cfg = self.config
-        from vllm_omni_token2wav.model_executor.models.standin.model_dirs import ensure_engine_model_dir
-
         self._msg("stand-in engine model folder")
-        model_dir = ensure_engine_model_dir(FAMILY, reduced=True, seed=cfg.seed)
-        self.report.model = {"family": FAMILY, "path": str(model_dir), "deploy": str(shipped_deploy())}
-        logs = cfg.server_logs or Path(tempfile.mkdtemp(prefix="t2w-serve-engine-"))
-        logs.mkdir(parents=True, exist_ok=True)
-        keep_logs = cfg.server_logs is not None
+        standin = served_standin(cfg.seed, cfg.server_logs, "t2w-serve-engine-")
+        self.report.model = standin.model
+        model_dir, logs, keep_logs = standin.model_dir, standin.logs, standin.keep_logs
         servers: list[_Server] = []
         try:
             servers = self._launch_servers(model_dir, logs)
@@ -877,6 +901,9 @@ __all__ = [
     "missing_engine",
     "request_texts",
     "step_means",
+    "ServedStandin",
+    "environment_with_engine",
     "read_overlay",
+    "served_standin",
     "write_overlay",
 ]

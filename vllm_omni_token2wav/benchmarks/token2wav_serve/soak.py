@@ -35,7 +35,6 @@ import functools
 import os
 import shutil
 import statistics
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -43,7 +42,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from vllm_omni_token2wav.benchmarks.common import load_average, run_environment, stamp_load_at_end
+from vllm_omni_token2wav.benchmarks.common import load_average, stamp_load_at_end
 from vllm_omni_token2wav.benchmarks.engine_server import EngineServer, EngineServerError
 from vllm_omni_token2wav.benchmarks.speech_stream_client import (
     ServedRequest,
@@ -54,11 +53,11 @@ from vllm_omni_token2wav.benchmarks.speech_stream_client import (
 )
 from vllm_omni_token2wav.benchmarks.token2wav_serve.engine import (
     ENGINE_INSTALL_HINT,
-    FAMILY,
-    engine_versions,
+    environment_with_engine,
     missing_engine,
     read_overlay,
     read_stats,
+    served_standin,
     shipped_deploy,
     write_overlay,
 )
@@ -495,10 +494,7 @@ class SoakBenchmark:
             raise SoakSetupError(f"--engine --soak needs {missing}; {ENGINE_INSTALL_HINT}")
         if not Path("/proc/self/smaps_rollup").exists() and not Path("/proc/self/status").exists():
             raise SoakSetupError("--soak samples the server's memory from /proc (Linux); this host has none")
-        import torch
-
-        self.report.environment = run_environment(torch.device("cpu"), 1)
-        self.report.environment["engine"] = engine_versions()
+        self.report.environment = environment_with_engine()
         with stamp_load_at_end(lambda: self.report.environment):
             self._run()
         self.report.complete = True
@@ -506,14 +502,10 @@ class SoakBenchmark:
 
     def _run(self) -> None:
         cfg = self.config
-        from vllm_omni_token2wav.model_executor.models.standin.model_dirs import ensure_engine_model_dir
-
         self._msg("stand-in engine model folder")
-        model_dir = ensure_engine_model_dir(FAMILY, reduced=True, seed=cfg.seed)
-        self.report.model = {"family": FAMILY, "path": str(model_dir), "deploy": str(shipped_deploy())}
-        logs = cfg.server_logs or Path(tempfile.mkdtemp(prefix="t2w-serve-soak-"))
-        logs.mkdir(parents=True, exist_ok=True)
-        keep_logs = cfg.server_logs is not None
+        standin = served_standin(cfg.seed, cfg.server_logs, "t2w-serve-soak-")
+        self.report.model = standin.model
+        model_dir, logs, keep_logs = standin.model_dir, standin.logs, standin.keep_logs
         deploy = write_overlay(
             logs, "deploy_soak", max_tokens=cfg.tokens, producer_seqs=cfg.max_num_seqs, code2wav_seqs=cfg.max_num_seqs
         )
