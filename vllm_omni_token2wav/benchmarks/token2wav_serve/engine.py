@@ -221,6 +221,26 @@ def served_standin(seed: int, server_logs: Path | None, prefix: str) -> ServedSt
     return ServedStandin(model_dir, model, logs, server_logs is not None)
 
 
+def warm_up_server(port: int, tokens: int, timeout_s: float, label: str) -> None:
+    """A WAV request whose header must say the stage's rate, then two at once (first-call costs go here);
+    an `EngineServerError` naming `label` ("the server") if any fails."""
+    probe = RequestResult("warmup-wav", 0, tokens, 0.0, 0.0)
+    started = time.perf_counter()
+    data = stream_speech(port, "Warm-up request.", probe, started, timeout_s=timeout_s, response_format="wav")
+    if probe.errors:
+        raise EngineServerError(f"{label} failed its warm-up request: {probe.errors[0]}")
+    try:
+        rate = wav_rate(data)
+    except SpeechStreamError as exc:
+        raise EngineServerError(f"{label}'s warm-up reply: {exc}") from None
+    if rate != SAMPLE_RATE:
+        raise EngineServerError(f"{label} streams {rate} Hz audio, expected {SAMPLE_RATE}")
+    pair = [ServedRequest(f"warmup-{i}", f"Warm-up request {i}.") for i in range(2)]
+    for result in run_closed_or_poisson(port, pair, 2, timeout_s=timeout_s):
+        if result.errors:
+            raise EngineServerError(f"{label} failed a warm-up request: {result.errors[0]}")
+
+
 def read_overlay(path: Path) -> dict[str, Any]:
     """An overlay `write_overlay` wrote, as the mapping the report records."""
     import yaml
@@ -686,29 +706,8 @@ class EngineServeBenchmark:
         """A WAV request (its header must say the stage's rate), then two at once: first-call costs go here."""
         self._msg(f"warming up the {MODE_LABELS[s.mode]} server")
         start = time.perf_counter()
-        probe = RequestResult("warmup-wav", 0, self.config.tokens, 0.0, 0.0)
-        data = stream_speech(
-            s.server.port,
-            "Warm-up request.",
-            probe,
-            time.perf_counter(),
-            timeout_s=self.config.request_timeout_s,
-            response_format="wav",
-        )
-        if probe.errors:
-            raise EngineServerError(f"the {MODE_LABELS[s.mode]} server failed its warm-up request: {probe.errors[0]}")
-        try:
-            rate = wav_rate(data)
-        except SpeechStreamError as exc:
-            raise EngineServerError(f"the {MODE_LABELS[s.mode]} server's warm-up reply: {exc}") from None
-        if rate != SAMPLE_RATE:
-            raise EngineServerError(f"the {MODE_LABELS[s.mode]} server streams {rate} Hz audio, expected {SAMPLE_RATE}")
-        pair = [ServedRequest(f"warmup-{i}", f"Warm-up request {i}.") for i in range(2)]
-        for result in run_closed_or_poisson(s.server.port, pair, 2, timeout_s=self.config.request_timeout_s):
-            if result.errors:
-                raise EngineServerError(
-                    f"the {MODE_LABELS[s.mode]} server failed a warm-up request: {result.errors[0]}"
-                )
+        label = f"the {MODE_LABELS[s.mode]} server"
+        warm_up_server(s.server.port, self.config.tokens, self.config.request_timeout_s, label)
         _, s.log_offset = engine_log.read_from(s.server.log_path, 0)
         info = self.report.servers[s.mode]
         info["warm_up_s"] = time.perf_counter() - start
@@ -905,5 +904,6 @@ __all__ = [
     "environment_with_engine",
     "read_overlay",
     "served_standin",
+    "warm_up_server",
     "write_overlay",
 ]

@@ -43,13 +43,11 @@ from pathlib import Path
 from typing import Any, Final
 
 from vllm_omni_token2wav.benchmarks.common import load_average, stamp_load_at_end
-from vllm_omni_token2wav.benchmarks.engine_server import EngineServer, EngineServerError
+from vllm_omni_token2wav.benchmarks.engine_server import EngineServer
 from vllm_omni_token2wav.benchmarks.speech_stream_client import (
     ServedRequest,
-    SpeechStreamError,
     run_closed_or_poisson,
     stream_speech,
-    wav_rate,
 )
 from vllm_omni_token2wav.benchmarks.token2wav_serve.engine import (
     ENGINE_INSTALL_HINT,
@@ -59,6 +57,7 @@ from vllm_omni_token2wav.benchmarks.token2wav_serve.engine import (
     read_stats,
     served_standin,
     shipped_deploy,
+    warm_up_server,
     write_overlay,
 )
 from vllm_omni_token2wav.benchmarks.token2wav_serve.run import SAMPLE_RATE, TOKEN_RATE, RequestResult, percentiles
@@ -559,27 +558,7 @@ class SoakBenchmark:
         """A WAV request (its header must say the stage's rate), then two at once: first-call costs go here."""
         self._msg("warming up the server")
         start = time.perf_counter()
-        probe = RequestResult("warmup-wav", 0, self.config.tokens, 0.0, 0.0)
-        data = stream_speech(
-            server.port,
-            "Warm-up request.",
-            probe,
-            time.perf_counter(),
-            timeout_s=self.config.request_timeout_s,
-            response_format="wav",
-        )
-        if probe.errors:
-            raise EngineServerError(f"the server failed its warm-up request: {probe.errors[0]}")
-        try:
-            rate = wav_rate(data)
-        except SpeechStreamError as exc:
-            raise EngineServerError(f"the server's warm-up reply: {exc}") from None
-        if rate != SAMPLE_RATE:
-            raise EngineServerError(f"the server streams {rate} Hz audio, expected {SAMPLE_RATE}")
-        pair = [ServedRequest(f"warmup-{i}", f"Warm-up request {i}.") for i in range(2)]
-        for result in run_closed_or_poisson(server.port, pair, 2, timeout_s=self.config.request_timeout_s):
-            if result.errors:
-                raise EngineServerError(f"the server failed a warm-up request: {result.errors[0]}")
+        warm_up_server(server.port, self.config.tokens, self.config.request_timeout_s, "the server")
         self.report.server["warm_up_s"] = time.perf_counter() - start
         mem = None if server.pid is None else tree_memory_mb(server.pid)
         self.report.server["rss_mb_after_warm_up"] = None if mem is None else mem["rss_mb"]
