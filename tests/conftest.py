@@ -3,12 +3,18 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.helpers.mark import HARDWARE_MARKS, LEVEL_MARKS, hardware_skip_reason
+
+ROOT = Path(__file__).resolve().parents[1]
+ENGINE_UNIT = "engine"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -27,12 +33,62 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             "tests without a level mark (core_model/advanced_model/full_model) and a hardware mark "
             "(cpu or hardware_test): " + ", ".join(missing[:20])
         )
+    _check_engine_units(items)
     if config.getoption("markexpr", ""):
         return
     higher = [item for item in items if not item.get_closest_marker(LEVEL_MARKS[0])]
     if higher:
         config.hook.pytest_deselected(items=higher)
         items[:] = [item for item in items if item.get_closest_marker(LEVEL_MARKS[0])]
+
+
+def _check_engine_units(items: list[pytest.Item]) -> None:
+    """Every real-engine test must sit in a module the xdist scheduler sees as one (`work_unit`), else it could
+    run beside another engine: fail the collection naming it instead."""
+    stray = sorted(
+        {item.nodeid.split("::", 1)[0] for item in items if item.get_closest_marker("engine")}
+        - {m for m in (item.nodeid.split("::", 1)[0] for item in items) if work_unit(m) == ENGINE_UNIT}
+    )
+    if stray:
+        raise pytest.UsageError(
+            "engine-marked tests in modules without a module-level `pytest.mark.engine` (the xdist scheduler "
+            "reads that line to keep engines on one worker): " + ", ".join(stray)
+        )
+
+
+@functools.cache
+def _module_starts_engines(module: str) -> bool:
+    path = ROOT / module
+    return (ROOT / "tests" / "e2e") in path.parents or (path.is_file() and "pytest.mark.engine" in path.read_text())
+
+
+def work_unit(nodeid: str) -> str:
+    """The xdist work unit of a test: `engine` for every module that starts the real engine, else its module.
+
+    Invariants: one engine at a time (their start-ups share upstream's host-wide lock and both cores, and the
+    package-scoped servers of tests/e2e must live in one process: its package fixture launches the servers of
+    every collected test that names one), in collection order; a module's tests stay in one process, so a
+    module-scoped fixture is built once, as in a serial run. The controller sees node ids only (the workers
+    collect), hence the source check.
+    """
+    module = nodeid.split("::", 1)[0]
+    return ENGINE_UNIT if _module_starts_engines(module) else module
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """`-n 2` (pyproject): the engine tests on one worker in order, the CPU-only modules beside them.
+
+    xdist's own `--dist loadgroup` cannot do this under pytest 9 (it renames `item._nodeid`, which pytest 9 no
+    longer reads), so a scope scheduler with our work units replaces it.
+    """
+    from xdist.scheduler import LoadScopeScheduling
+
+    class EngineUnitScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid)
+
+    return EngineUnitScheduling(config, log)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

@@ -34,6 +34,19 @@ echo "readme-smoke: venv ready in $(( $(date +%s) - start )) s"
 
 mkdir -p "$OUT_DIR"
 # Both arms (upstream's class with VLLM_OMNI_TOKEN2WAV_OVERRIDES=0, ours) must answer: exit 1 otherwise.
+# Its output, errors and exit code stay in OUT_DIR: CI hands them to the engine-ab test
+# (tests/benchmarks/engine_ab/test_bench_engine_ab_engine.py), which checks this run instead of repeating it.
+set +e
 "$VENV_DIR/bin/vllm-omni-token2wav" bench engine-ab --families step_audio2 --smoke \
-    --json "$OUT_DIR/engine_ab_smoke.json" --plot "$OUT_DIR/engine_ab_smoke.png" --server-logs "$OUT_DIR/logs"
+    --json "$OUT_DIR/engine_ab_smoke.json" --plot "$OUT_DIR/engine_ab_smoke.png" --server-logs "$OUT_DIR/logs" \
+    >"$OUT_DIR/stdout.txt" 2>"$OUT_DIR/stderr.txt"
+rc=$?
+set -e
+echo "$rc" >"$OUT_DIR/returncode"
+cat "$OUT_DIR/stdout.txt"
+cat "$OUT_DIR/stderr.txt" >&2
+if [ "$rc" -ne 0 ]; then
+    echo "readme-smoke: bench engine-ab exited $rc" >&2
+    exit "$rc"
+fi
 echo "readme-smoke: done in $(( $(date +%s) - start )) s"

@@ -43,19 +43,30 @@ SECTION_NAMES = [
     "stage_assets",
     "prompt_path",
     "token2wav",
+    "cosyvoice3_assets",
+    "cosyvoice3",
     "graphs",
 ]
 #: What the accelerator images lack (phase-1 notes): the smoke run imports neither.
 ABSENT_ON_ACCELERATOR_IMAGES = ("soxr", "soundfile")
+#: Not on the accelerator image either, and the check must not even try them: an attempt leaves a trace.
+ENGINE_PACKAGES = ("vllm", "vllm_omni")
 
 
-def _without_modules(root: Path, names: tuple[str, ...]) -> Path:
-    """A folder of packages whose import fails like a missing install (prepend it to PYTHONPATH)."""
+def _without_modules(root: Path, names: tuple[str, ...], trace: Path | None = None) -> Path:
+    """A folder of packages whose import fails like a missing install (prepend it to PYTHONPATH); with `trace`,
+    each import attempt also appends the package's name to that file."""
     for name in names:
         package = root / name
         package.mkdir(parents=True, exist_ok=True)
-        (package / "__init__.py").write_text(f"raise ImportError(\"No module named '{name}' (blinded by the test)\")\n")
+        record = "" if trace is None else f"open({str(trace)!r}, 'a').write({name!r} + '\\n')\n"
+        (package / "__init__.py").write_text(
+            record + f"raise ImportError(\"No module named '{name}' (blinded by the test)\")\n"
+        )
     return root
+
+
+ENGINE_TRACE = "engine_imports.txt"
 
 
 @pytest.fixture(scope="module")
@@ -63,6 +74,7 @@ def smoke_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.Comp
     """The script as an accelerator session runs it: a subprocess, nothing installed, no soxr / soundfile."""
     out = tmp_path_factory.mktemp("device_check")
     blind = _without_modules(tmp_path_factory.mktemp("blind"), ABSENT_ON_ACCELERATOR_IMAGES)
+    _without_modules(blind, ENGINE_PACKAGES, trace=out / ENGINE_TRACE)
     env = dict(os.environ, VLLM_OMNI_TOKEN2WAV_PLATFORM="cpu", PYTHONPATH=f"{blind}{os.pathsep}{REPO}")
     env.pop("OUT", None)
     done = subprocess.run(
@@ -77,7 +89,7 @@ def smoke_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.Comp
         ],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=480,
         cwd=out,
         env=env,
     )
@@ -95,6 +107,46 @@ def test_cpu_smoke_run_of_the_script_completes_every_section(smoke_run: tuple[An
     assert (out / dc.TEXT_NAME).read_text() in done.stdout  # the printed table is the recorded one
     assert (out / dc.PLOT_NAME).read_bytes().startswith(b"\x89PNG")
     assert document["elapsed_s"] < document["config"]["deadline_s"]
+
+
+def test_the_check_imports_neither_vllm_nor_vllm_omni(smoke_run: tuple[Any, Path]) -> None:
+    """The accelerator image has no engine and cannot install one: not a single import attempt of either."""
+    done, out = smoke_run
+    assert done.returncode == 0, done.stderr[-3000:]
+    trace = out / ENGINE_TRACE
+    assert not trace.exists(), f"the device check tried to import {trace.read_text().split()}"
+
+
+def test_the_cosyvoice3_section_reports_accuracy_chunk_cost_memory_and_concurrency(
+    smoke_run: tuple[Any, Path],
+) -> None:
+    _, out = smoke_run
+    sections = json.loads((out / dc.JSON_NAME).read_text())["sections"]
+    assets = sections["cosyvoice3_assets"]["result"]
+    assert assets["kind"] == "stand-in (reduced size)" and assets["bytes"] > 0
+    cv3 = sections["cosyvoice3"]["result"]
+    assert cv3["flow_dtype"] == {"float32": "float32", "reduced": "float16"}
+    accuracy = {row["arm"]: row for row in cv3["accuracy"]["rows"]}
+    assert set(accuracy) == {"float32 graphs", "reduced eager"} and cv3["accuracy"]["peak"] > 0
+    # a CPU has no graph runtime: the "graphs" arm runs eagerly, so it must be the reference exactly
+    assert accuracy["float32 graphs"]["whole"]["max_abs"] == 0.0 and accuracy["float32 graphs"]["chunks"] >= 2
+    reduced = accuracy["reduced eager"]["whole"]
+    assert 0 < reduced["log_mel_rel_l2"] < 0.5 and reduced["max_abs"] > 0  # fp16 differs, the spectrum stays close
+    per_chunk = cv3["per_chunk"]["rows"]
+    for precision in ("float32", "reduced"):
+        rows = [r for r in per_chunk if r["precision"] == precision]
+        assert [r["chunk"] for r in rows if not r["last"]] == [1, 2, 3] and rows[-1]["last"], rows
+        assert all(r["ms"] > 0 for r in rows)
+        grown = [r["kv_bytes_per_audio_s"] for r in rows if not r["last"] and r["chunk"] > 1]
+        assert grown and all(g > 0 for g in grown)
+    fp32 = [r["kv_bytes_per_audio_s"] for r in per_chunk if r["precision"] == "float32" and r["chunk"] == 3]
+    half = [r["kv_bytes_per_audio_s"] for r in per_chunk if r["precision"] == "reduced" and r["chunk"] == 3]
+    assert half[0] < 0.75 * fp32[0]  # the K/V arena follows the flow's dtype: about half the bytes
+    levels = {(r["concurrency"], r["precision"], r["graphs"]) for r in cv3["rows"]}
+    assert levels == {(c, p, g) for c in (1, 2) for p, g in (("reduced", True), ("reduced", False), ("float32", True))}
+    for row in cv3["rows"]:
+        assert not row["stopped"] and row["audio_s"] > 0 and row["throughput_audio_s_per_s"] > 0
+        assert row["ttfp_p50_s"] > 0 and row["replays"] == 0
 
 
 def test_smoke_report_holds_honest_measurements(smoke_run: tuple[Any, Path]) -> None:

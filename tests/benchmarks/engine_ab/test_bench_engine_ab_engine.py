@@ -3,16 +3,21 @@
 
 Two `vllm-omni-token2wav serve` processes of Step-Audio2's code2wav stage alone start side by side (about
 2 minutes on 2 cores), one with vLLM-Omni's own class (`VLLM_OMNI_TOKEN2WAV_OVERRIDES=0`), one with ours;
-each gets two short requests at c = 1. Whether upstream's class can load our stand-in folder is not what is
-checked (it could not when this test was written: `s3tokenizer` rejects the stand-in speech tokenizer ONNX):
-each arm must end with either measurements or a recorded failure (status, reason, first error line), ours
-must be measured, and the table, the JSON and the verdict must say which.
+each gets two short requests at c = 1. In CI the README smoke (tools/readme_install_smoke.sh) has just run
+this command from the README's install; the test checks that run's files instead of starting both arms again.
+Whether upstream's class can load our stand-in folder is not what is checked (it could not when this test was
+written: `s3tokenizer` rejects the stand-in speech tokenizer ONNX): each arm must end with either measurements
+or a recorded failure (status, reason, first error line), ours must be measured, and the table, the JSON and
+the verdict must say which.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
+import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,8 +33,30 @@ REQUESTS = 2
 TOKENS = 20  # the smoke plan: 0.8 s per request
 
 
+# Set by .ci/run: the folder where tools/readme_install_smoke.sh ran this very command from the README's
+# install (`--json engine_ab_smoke.json --plot engine_ab_smoke.png`, its stdout, stderr and exit code kept).
+SMOKE_DIR_ENV = "VLLM_OMNI_TOKEN2WAV_ENGINE_AB_SMOKE_DIR"
+
+
+def _readme_smoke(folder: Path) -> dict[str, Any]:
+    files = {name: folder / name for name in ("engine_ab_smoke.json", "stdout.txt", "stderr.txt", "returncode")}
+    missing = [str(path) for path in files.values() if not path.is_file()]
+    if missing:
+        pytest.fail(f"{SMOKE_DIR_ENV}={folder}: the README smoke left no {', '.join(missing)}")
+    proc = subprocess.CompletedProcess(
+        args=["vllm-omni-token2wav", "bench", "engine-ab", "--smoke", "--families", "step_audio2"],
+        returncode=int(files["returncode"].read_text()),
+        stdout=files["stdout.txt"].read_text(),
+        stderr=files["stderr.txt"].read_text(),
+    )
+    report = json.loads(files["engine_ab_smoke.json"].read_text())
+    return {"proc": proc, "report": report, "png": folder / "engine_ab_smoke.png"}
+
+
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    if os.environ.get(SMOKE_DIR_ENV):
+        return _readme_smoke(Path(os.environ[SMOKE_DIR_ENV]))
     out = tmp_path_factory.mktemp("engine_ab")
     proc = run_bench_subprocess(out, "engine-ab", "--smoke", "--families", "step_audio2", timeout=900)
     report = json.loads((out / "report.json").read_text()) if (out / "report.json").is_file() else None

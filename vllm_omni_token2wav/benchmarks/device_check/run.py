@@ -80,42 +80,58 @@ PLOT_NAME: Final = "device_check.png"
 
 def default_sections() -> list[Section]:
     """The sections in run order (imports the section modules; each imports torch-heavy code lazily)."""
-    from vllm_omni_token2wav.benchmarks.device_check import campplus, machine, stage, token2wav
+    from vllm_omni_token2wav.benchmarks.device_check import campplus, cosyvoice3, machine, stage, token2wav
 
     # Accelerator budgets add up to 410 s of the 420 s deadline (each section also stops at the deadline).
     return [
-        Section("machine", "machine facts", 20.0, 15.0, machine.run_machine, machine.render_machine),
-        Section("assets", "CAM++ model file", 40.0, 60.0, campplus.run_assets, campplus.render_assets),
+        Section("machine", "machine facts", 15.0, 15.0, machine.run_machine, machine.render_machine),
+        Section("assets", "CAM++ model file", 35.0, 60.0, campplus.run_assets, campplus.render_assets),
         Section(
             "campplus_parity",
             "CAM++ parity vs onnxruntime CPU",
-            40.0,
+            30.0,
             40.0,
             campplus.run_parity,
             campplus.render_parity,
         ),
         Section(
-            "campplus_latency", "CAM++ per-call latency", 60.0, 30.0, campplus.run_latency, campplus.render_latency
+            "campplus_latency", "CAM++ per-call latency", 40.0, 30.0, campplus.run_latency, campplus.render_latency
         ),
-        Section("fbank", "Kaldi fbank on the device vs CPU", 15.0, 15.0, campplus.run_fbank, campplus.render_fbank),
+        Section("fbank", "Kaldi fbank on the device vs CPU", 10.0, 15.0, campplus.run_fbank, campplus.render_fbank),
         Section(
             "stage_assets",
             "token2wav stand-in (flow, HiFT, tokenizer)",
-            50.0,
+            45.0,
             60.0,
             token2wav.run_stage_assets,
             token2wav.render_stage_assets,
         ),
         Section(
-            "prompt_path", "prepare_prompt end to end", 25.0, 30.0, stage.run_prompt_path, stage.render_prompt_path
+            "prompt_path", "prepare_prompt end to end", 20.0, 30.0, stage.run_prompt_path, stage.render_prompt_path
         ),
         Section(
             "token2wav",
             "Token2Wav stage: streaming + whole at 1 / 32 / 8, graphs on vs off",
-            150.0,
+            110.0,
             90.0,
             token2wav.run_token2wav,
             token2wav.render_token2wav,
+        ),
+        Section(
+            "cosyvoice3_assets",
+            "CosyVoice3 stand-in (DiT flow, causal HiFT, tokenizer)",
+            30.0,
+            30.0,
+            cosyvoice3.run_cosyvoice3_assets,
+            cosyvoice3.render_cosyvoice3_assets,
+        ),
+        Section(
+            "cosyvoice3",
+            "CosyVoice3 stage: graphs vs eager, float32 vs reduced, chunk cost, K/V bytes, c = 1 / 8 / 32",
+            65.0,
+            60.0,
+            cosyvoice3.run_cosyvoice3,
+            cosyvoice3.render_cosyvoice3,
         ),
         Section("graphs", "capture helpers and device memory", 10.0, 10.0, stage.run_graphs, stage.render_graphs),
     ]

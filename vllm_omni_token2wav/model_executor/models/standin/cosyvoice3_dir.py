@@ -29,6 +29,7 @@ CLI: `python -m vllm_omni_token2wav.model_executor.models.standin.cosyvoice3_dir
 from __future__ import annotations
 
 import io
+import wave
 from pathlib import Path
 
 import torch
@@ -85,12 +86,12 @@ def _component_files(*, reduced: bool, seed: int) -> dict[str, Path]:
 
 
 def _generated_files(reduced: bool, seed: int) -> dict[str, bytes]:
-    import soundfile
-
     from vllm_omni_token2wav.model_executor.models.standin.token2wav_dir import default_voice_wav
 
     voice = default_voice_wav()
-    seconds = soundfile.info(io.BytesIO(voice)).duration
+    # the standard library reads the PCM WAV just written: the accelerator images have no soundfile
+    with wave.open(io.BytesIO(voice), "rb") as f:
+        seconds = f.getnframes() / f.getframerate()
     tokens = standin_voice_tokens(seconds, seed)
     return {
         CONFIG_YAML: _config_text(reduced).encode(),
