@@ -14,7 +14,10 @@ import pytest
 from tests.helpers.mark import HARDWARE_MARKS, LEVEL_MARKS, hardware_skip_reason
 
 ROOT = Path(__file__).resolve().parents[1]
-ENGINE_UNIT = "engine"
+E2E_PREFIX = "tests/e2e/"
+E2E_UNIT = "engine:e2e"
+OTHER_ENGINE_UNIT = "engine:other"
+ENGINE_UNITS = (E2E_UNIT, OTHER_ENGINE_UNIT)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -34,6 +37,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             "(cpu or hardware_test): " + ", ".join(missing[:20])
         )
     _check_engine_units(items)
+    # The engine units first (stable: each keeps its order): the scheduler hands units out in collection order,
+    # so each worker starts on one and the CPU-only modules fill in behind them.
+    items.sort(key=lambda item: ENGINE_UNITS.index(unit) if (unit := work_unit(item.nodeid)) in ENGINE_UNITS else 2)
     if config.getoption("markexpr", ""):
         return
     higher = [item for item in items if not item.get_closest_marker(LEVEL_MARKS[0])]
@@ -44,45 +50,52 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def _check_engine_units(items: list[pytest.Item]) -> None:
     """Every real-engine test must sit in a module the xdist scheduler sees as one (`work_unit`), else it could
-    run beside another engine: fail the collection naming it instead."""
+    run beside another engine of its own unit: fail the collection naming it instead."""
     stray = sorted(
         {item.nodeid.split("::", 1)[0] for item in items if item.get_closest_marker("engine")}
-        - {m for m in (item.nodeid.split("::", 1)[0] for item in items) if work_unit(m) == ENGINE_UNIT}
+        - {m for m in (item.nodeid.split("::", 1)[0] for item in items) if work_unit(m) in ENGINE_UNITS}
     )
     if stray:
         raise pytest.UsageError(
             "engine-marked tests in modules without a module-level `pytest.mark.engine` (the xdist scheduler "
-            "reads that line to keep engines on one worker): " + ", ".join(stray)
+            "reads that line to keep their engines in one ordered unit): " + ", ".join(stray)
         )
 
 
 @functools.cache
-def _module_starts_engines(module: str) -> bool:
+def _needs_engine(module: str) -> bool:
     path = ROOT / module
-    return (ROOT / "tests" / "e2e") in path.parents or (path.is_file() and "pytest.mark.engine" in path.read_text())
+    return path.is_file() and "pytest.mark.engine" in path.read_text()
 
 
 def work_unit(nodeid: str) -> str:
-    """The xdist work unit of a test: `engine` for every module that starts the real engine, else its module.
+    """The xdist work unit of a test: one of `ENGINE_UNITS` for a module that needs the real engine, else its module.
 
-    Invariants: one engine at a time (their start-ups share upstream's host-wide lock and both cores, and the
-    package-scoped servers of tests/e2e must live in one process: its package fixture launches the servers of
-    every collected test that names one), in collection order; a module's tests stay in one process, so a
-    module-scoped fixture is built once, as in a serial run. The controller sees node ids only (the workers
-    collect), hence the source check.
+    Invariants: tests/e2e/ is one unit, in collection order, in one process (its package fixture launches the
+    servers of every collected test that names one, while the folder's other tests run); every other module that
+    needs the engine (a module-level `pytest.mark.engine`: the benchmarks' served smoke runs, the plugin and
+    real-config tests) is the second unit, so at most two engine units run side by side (their start-ups also
+    queue on upstream's host-wide lock); every other module is a unit of its own (its module-scoped fixtures are
+    built once, as in a serial run). The controller sees node ids only (the workers collect), hence the source
+    check.
     """
     module = nodeid.split("::", 1)[0]
-    return ENGINE_UNIT if _module_starts_engines(module) else module
+    if module.startswith(E2E_PREFIX):
+        return E2E_UNIT
+    return OTHER_ENGINE_UNIT if _needs_engine(module) else module
 
 
 @pytest.hookimpl(optionalhook=True, tryfirst=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """`-n 2` (pyproject): the engine tests on one worker in order, the CPU-only modules beside them.
+    """`-n 2` (pyproject): the two engine units (`work_unit`) on the two workers, each in order; the CPU-only
+    modules fill in as a worker runs low.
 
     xdist's own `--dist loadgroup` cannot do this under pytest 9 (it renames `item._nodeid`, which pytest 9 no
     longer reads), so a scope scheduler with our work units replaces it.
     """
     from xdist.scheduler import LoadScopeScheduling
+
+    config.option.loadscopereorder = False  # units in collection order (engine units first), not by size
 
     class EngineUnitScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
