@@ -165,10 +165,11 @@ def run_segments(
 class FlowGraphs:
     """The segments of one CosyVoice3 DiT, each replayed from device graphs keyed by the launch's frames N.
 
-    Only evaluations whose N (frames + padding) is a stage bucket (`buckets.stage_frame_buckets()`)
-    replay graphs (`use_for`); others (a one-off shape) run the plain eager kernel and are counted in
-    `eager_evaluations`, so no one-off shape costs a capture. Runner options (`enabled`, `max_graphs`,
-    ...) apply to every segment; `graph_api` defaults to the serving platform's (tests pass a fake).
+    The caller asks `use_for(frames)` once per launch: only launches whose N (frames + padding) is a
+    stage bucket (`buckets.stage_frame_buckets()`) replay graphs; others (a one-off shape) run the plain
+    eager kernel (`forward=None`) and are counted in `eager_launches`, so no one-off shape costs a
+    capture. Runner options (`enabled`, `max_graphs`, ...) apply to every segment; `graph_api` defaults
+    to the serving platform's (tests pass a fake).
     """
 
     def __init__(
@@ -191,8 +192,8 @@ class FlowGraphs:
             )
             for fn, name in zip(self.segments.functions(), self.segments.names(), strict=True)
         ]
-        self.eager_evaluations = 0  # DiT evaluations (one per Euler step) run eagerly: frames not a stage bucket
-        self.graph_evaluations = 0  # DiT evaluations replayed through the runners
+        self.eager_launches = 0  # launches `use_for` sent to the eager kernel (frames not a stage bucket)
+        self.graph_launches = 0  # launches `use_for` accepted (each replays every segment once per Euler step)
 
     @property
     def active(self) -> bool:
@@ -200,13 +201,13 @@ class FlowGraphs:
         return self.runners[0].graphs_active
 
     def use_for(self, frames: int) -> bool:
-        """Whether an evaluation over `frames` launch frames (padding included) replays graphs (else counted)."""
+        """Whether a launch of `frames` total frames (padding included) replays graphs (else it is counted)."""
         if not self.active:
             return False
         if frames in buckets.stage_frame_buckets():
-            self.graph_evaluations += 1
+            self.graph_launches += 1
             return True
-        self.eager_evaluations += 1
+        self.eager_launches += 1
         return False
 
     def forward_frames(
@@ -221,15 +222,7 @@ class FlowGraphs:
         pos_embed: PosEmbed,
         attend: BlockAttend,
     ) -> torch.Tensor:
-        """`DiT.forward_frames` with the segments replayed (same arguments, same values).
-
-        A launch whose frames are not a stage bucket (a one-off shape: the planner did not pad it) runs
-        the estimator's own eager `forward_frames` instead, counted in `eager_evaluations`.
-        """
-        if not self.use_for(x.size(-1)):
-            return self.segments.estimator.forward_frames(
-                x, mu, t, spk_frames, cond, positions=positions, pos_embed=pos_embed, attend=attend
-            )
+        """`DiT.forward_frames` with the segments replayed (same arguments, same values); ask `use_for` first."""
         return run_segments(
             self.runners, x, mu, t, spk_frames, cond, positions=positions, pos_embed=pos_embed, attend=attend
         )

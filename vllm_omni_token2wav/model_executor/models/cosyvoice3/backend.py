@@ -181,23 +181,16 @@ class CosyVoice3Backend:
         return [StreamRow(work.caches, self.new_tokens(work.caches, work.tokens), work.last) for work in works]
 
     def run_flow(self, works: Sequence[ChunkWork[StreamCaches]], pad_frames: int) -> list[FlowRowOut]:
-        forward = self.graphs.flow.forward_frames if self.graphs_active and self.graphs is not None else None
-        pad = pad_frames + self._rerun_frames(works, pad_frames)
-        return list(flow_rows(self.core.flow, self._rows(works), pad_frames=pad, forward=forward))
-
-    def _rerun_frames(self, works: Sequence[ChunkWork[StreamCaches]], pad_frames: int) -> int:
-        """Frames the plan counted for full-attention last chunks, which re-run their utterance outside the launch.
-
-        When the planned launch is a bucket (padded, or exactly one) they become padding, so the launch keeps
-        its planned, captured size instead of dropping to a one-off shape (padding changes no row).
-        """
+        graphs = self.graphs if self.graphs_active else None
         rerun = [w.last and w.caches.flow.final_chunk is FinalChunk.FULL_ATTENTION for w in works]
-        if not any(rerun):
-            return 0
-        frames = [self.shape(w.caches, w.tokens, w.last).flow_frames for w in works]
-        if pad_frames == 0 and sum(frames) not in buckets.stage_frame_buckets():
-            return 0
-        return sum(f for f, out in zip(frames, rerun, strict=True) if out)
+        forward = None
+        if graphs is not None or any(rerun):
+            frames = [self.shape(w.caches, w.tokens, w.last).flow_frames for w in works]
+            pad_frames += _rerun_padding(frames, rerun, pad_frames)
+            launched = sum(f for f, out in zip(frames, rerun, strict=True) if not out)
+            if graphs is not None and launched and graphs.flow.use_for(launched + pad_frames):
+                forward = graphs.flow.forward_frames
+        return list(flow_rows(self.core.flow, self._rows(works), pad_frames=pad_frames, forward=forward))
 
     def run_vocoder(
         self, works: Sequence[ChunkWork[StreamCaches]], products: Sequence[FlowRowOut], pad_rows: int
@@ -272,6 +265,15 @@ class CosyVoice3Backend:
     def stream_bytes(self, caches: StreamCaches, voice: CosyVoice3Voice) -> StreamBytes:
         """The stream's own caches (the flow's K/V arena dominates) vs. its voice's prompt (shared)."""
         return StreamBytes(own=caches.nbytes, shared=voice.prompt.nbytes)
+
+
+def _rerun_padding(frames: Sequence[int], rerun: Sequence[bool], pad_frames: int) -> int:
+    """Padding for the frames the plan counted for full-attention last chunks (`rerun`), which re-run their
+    utterance outside the launch: when the planned launch is a bucket (padded, or exactly one) their frames
+    become padding, so the launch keeps its planned, captured size (padding changes no row)."""
+    if not any(rerun) or (pad_frames == 0 and sum(frames) not in buckets.stage_frame_buckets()):
+        return 0
+    return sum(f for f, out in zip(frames, rerun, strict=True) if out)
 
 
 __all__ = ["CosyVoice3Backend", "CosyVoice3Voice"]
