@@ -20,6 +20,11 @@ steady stream. Replays run the same ops on the same shapes as the eager decode, 
 audio. `capture_after=2` (default) keeps a shape seen once (a short last-but-one chunk) from costing
 a capture. Outputs are cloned out of the runner (`clone_outputs`): the contexts live on in the
 stream's state.
+
+Cost of the cut: besides the one replay, a push copies every decoder conv's context into the runner's
+static inputs and clones the next ones out (about 80 small tensors each way at the shipped layout), so
+on a device a push is one replay plus ~160 small copies instead of ~400 eager kernels; a packed context
+layout (one tensor per stream) would remove most of those copies (not done).
 """
 
 from __future__ import annotations
@@ -113,7 +118,7 @@ class GraphedCausalHiFT:
             return self.model.decode(mel, source_stft, carry, first=first, finalize=finalize)
         post, *following = self.runner(mel, source_stft, *previous)  # type: ignore[arg-type]
         for key, value in zip(self.keys, following, strict=True):
-            carry.keep(key, value)
+            carry.keep_owned(key, value)  # the runner's outputs are cloned already (`clone_outputs`)
         return post
 
     def counters(self) -> GraphCounters:
