@@ -39,9 +39,9 @@ then comes from the same call whatever the launch: alone, batched, or with a def
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
@@ -53,6 +53,10 @@ from vllm_omni_token2wav.model_executor.layers.flow_cosyvoice3.state import Chun
 
 if TYPE_CHECKING:
     from vllm_omni_token2wav.model_executor.layers.flow_cosyvoice3.flow import CausalMaskedDiffWithDiT
+
+
+#: `DiT.forward_frames`'s signature: (x, mu, t, spk_frames, cond, *, positions, pos_embed, attend) -> velocity.
+FramesForward = Callable[..., Any]
 
 
 @dataclass(frozen=True)
@@ -106,11 +110,19 @@ def _piecewise_conv(
     return torch.cat(outs, dim=2)
 
 
-def run_rows(flow: CausalMaskedDiffWithDiT, rows: Sequence[ChunkRow], *, pad_frames: int = 0) -> list[RowOutput]:
+def run_rows(
+    flow: CausalMaskedDiffWithDiT,
+    rows: Sequence[ChunkRow],
+    *,
+    pad_frames: int = 0,
+    forward: FramesForward | None = None,
+) -> list[RowOutput]:
     """Frames `[plan.compute_start, plan.compute_end)` of every row through every Euler step, in one launch.
 
     Every row must compute at least one frame and all rows must share `n_timesteps`. Raises ValueError
-    for rows that cannot share a launch (the message says why); nothing is committed then.
+    for rows that cannot share a launch (the message says why); nothing is committed then. `forward`
+    replaces `estimator.forward_frames` (same signature and values: `graphed.FlowGraphs.forward_frames`
+    replays the per-frame segments from device graphs; position embedding and attention stay here).
     """
     if not rows:
         return []
@@ -180,6 +192,7 @@ def run_rows(flow: CausalMaskedDiffWithDiT, rows: Sequence[ChunkRow], *, pad_fra
     cpe = est.input_embed.conv_pos_embed
     zero_context = torch.zeros(2, config.dim, context, device=device, dtype=dtype)
     histories: list[torch.Tensor] = []
+    run_frames = est.forward_frames if forward is None else forward
 
     def left_context(step: int, which: int) -> torch.Tensor:
         parts = [zero_context if r.state.conv_history is None else r.state.conv_history[step, which] for r in rows]
@@ -214,7 +227,7 @@ def run_rows(flow: CausalMaskedDiffWithDiT, rows: Sequence[ChunkRow], *, pad_fra
                 outs.append(q.new_zeros(q.size(0), q.size(1), pad_frames, q.size(3)))
             return outs[0] if len(outs) == 1 else torch.cat(outs, dim=2)
 
-        return est.forward_frames(
+        return run_frames(
             x_in, mu_in, t_in, spk_in, cond_in, positions=frame_positions, pos_embed=pos_embed, attend=attend
         )
 
@@ -229,4 +242,4 @@ def run_rows(flow: CausalMaskedDiffWithDiT, rows: Sequence[ChunkRow], *, pad_fra
     return out
 
 
-__all__ = ["ChunkRow", "RowOutput", "run_rows"]
+__all__ = ["ChunkRow", "FramesForward", "RowOutput", "run_rows"]

@@ -53,7 +53,12 @@ from typing import TYPE_CHECKING
 import torch
 
 from vllm_omni_token2wav.model_executor.layers.flow.pre_lookahead import HISTORY
-from vllm_omni_token2wav.model_executor.layers.flow_cosyvoice3.batched import ChunkRow, RowOutput, run_rows
+from vllm_omni_token2wav.model_executor.layers.flow_cosyvoice3.batched import (
+    ChunkRow,
+    FramesForward,
+    RowOutput,
+    run_rows,
+)
 from vllm_omni_token2wav.model_executor.layers.flow_cosyvoice3.config import CosyVoice3FlowConfig
 from vllm_omni_token2wav.model_executor.layers.flow_cosyvoice3.kv_cache import KVArena
 from vllm_omni_token2wav.model_executor.layers.flow_cosyvoice3.noise import UPSTREAM_NOISE_SEED, check_noise
@@ -202,13 +207,15 @@ def stream_chunks(
     rows: Sequence[tuple[FlowStreamState, torch.Tensor, bool]],
     *,
     pad_frames: int = 0,
+    forward: FramesForward | None = None,
 ) -> list[tuple[torch.Tensor, FlowStreamState]]:
     """`stream_chunk(state, tokens, final=final)` of several streams in one launch (`batched.run_rows`).
 
     Rows are `(state, tokens, final)` of different streams sharing `n_timesteps`; results come back in
     row order. Every row is checked before anything runs; `pad_frames` pads the launch's frame axis
-    (graph-capture shapes, see `batched.py`). `FinalChunk.FULL_ATTENTION` last chunks re-run their
-    whole utterance one by one.
+    (graph-capture shapes, see `batched.py`); `forward` replaces the estimator's `forward_frames` in the
+    launch (`graphed.FlowGraphs`). `FinalChunk.FULL_ATTENTION` last chunks re-run their whole utterance
+    one by one (eagerly).
     """
     where = "stream_chunk"
     prepared: list[_Prepared | None] = []
@@ -229,7 +236,7 @@ def stream_chunks(
         else:
             prepared.append(_prepare(flow, state, ids, final=final, where=where))
     todo = [p for p in prepared if p is not None]
-    done = iter(_run(flow, todo, pad_frames))
+    done = iter(_run(flow, todo, pad_frames, forward))
     return [result if result is not None else next(done) for result in results]
 
 
@@ -266,11 +273,15 @@ def _prepare(
 
 
 def _run(
-    flow: CausalMaskedDiffWithDiT, prepared: Sequence[_Prepared], pad_frames: int
+    flow: CausalMaskedDiffWithDiT,
+    prepared: Sequence[_Prepared],
+    pad_frames: int,
+    forward: FramesForward | None = None,
 ) -> list[tuple[torch.Tensor, FlowStreamState]]:
     """Compute the prepared calls (those with frames in one launch) and build their next states."""
     computing = [p for p in prepared if p.plan.frames > 0]
-    outputs = iter(run_rows(flow, [ChunkRow(p.state, p.plan, p.window) for p in computing], pad_frames=pad_frames))
+    launch = [ChunkRow(p.state, p.plan, p.window) for p in computing]
+    outputs = iter(run_rows(flow, launch, pad_frames=pad_frames, forward=forward))
     return [_finish(flow, p, next(outputs) if p.plan.frames > 0 else None) for p in prepared]
 
 

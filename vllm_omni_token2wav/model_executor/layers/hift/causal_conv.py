@@ -57,6 +57,12 @@ class ContextCarry:
             raise RuntimeError(f"context {key!r} written twice in one step (the same module ran twice)")
         self._next[key] = value.clone()
 
+    def keep_owned(self, key: str, value: torch.Tensor) -> None:
+        """`keep` for a tensor the caller already owns (no copy; e.g. a graph replay's cloned output)."""
+        if key in self._next:
+            raise RuntimeError(f"context {key!r} written twice in one step (the same module ran twice)")
+        self._next[key] = value
+
     def contexts(self) -> dict[str, torch.Tensor]:
         return {**self._previous, **self._next}
 

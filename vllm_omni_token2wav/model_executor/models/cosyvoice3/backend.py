@@ -14,9 +14,11 @@ implementation.
 | `shape`         | the chunk's new ids (its first `min(3, received)` ids must be the lookahead the    |
 |                 | previous chunk ended with: producers re-send it), the flow plan (`plan_chunk`)    |
 | `run_flow`      | `synthesis.flow_rows`: one ragged launch for all rows (per-frame ops together,    |
-|                 | attention per row), each row alone to float32 rounding (see the design page)      |
+|                 | attention per row), each row alone to float32 rounding (see the design page);     |
+|                 | with graphs active the DiT segments replay (`graphs.py`)                          |
 | `run_vocoder`   | `synthesis.vocoder_rows`: one row per launch (exact), or rows at equal stream     |
-|                 | positions together with `batch_vocoder` (~1e-6 deviation, see the design page)    |
+|                 | positions together with `batch_vocoder` (~1e-6 deviation, see the design page);   |
+|                 | with graphs active a steady chunk's HiFT decoder replays                          |
 | `flush`         | a 0-token last chunk: the pending lookahead tokens' mel and the vocoder's held-   |
 |                 | back 8 frames (a computation, not a release: the flow has not emitted them yet)   |
 | `whole`         | `synthesis.synthesize_whole` (full attention, as upstream's non-streaming path)   |
@@ -33,10 +35,12 @@ from dataclasses import dataclass
 
 import torch
 
-from vllm_omni_token2wav.model_executor.layers.flow_cosyvoice3 import FlowStreamState, plan_chunk
+from vllm_omni_token2wav.model_executor import buckets
+from vllm_omni_token2wav.model_executor.layers.flow_cosyvoice3 import FinalChunk, FlowStreamState, plan_chunk
 from vllm_omni_token2wav.model_executor.layers.flow_cosyvoice3.noise import check_noise
 from vllm_omni_token2wav.model_executor.layers.hift_causal.batched import push_key
 from vllm_omni_token2wav.model_executor.models.cosyvoice3.cosyvoice3_token2wav import CosyVoice3Token2Wav
+from vllm_omni_token2wav.model_executor.models.cosyvoice3.graphs import CosyVoice3Graphs, CosyVoice3GraphSettings
 from vllm_omni_token2wav.model_executor.models.cosyvoice3.prompt import CosyVoice3Prompt, token_ids
 from vllm_omni_token2wav.model_executor.models.cosyvoice3.synthesis import (
     StreamCaches,
@@ -68,20 +72,26 @@ class CosyVoice3Backend:
     name = "cosyvoice3-dit-causal-hift"
 
     def __init__(
-        self, core: CosyVoice3Token2Wav, *, batch_vocoder: bool = False, kv_cache_dtype: torch.dtype | None = None
+        self,
+        core: CosyVoice3Token2Wav,
+        *,
+        batch_vocoder: bool = False,
+        kv_cache_dtype: torch.dtype | None = None,
+        graphs: CosyVoice3GraphSettings | None = None,
     ) -> None:
         self.core = core
         self.batch_vocoder = bool(batch_vocoder)
         #: the K/V arena's storage dtype (`token2wav_kv_cache_dtype`); None: the flow's (fp16 with `float16`)
         self.kv_cache_dtype = kv_cache_dtype
-        # The stage's graph switch (`Token2WavStageModel.set_device_graphs`): CosyVoice3's launches are not
-        # captured (the DiT chunk attends over a growing per-row K/V arena), so they always run eagerly.
-        self.use_graphs = False
+        #: device graphs (`graphs.py`); None settings (`token2wav_device_graphs=False`): no capture objects at all
+        self.graph_settings = graphs
+        self.graphs: CosyVoice3Graphs | None = None
+        self.use_graphs = True  # the stage's run-time switch (`Token2WavStageModel.set_device_graphs`)
 
     @property
     def graphs_active(self) -> bool:
-        """Whether launches replay device graphs: never for CosyVoice3 (see `__init__`)."""
-        return False
+        """Whether launches replay device graphs (they then want bucketed shapes from the planner)."""
+        return self.use_graphs and self.graphs is not None and self.graphs.active
 
     @property
     def device(self) -> torch.device:
@@ -89,6 +99,11 @@ class CosyVoice3Backend:
 
     def ensure_loaded(self) -> None:
         self.core.load_models()
+        if self.graph_settings is not None and self.graphs is None:
+            core = self.core
+            self.graphs = CosyVoice3Graphs(
+                core.flow, core.hift, core.streamer, device=self.device, settings=self.graph_settings
+            )
 
     # ---- voices and streams -------------------------------------------------------------------
 
@@ -166,14 +181,23 @@ class CosyVoice3Backend:
         return [StreamRow(work.caches, self.new_tokens(work.caches, work.tokens), work.last) for work in works]
 
     def run_flow(self, works: Sequence[ChunkWork[StreamCaches]], pad_frames: int) -> list[FlowRowOut]:
-        return list(flow_rows(self.core.flow, self._rows(works), pad_frames=pad_frames))
+        graphs = self.graphs if self.graphs_active else None
+        rerun = [w.last and w.caches.flow.final_chunk is FinalChunk.FULL_ATTENTION for w in works]
+        forward = None
+        if graphs is not None or any(rerun):
+            frames = [self.shape(w.caches, w.tokens, w.last).flow_frames for w in works]
+            pad_frames += _rerun_padding(frames, rerun, pad_frames)
+            launched = sum(f for f, out in zip(frames, rerun, strict=True) if not out)
+            if graphs is not None and launched and graphs.flow.use_for(launched + pad_frames):
+                forward = graphs.flow.forward_frames
+        return list(flow_rows(self.core.flow, self._rows(works), pad_frames=pad_frames, forward=forward))
 
     def run_vocoder(
         self, works: Sequence[ChunkWork[StreamCaches]], products: Sequence[FlowRowOut], pad_rows: int
     ) -> list[tuple[torch.Tensor, StreamCaches]]:
-        return vocoder_rows(
-            self.core.streamer, self._rows(works), products, batch=self.batch_vocoder, pad_rows=pad_rows
-        )
+        graphs = self.graphs if self.graphs_active else None
+        streamer = self.core.streamer if graphs is None else graphs.streamer  # same states, decoder replayed
+        return vocoder_rows(streamer, self._rows(works), products, batch=self.batch_vocoder, pad_rows=pad_rows)
 
     def flush(self, caches: StreamCaches) -> torch.Tensor:
         """A 0-token last chunk: the mel of the pending lookahead tokens and every sample held back so far."""
@@ -241,6 +265,15 @@ class CosyVoice3Backend:
     def stream_bytes(self, caches: StreamCaches, voice: CosyVoice3Voice) -> StreamBytes:
         """The stream's own caches (the flow's K/V arena dominates) vs. its voice's prompt (shared)."""
         return StreamBytes(own=caches.nbytes, shared=voice.prompt.nbytes)
+
+
+def _rerun_padding(frames: Sequence[int], rerun: Sequence[bool], pad_frames: int) -> int:
+    """Padding for the frames the plan counted for full-attention last chunks (`rerun`), which re-run their
+    utterance outside the launch: when the planned launch is a bucket (padded, or exactly one) their frames
+    become padding, so the launch keeps its planned, captured size (padding changes no row)."""
+    if not any(rerun) or (pad_frames == 0 and sum(frames) not in buckets.stage_frame_buckets()):
+        return 0
+    return sum(f for f, out in zip(frames, rerun, strict=True) if out)
 
 
 __all__ = ["CosyVoice3Backend", "CosyVoice3Voice"]

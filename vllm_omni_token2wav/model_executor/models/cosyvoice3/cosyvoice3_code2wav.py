@@ -27,8 +27,9 @@ well, as windows that re-send the 3 lookahead ids.
 Options beyond the shared ones (`options.py`): `token2wav_batch_vocoder` (rows at equal positions
 share a vocoder launch), `token2wav_final_chunk` ("full_attention" default: upstream's last call
 exactly, one full re-run per utterance; or "block_causal": constant cost, differs in the last chunk).
-`token2wav_device_graphs` does not apply (CosyVoice3's launches run eagerly:
-`CosyVoice3Backend.graphs_active` is False). `ref_audio_max_seconds` does not apply: CosyVoice3
+`token2wav_device_graphs` (true / false / auto, as for the other families) replays the flow's DiT
+segments and the causal HiFT's steady-chunk decoder from device graphs (`cosyvoice3/graphs.py`).
+`ref_audio_max_seconds` does not apply: CosyVoice3
 prompts are used as sent (aligned to their tokens, at most 30 s). The default voice is
 `default_voice.wav` with its prompt tokens in `default_voice.tokens` (or `$COSYVOICE3_DEFAULT_PROMPT_WAV`
 and the `.tokens` file beside it, or the `prompt_wav` option).
@@ -44,6 +45,7 @@ from vllm_omni_token2wav.model_executor.layers.flow_cosyvoice3 import FinalChunk
 from vllm_omni_token2wav.model_executor.models.cosyvoice3.backend import CosyVoice3Backend
 from vllm_omni_token2wav.model_executor.models.cosyvoice3.cosyvoice3_token2wav import CosyVoice3Token2Wav
 from vllm_omni_token2wav.model_executor.models.cosyvoice3.family import COSYVOICE3
+from vllm_omni_token2wav.model_executor.models.cosyvoice3.graphs import CosyVoice3GraphSettings
 from vllm_omni_token2wav.model_executor.models.cosyvoice3.prompt import read_prompt_tokens, voice_tokens_path
 from vllm_omni_token2wav.model_executor.models.cosyvoice3.voice import ReferenceVoice
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.backend import Token2WavBackend
@@ -77,7 +79,12 @@ class CosyVoice3Code2Wav(Token2WavStageModel):
         )
 
     def _build_backend(self, opts: StageOptions) -> Token2WavBackend:
-        return CosyVoice3Backend(self.token2wav, batch_vocoder=opts.batch_vocoder, kv_cache_dtype=opts.kv_cache_dtype)
+        graphs = None
+        if opts.device_graphs is not False:  # None: auto (environment and platform); True: on
+            graphs = CosyVoice3GraphSettings(enabled=opts.device_graphs, graph_api=opts.device_graph_api)
+        return CosyVoice3Backend(
+            self.token2wav, batch_vocoder=opts.batch_vocoder, kv_cache_dtype=opts.kv_cache_dtype, graphs=graphs
+        )
 
     def _voice_loader(self) -> Callable[[object, float], object] | None:
         return _as_sent

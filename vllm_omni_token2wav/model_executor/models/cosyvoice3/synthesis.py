@@ -46,6 +46,7 @@ from vllm_omni_token2wav.model_executor.layers.flow_cosyvoice3 import (
     start_stream,
     stream_chunks,
 )
+from vllm_omni_token2wav.model_executor.layers.flow_cosyvoice3.batched import FramesForward
 from vllm_omni_token2wav.model_executor.layers.hift_causal import CausalHiFTGenerator, CausalHiFTStreamer
 from vllm_omni_token2wav.model_executor.layers.hift_causal.batched import push_key, push_rows
 from vllm_omni_token2wav.model_executor.layers.hift_causal.stream import CausalHiFTStreamState
@@ -141,10 +142,17 @@ class StreamRow:
 
 
 def flow_rows(
-    flow: CausalMaskedDiffWithDiT, rows: Sequence[StreamRow], *, pad_frames: int = 0
+    flow: CausalMaskedDiffWithDiT,
+    rows: Sequence[StreamRow],
+    *,
+    pad_frames: int = 0,
+    forward: FramesForward | None = None,
 ) -> list[tuple[torch.Tensor, FlowStreamState]]:
-    """The flow part of the rows' chunks, one launch: (new mel `(1, 80, F)`, next flow state) per row."""
-    return stream_chunks(flow, [(r.caches.flow, r.tokens, r.last) for r in rows], pad_frames=pad_frames)
+    """The flow part of the rows' chunks, one launch: (new mel `(1, 80, F)`, next flow state) per row.
+
+    `forward`: the estimator's per-frame part replayed from device graphs (`flow_cosyvoice3.graphed`)."""
+    launch = [(r.caches.flow, r.tokens, r.last) for r in rows]
+    return stream_chunks(flow, launch, pad_frames=pad_frames, forward=forward)
 
 
 def vocoder_rows(
