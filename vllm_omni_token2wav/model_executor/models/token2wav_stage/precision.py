@@ -110,8 +110,14 @@ def resolve_flow_dtype(requested: torch.dtype | None, device: DeviceSpec, platfo
         from vllm_omni_token2wav import platforms
 
         platform = platforms.current_omni_platform
-    # None and a bare index name the platform's device type; a string or torch.device names its own
-    device_type = platform.device_type if device is None or isinstance(device, int) else torch.device(device).type
+    # None and a bare index name the platform's device type; a string or torch.device names its own (a string
+    # is split by hand: `torch.device("npu")` only parses once torch_npu is imported)
+    if device is None or isinstance(device, int):
+        device_type = platform.device_type
+    elif isinstance(device, str):
+        device_type = device.split(":", 1)[0].strip().lower()
+    else:
+        device_type = torch.device(device).type
     if device_type == "cpu":
         return torch.float32
     return platform.default_flow_dtype()
