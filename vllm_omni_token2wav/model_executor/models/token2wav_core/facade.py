@@ -266,8 +266,8 @@ class Token2WavFacade(abc.ABC):
         """Idempotently load everything synthesis needs: check the assets, install the speaker fallback if no
         backend is installed (never replacing one, never building its ORT session), build the family's models.
 
-        Models are built by explicit dtype (fp32; the flow fp16 with `float16=True`), never through the
-        process default dtype.
+        Models are built by explicit dtype (fp32; the flow in `flow_dtype`), never through the process
+        default dtype.
         """
         if self._models_loaded:
             return
