@@ -2,11 +2,11 @@
 """`python -m benchmarks.token2wav_precision`: how far a reduced-precision flow moves mel and audio from fp32.
 
 Runs `benchmarks.token2wav_precision.run` on the reduced stand-ins (the facades of MiniCPM-o 4.5,
-Step-Audio2 and CosyVoice3, CPU) and prints, per family and flow dtype (float16, bfloat16), the max abs
-and relative L2 deviation from the same request with the fp32 flow: the mel the flow hands the vocoder
-and the audio, per streamed chunk (the worst chunk) and for the whole utterance; plus the fp32 mel
-vocoded with the vocoder under autocast (why the vocoder stays fp32). Writes
-`out/token2wav_precision.json` and `.txt` unless `--json` says elsewhere (the recorded
+Step-Audio2 and CosyVoice3; `--device`, default the serving device) and prints, per family and flow
+dtype (float16, bfloat16), the max abs and relative L2 deviation from the same request with the fp32
+flow: the mel the flow hands the vocoder and the audio, per streamed chunk (the worst chunk) and for the
+whole utterance; plus the fp32 mel vocoded with the vocoder under autocast (why the vocoder stays fp32).
+Writes `out/token2wav_precision.json` and `.txt` unless `--json` says elsewhere (the recorded
 `benchmarks/results/token2wav_precision_cpu.*` came from `python benchmarks/record.py token2wav_precision`).
 
     python -m benchmarks.token2wav_precision                            # 3 families, fp16 and bf16
@@ -38,6 +38,7 @@ class Token2wavPrecisionSubcommand:
         parser.add_argument("--dtypes", default=",".join(DTYPES), help="comma list: float16, bfloat16")
         parser.add_argument("--n-timesteps", type=int, default=10)
         parser.add_argument("--threads", type=int, default=1)
+        bench_cli.add_device_option(parser)
         bench_cli.add_json_option(parser, bench_cli.DEFAULT_REPORT_DIR / "token2wav_precision.json")
         # record.py passes --plot to every recorder; this benchmark's report is its table, no figure
         parser.add_argument("--plot", metavar="OUT.png", help="accepted for benchmarks/record.py; nothing is drawn")

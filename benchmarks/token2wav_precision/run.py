@@ -14,8 +14,8 @@ fp32 and in each reduced dtype, everything else equal (vocoder, speaker path fp3
 
 Deviation = max abs difference and relative L2 (`||x - ref|| / ||ref||`) against the fp32 run. The mel
 is recorded where every vocoder checks it (`check_mel`), so it is exactly what the vocoder received.
-A last table vocodes the fp32 whole mel with the vocoder under CPU autocast in each dtype against the
-fp32 vocoder: the cost a reduced-precision vocoder would add (why the vocoders stay fp32).
+A last table vocodes the fp32 whole mel with the vocoder under autocast (on the device) in each dtype
+against the fp32 vocoder: the cost a reduced-precision vocoder would add (why the vocoders stay fp32).
 
     python -m benchmarks.token2wav_precision
     python -m benchmarks.token2wav_precision --families cosyvoice3 --tokens 60 --n-timesteps 2
@@ -83,7 +83,7 @@ def recorded_mels() -> Iterator[list[torch.Tensor]]:
         def check_mel(self: Any, mel: torch.Tensor, **kw: Any) -> None:
             original(self, mel, **kw)
             if mel.numel():
-                seen.append(mel.detach().float().clone())
+                seen.append(mel.detach().float().cpu())
 
         return check_mel
 
@@ -109,9 +109,10 @@ class Run:
 class FamilyRunner:
     """A family's facade on its reduced stand-in at one flow dtype, and how to run a request whole and streamed."""
 
-    def __init__(self, family: str, dtype: torch.dtype, n_timesteps: int) -> None:
+    def __init__(self, family: str, dtype: torch.dtype, n_timesteps: int, device: torch.device) -> None:
         self.family = family
-        common: dict[str, Any] = {"device": "cpu", "n_timesteps": n_timesteps, "flow_dtype": dtype}
+        self.device = device
+        common: dict[str, Any] = {"device": device, "n_timesteps": n_timesteps, "flow_dtype": dtype}
         if family == "cosyvoice3":
             from vllm_omni_token2wav.model_executor.models.cosyvoice3.cosyvoice3_token2wav import CosyVoice3Token2Wav
             from vllm_omni_token2wav.model_executor.models.cosyvoice3.prompt import (
@@ -152,7 +153,7 @@ class FamilyRunner:
                 audio = self.facade(ids, prompt=self.voice, seed=seed)
             else:
                 audio = self.facade(tokens, self.voice, seed=seed)
-        result = Run(whole_mel=max(mels, key=lambda m: m.shape[-1]), whole_audio=audio.float())
+        result = Run(whole_mel=max(mels, key=lambda m: m.shape[-1]), whole_audio=audio.float().cpu())
         for chunk, last in self._chunks(tokens):
             if not hasattr(self, "_state") or self._state is None:
                 self._state = self._open(seed)
@@ -160,7 +161,7 @@ class FamilyRunner:
                 piece = self.facade.stream(chunk, last_chunk=last, return_waveform=True, state=self._state)
             if mels:
                 result.chunk_mels.append(torch.cat(mels, dim=-1))
-            result.chunk_audio.append(piece.float())
+            result.chunk_audio.append(piece.float().cpu())
         self._state = None
         return result
 
@@ -181,17 +182,19 @@ class FamilyRunner:
             yield from stream_chunks(tokens)
 
     def vocode(self, mel: torch.Tensor, dtype: torch.dtype, seed: int) -> torch.Tensor:
-        """The whole-utterance vocoder on `mel`, under CPU autocast in `dtype` unless float32."""
+        """The whole-utterance vocoder on `mel`, under autocast in `dtype` unless float32 (audio on the CPU)."""
         from vllm_omni_token2wav.model_executor.layers.hift import generator, layers
         from vllm_omni_token2wav.model_executor.layers.hift_causal import stream
 
         hift = self.facade.hift
-        ctx = torch.autocast("cpu", dtype=dtype) if dtype != torch.float32 else contextlib.nullcontext()
+        kind = self.device.type
+        ctx = torch.autocast(kind, dtype=dtype) if dtype != torch.float32 else contextlib.nullcontext()
+        mel = mel.to(self.device)
 
         def fp32_istft(x: torch.Tensor, n_fft: int, hop: int, window: torch.Tensor) -> torch.Tensor:
             # CPU FFTs and complex tensors have no half kernels: the iSTFT head runs in fp32 on the
             # reduced-precision spectrum the convolutions produced
-            with torch.autocast("cpu", enabled=False):
+            with torch.autocast(kind, enabled=False):
                 return layers.istft_head(x.float(), n_fft, hop, window.float())
 
         modules = (generator, stream)
@@ -207,7 +210,7 @@ class FamilyRunner:
             for module in modules:
                 module.istft_head = layers.istft_head  # type: ignore[attr-defined]
         out = out[0] if isinstance(out, tuple) else out
-        return out.float()
+        return out.float().cpu()
 
 
 def compare(run: Run, ref: Run) -> dict[str, Any]:
@@ -232,7 +235,7 @@ def compare(run: Run, ref: Run) -> dict[str, Any]:
     }
 
 
-def measure(args: argparse.Namespace) -> dict[str, Any]:
+def measure(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
     families = [f for f in args.families.split(",") if f]
     dtypes = [d for d in args.dtypes.split(",") if d]
     for d in dtypes:
@@ -245,10 +248,10 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             (torch.randint(0, 6561, (args.tokens,), generator=torch.Generator().manual_seed(100 + i)).tolist(), i)
             for i in range(args.requests)
         ]
-        reference = FamilyRunner(family, torch.float32, args.n_timesteps)
+        reference = FamilyRunner(family, torch.float32, args.n_timesteps, device)
         refs = [reference.run(tokens, seed) for tokens, seed in requests]
         for name in dtypes:
-            runner = FamilyRunner(family, DTYPES[name], args.n_timesteps)
+            runner = FamilyRunner(family, DTYPES[name], args.n_timesteps, device)
             per_request = [compare(runner.run(t, s), ref) for (t, s), ref in zip(requests, refs, strict=True)]
             row: dict[str, Any] = {"family": family, "flow_dtype": name, "requests": per_request}
             for key in ("whole_mel", "whole_audio", "chunk_mel", "chunk_audio", "stream_audio"):
@@ -278,7 +281,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
 
 def render(result: dict[str, Any]) -> str:
     lines = [
-        f"token2wav flow precision vs fp32 (reduced stand-ins, CPU, {result['tokens']} tokens x "
+        f"token2wav flow precision vs fp32 (reduced stand-ins, {result['environment']['device']}, "
+        f"{result['tokens']} tokens x "
         f"{result['requests']} requests, n_timesteps {result['n_timesteps']}; worst request; "
         "chunk = worst streamed chunk)",
         f"{'family':<14}{'flow':<10}{'mel whole':>21}{'mel chunk':>21}{'audio whole':>21}{'audio chunk':>21}"
@@ -305,7 +309,7 @@ def render(result: dict[str, Any]) -> str:
         "control: the fp32 vocoder on the fp32 mel plus Gaussian noise of the same mel rel L2 (|STFT| rel L2):",
         "the stand-in vocoder's sensitivity to any mel change of that size, whatever its cause",
     ]
-    lines += ["", "vocoder under CPU autocast on the fp32 whole mel, audio vs the fp32 vocoder:"]
+    lines += ["", "vocoder under autocast on the fp32 whole mel, audio vs the fp32 vocoder:"]
     for row in result["vocoder_autocast"]:
         audio = row["audio"]
         lines.append(
@@ -315,11 +319,21 @@ def render(result: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def serving_device(spec: str) -> torch.device:
+    """`--device`: auto is the serving platform's device."""
+    if spec == "auto":
+        from vllm_omni_token2wav import platforms
+
+        return platforms.current_omni_platform.torch_device()
+    return torch.device(spec)
+
+
 def execute(args: argparse.Namespace) -> int:
     """The run `python -m benchmarks.token2wav_precision` starts (its options: `cli.py` beside this module)."""
-    env = run_environment(torch.device("cpu"), args.threads)
+    device = serving_device(args.device)
+    env = run_environment(device, args.threads)
     with torch_threads(args.threads), torch.inference_mode():
-        measured = measure(args)
+        measured = measure(args, device)
     env["loadavg_end"] = load_average()
     result = {
         "schema": "vllm-omni/token2wav-precision/1",

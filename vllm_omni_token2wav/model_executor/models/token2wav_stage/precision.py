@@ -27,7 +27,10 @@ from typing import Any
 
 import torch
 
+from vllm_omni_token2wav.logger import init_logger
 from vllm_omni_token2wav.platforms import DeviceSpec
+
+logger = init_logger(__name__)
 
 DTYPE_OPTION = "token2wav_dtype"
 FLOAT16_OPTION = "token2wav_float16"
@@ -120,7 +123,17 @@ def resolve_flow_dtype(requested: torch.dtype | None, device: DeviceSpec, platfo
         device_type = torch.device(device).type
     if device_type == "cpu":
         return torch.float32
-    return platform.default_flow_dtype()
+    chosen = platform.default_flow_dtype()
+    if chosen != torch.float32:
+        logger.info(
+            "token2wav flow in %s on %s (%s's default, %s: auto); %s: float32 keeps it in fp32",
+            dtype_name(chosen),
+            device_type,
+            type(platform).__name__,
+            DTYPE_OPTION,
+            DTYPE_OPTION,
+        )
+    return chosen
 
 
 __all__ = [
