@@ -8,6 +8,7 @@ default must come from the platform object, so a fake CUDA / NPU platform is eno
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -175,3 +176,39 @@ def test_an_explicit_kv_dtype_still_wins_over_the_flows() -> None:
     kept = CosyVoice3Code2Wav(model=folder, device="cpu", flow_dtype="float16", kv_cache_dtype="float32")
     kept.load_weights([])
     assert kept.backend.kv_dtype == torch.float32  # type: ignore[attr-defined]
+
+
+class _OneCudaPlatform(CudaDevicePlatform):
+    """CUDA platform that answers without a GPU (device index 0)."""
+
+    def current_device_index(self) -> int | None:
+        return 0
+
+
+@pytest.mark.parametrize("family", ["minicpmo_4_5", "step_audio2", "cosyvoice3"])
+def test_every_familys_stage_hands_the_platform_default_or_the_explicit_dtype_to_its_facade(
+    family: str, serve_on: Any, tmp_path: Path
+) -> None:
+    from vllm_omni_token2wav.model_executor.models.cosyvoice3.cosyvoice3_code2wav import CosyVoice3Code2Wav
+    from vllm_omni_token2wav.model_executor.models.minicpmo_4_5.minicpmo_4_5_code2wav import MiniCPMO45Code2Wav
+    from vllm_omni_token2wav.model_executor.models.standin.cosyvoice3_dir import ensure_standin_cosyvoice3_dir
+    from vllm_omni_token2wav.model_executor.models.standin.token2wav_dir import ensure_standin_token2wav_dir
+    from vllm_omni_token2wav.model_executor.models.step_audio2.step_audio2_token2wav_stage import (
+        StepAudio2Token2WavForConditionalGeneration,
+    )
+
+    serve_on(_OneCudaPlatform())
+    shipped = tmp_path / "model"  # laid out as Step-Audio2 / MiniCPM-o ship it: the token2wav folder inside
+    shipped.mkdir()
+    (shipped / "token2wav").symlink_to(ensure_standin_token2wav_dir(reduced=True))
+    stage_class, folder = {
+        "minicpmo_4_5": (MiniCPMO45Code2Wav, shipped),
+        "step_audio2": (StepAudio2Token2WavForConditionalGeneration, shipped),
+        "cosyvoice3": (CosyVoice3Code2Wav, ensure_standin_cosyvoice3_dir(reduced=True)),
+    }[family]
+    # construction loads no model (nothing touches the absent GPU); the CPU speaker backend, no budget
+    common = {"model": str(folder), "spk_backend": "onnxruntime", "memory_budget": "off"}
+    for given, expected in ({}, torch.float16), ({"flow_dtype": "float32"}, torch.float32):
+        stage = stage_class(**common, **given)
+        assert stage.options.flow_dtype == expected and stage.backend.core.flow_dtype == expected, given
+        assert stage.backend.core.device.type == "cuda"
