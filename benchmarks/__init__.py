@@ -40,6 +40,7 @@ DEV_BENCHMARKS: tuple[str, ...] = (
     "prompt_path",
     "audio_frontend",
     "code2wav_replicas",
+    "token2wav_precision",
 )
 
 

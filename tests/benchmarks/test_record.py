@@ -23,7 +23,14 @@ FORMER_SCRIPTS = (
     "token2wav_serve",
 )
 #: Recorders added since (`bench engine-ab`, `bench token2wav-serve --engine --soak`, the memory budget, replicas).
-NEW_RECORDERS = ("engine_ab", "token2wav_serve_soak", "upstream_audio", "token2wav_memory_budget", "code2wav_replicas")
+NEW_RECORDERS = (
+    "engine_ab",
+    "token2wav_serve_soak",
+    "upstream_audio",
+    "token2wav_memory_budget",
+    "code2wav_replicas",
+    "token2wav_precision",
+)
 
 
 @pytest.fixture

@@ -84,6 +84,16 @@ class DevicePlatform:
         """`torch.cuda` / `torch.npu` / `torch.cpu`."""
         return torch.cpu
 
+    def default_flow_dtype(self) -> torch.dtype:
+        """The dtype a Token2Wav flow runs in when the deployment does not choose one (`token2wav_dtype: auto`).
+
+        float32 here and on CPU: a CPU has no reduced-precision matrix units to gain from (bf16 / fp16 GEMMs
+        there run through conversions), so reduced precision would only cost accuracy. Accelerator
+        platforms answer a reduced dtype (`CudaDevicePlatform`, `NpuDevicePlatform`); the measured bound per
+        family is in docs/benchmarks/token2wav_precision.md.
+        """
+        return torch.float32
+
     def device_graph_api(self) -> DeviceGraphApi | None:
         """The graph-capture runtime of this platform, or None where work runs eagerly (CPU).
 

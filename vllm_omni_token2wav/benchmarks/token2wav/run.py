@@ -484,7 +484,7 @@ class Token2WavBenchmark:
             "device_speaker": device_path.name,
             "ort_speaker": ort.name,
             "speech_tokenizer": core.speech_tokenizer.name,
-            "flow_dtype": "fp16" if core.float16 else "fp32",
+            "flow_dtype": core.flow_dtype_name,
         }
         prompt = prompt_audio(cfg.prompt_seconds)
         self._measure_prompt_path(core, prompt, {"ort": ort, "device": device_path, "cached": serving}, note, sync)

@@ -78,7 +78,8 @@ def load_checked(
     weights_path: Path,
     *,
     device: torch.device | str | None,
-    float16: bool,
+    float16: bool = False,
+    dtype: torch.dtype | None = None,
     against: str,
     hint: str,
     what: str,
@@ -86,7 +87,8 @@ def load_checked(
     """Load `weights_path` into `model` strictly and move it to `device` in eval mode; returns `model`.
 
     `float16` halves the model first (the reference's fp16 mode: fp16 weights load into fp16
-    parameters). `device` None means the platform's serving device. Layout errors name the file, the
+    parameters); `dtype` (float32, float16 or bfloat16) does the same for any of them and wins over
+    `float16`. `device` None means the platform's serving device. Layout errors name the file, the
     tensor and `against` (what the model was built from), with `hint` as the likely fix. A model built
     on the meta device (allowed only when the state_dict holds all of its tensors: no non-persistent
     buffers) is materialised after the layout check, so a wrong file fails before any allocation.
@@ -100,8 +102,11 @@ def load_checked(
 
     target = torch.device(device) if device is not None else platforms.current_omni_platform.torch_device()
     start = time.perf_counter()
-    if float16:
-        model.half()
+    target_dtype = dtype if dtype is not None else (torch.float16 if float16 else torch.float32)
+    if target_dtype not in (torch.float32, torch.float16, torch.bfloat16):
+        raise ValueError(f"{what}: dtype must be float32, float16 or bfloat16, got {target_dtype}")
+    if target_dtype != torch.float32:
+        model.to(dtype=target_dtype)  # floating parameters and buffers, as .half() does
     state = read_state_dict(weights_path)
     check_state_dict_layout(state, model.state_dict(), source=str(weights_path), against=against, hint=hint)
     if any(t.is_meta for t in model.state_dict().values()):
@@ -115,7 +120,7 @@ def load_checked(
         what,
         weights_path,
         target,
-        "float16" if float16 else "float32",
+        str(target_dtype).removeprefix("torch."),
         time.perf_counter() - start,
     )
     return model

@@ -22,6 +22,13 @@ class NpuDevicePlatform(DevicePlatform):
         # `torch.npu` only exists after `import torch_npu`, which detection already did.
         return torch.npu  # type: ignore[attr-defined]
 
+    def default_flow_dtype(self) -> torch.dtype:
+        """float16: the dtype every Ascend generation computes natively (the 310P and 910A cube units have
+        no bf16), with 3 more mantissa bits than bf16 (docs/benchmarks/token2wav_precision.md); vLLM-Omni's
+        own NPU code2wav also refuses a bf16 attention cache. `token2wav_dtype: bfloat16` on a 910B if a
+        checkpoint overflows fp16."""
+        return torch.float16
+
     def device_graph_api(self) -> DeviceGraphApi | None:
         """NPU graphs: `torch.npu.NPUGraph` captured with `torch.npu.graph` (torch_npu >= 2.1).
 

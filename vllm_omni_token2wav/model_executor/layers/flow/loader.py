@@ -89,6 +89,7 @@ def load_flow(
     *,
     device: torch.device | str | None = None,
     float16: bool = False,
+    dtype: torch.dtype | None = None,
     noise_seed: int = 0,
 ) -> CausalMaskedDiffWithXvec:
     """Build and load the flow model from a token2wav directory or a `(flow.yaml, flow.pt)` pair.
@@ -103,6 +104,7 @@ def load_flow(
         pt_path,
         device=device,
         float16=float16,
+        dtype=dtype,
         against=yaml_path.name,
         hint=f"is this the flow.pt that belongs to this {yaml_path.name}?",
         what="flow model",

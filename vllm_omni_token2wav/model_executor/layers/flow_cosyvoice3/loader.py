@@ -95,6 +95,7 @@ def load_flow(
     *,
     device: torch.device | str | None = None,
     float16: bool = False,
+    dtype: torch.dtype | None = None,
     config: CosyVoice3FlowConfig | None = None,
 ) -> CausalMaskedDiffWithDiT:
     """Build and load the flow from a model directory or a `(cosyvoice3.yaml or None, flow.pt)` pair.
@@ -119,6 +120,7 @@ def load_flow(
         pt_path,
         device=device,
         float16=float16,
+        dtype=dtype,
         against=against,
         hint="is this CosyVoice3's flow.pt (CausalMaskedDiffWithDiT), with the cosyvoice3.yaml of the same model?",
         what="CosyVoice3 flow",

@@ -70,7 +70,7 @@ class CosyVoice3Code2Wav(Token2WavStageModel):
         self.check_no_variant(opts)  # CosyVoice3 has no token2wav variants
         return CosyVoice3Token2Wav(
             folder,
-            float16=opts.float16,
+            flow_dtype=opts.flow_dtype,
             device=opts.device,
             n_timesteps=opts.n_timesteps,
             seed=opts.seed,

@@ -118,6 +118,7 @@ class CosyVoice3Token2Wav(Token2WavFacade):
     Args:
         model_path: the Fun-CosyVoice3 directory (`campplus.onnx`, `flow.pt`, `hift.pt`, `cosyvoice3.yaml`).
         float16: run the flow in fp16 (speaker path and vocoder stay fp32).
+        flow_dtype: the flow's dtype (float32 / float16 / bfloat16; None: from `float16`), `Token2WavFacade`.
         device: serving device; None means the platform's serving device (resolved on first use).
         n_timesteps: flow-matching Euler steps.
         prompt_cache_size: entries of the prompt-feature LRU (0 disables storing).
@@ -137,6 +138,7 @@ class CosyVoice3Token2Wav(Token2WavFacade):
         model_path: str | Path,
         *,
         float16: bool = False,
+        flow_dtype: torch.dtype | None = None,
         device: DeviceSpec = None,
         n_timesteps: int = 10,
         prompt_cache_size: int = DEFAULT_PROMPT_CACHE_SIZE,
@@ -150,6 +152,7 @@ class CosyVoice3Token2Wav(Token2WavFacade):
         super().__init__(
             model_path,
             float16=float16,
+            flow_dtype=flow_dtype,
             device=device,
             n_timesteps=n_timesteps,
             prompt_cache_size=prompt_cache_size,
@@ -184,15 +187,16 @@ class CosyVoice3Token2Wav(Token2WavFacade):
         )
 
         device = self.device
-        flow = load_flow(self.model_path, device=device, float16=self.float16)
+        flow = load_flow(self.model_path, device=device, dtype=self.flow_dtype)
         hift = load_causal_hift(self.asset_path(self.assets.hift), device=device)
         config_path = self.model_path / str(self.assets.flow_config)
         if config_path.is_file():
             declared = hift_config_from_yaml(config_path)
             if declared is not None:
                 check_hift_yaml(declared, hift.config, str(config_path))
-        precision = "fp16" if self.float16 else "fp32"
-        logger.info("%s: flow (%s) and causal HiFT loaded on %s", type(self).__name__, precision, device)
+        logger.info(
+            "%s: flow (%s) and causal HiFT (float32) loaded on %s", type(self).__name__, self.flow_dtype_name, device
+        )
         self._models = CosyVoice3Models(flow, hift, CausalHiFTStreamer(hift, COSYVOICE3_STREAM))
 
     @property

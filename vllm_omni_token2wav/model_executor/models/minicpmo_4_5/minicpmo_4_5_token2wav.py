@@ -82,11 +82,13 @@ class MiniCPMO45Token2wav(MiniCPMO45Token2WavCore):
         stream_lookahead: Lookahead | None = None,
         conformer_trim: ConformerTrim | None = None,
         seed: int = 0,
+        flow_dtype: torch.dtype | None = None,
     ) -> None:
         self.variant = MiniCPMOVariant.parse(variant)
         super().__init__(
             model_path,
             float16=float16,
+            flow_dtype=flow_dtype,
             device=resolve_token2wav_device(device),
             n_timesteps=n_timesteps,
             prompt_cache_size=prompt_cache_size,

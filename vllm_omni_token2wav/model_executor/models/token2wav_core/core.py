@@ -138,6 +138,7 @@ class Token2WavCore(Token2WavFacade):
         model_path: token2wav directory (`campplus.onnx`, `speech_tokenizer_v2_25hz.onnx`,
             `flow.yaml`, `flow.pt`, `hift.pt`).
         float16: run the flow model in fp16 (the speaker path, tokenizer and HiFT stay fp32).
+        flow_dtype: the flow's dtype (float32 / float16 / bfloat16; None: from `float16`), `Token2WavFacade`.
         device: serving device; None means the platform's serving device (resolved on first use).
         n_timesteps: flow-matching Euler steps for synthesis (10 as upstream; 5 halves the flow cost).
         prompt_cache_size: entries of the prompt-feature LRU (0 disables storing).
@@ -174,6 +175,7 @@ class Token2WavCore(Token2WavFacade):
         model_path: str | Path,
         *,
         float16: bool = False,
+        flow_dtype: torch.dtype | None = None,
         device: DeviceSpec = None,
         n_timesteps: int = 10,
         prompt_cache_size: int = DEFAULT_PROMPT_CACHE_SIZE,
@@ -206,6 +208,7 @@ class Token2WavCore(Token2WavFacade):
         super().__init__(
             model_path,
             float16=float16,
+            flow_dtype=flow_dtype,
             device=device,
             n_timesteps=n_timesteps,
             prompt_cache_size=prompt_cache_size,
@@ -268,7 +271,7 @@ class Token2WavCore(Token2WavFacade):
             device=device,
         )
         flow = load_flow(
-            (self.asset_path(config_name), self.asset_path(self.assets.flow)), device=device, float16=self.float16
+            (self.asset_path(config_name), self.asset_path(self.assets.flow)), device=device, dtype=self.flow_dtype
         )
         hift_path = self.asset_path(self.assets.hift)
         if self.vocoder_kind is VocoderKind.CAUSAL_HIFT:
@@ -290,7 +293,7 @@ class Token2WavCore(Token2WavFacade):
             type(self).__name__,
             device,
             tokenizer.name,
-            "fp16" if self.float16 else "fp32",
+            self.flow_dtype_name,
             stream_vocoder.name,
         )
 

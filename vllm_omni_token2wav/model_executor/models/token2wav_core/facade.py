@@ -57,13 +57,30 @@ if TYPE_CHECKING:
 
 DEFAULT_PROMPT_CACHE_SIZE = 16
 
+#: The flow dtypes a facade accepts.
+FLOW_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def facade_flow_dtype(float16: bool, flow_dtype: torch.dtype | None) -> torch.dtype:
+    """The flow's dtype from upstream's `float16` flag and the explicit `flow_dtype` (which wins; a clash raises)."""
+    if flow_dtype is None:
+        return torch.float16 if float16 else torch.float32
+    if flow_dtype not in FLOW_DTYPES:
+        raise ValueError(f"flow_dtype must be one of float32, float16, bfloat16, got {flow_dtype!r}")
+    if float16 and flow_dtype != torch.float16:
+        raise ValueError(f"float16=True contradicts flow_dtype={flow_dtype}; pass one of them")
+    return flow_dtype
+
 
 class Token2WavFacade(abc.ABC):
     """What every Token2Wav facade owns and forwards (see the module table); families subclass it.
 
     Args:
         model_path: the family's asset folder.
-        float16: run the flow in fp16 (the speaker path and the vocoder stay fp32).
+        float16: run the flow in fp16 (the speaker path and the vocoder stay fp32); shorthand for
+            `flow_dtype=torch.float16` (upstream's argument).
+        flow_dtype: the flow's dtype (float32, float16 or bfloat16; None: fp16 with `float16`, else fp32).
+            The serving stage picks it per platform (`token2wav_dtype`, `token2wav_stage/precision.py`).
         device: serving device; None means the platform's serving device (resolved on first use).
         n_timesteps: flow-matching Euler steps for synthesis.
         prompt_cache_size: entries of the prompt-feature LRU (0 disables storing).
@@ -86,6 +103,7 @@ class Token2WavFacade(abc.ABC):
         model_path: str | Path,
         *,
         float16: bool = False,
+        flow_dtype: torch.dtype | None = None,
         device: DeviceSpec = None,
         n_timesteps: int = 10,
         prompt_cache_size: int = DEFAULT_PROMPT_CACHE_SIZE,
@@ -99,7 +117,7 @@ class Token2WavFacade(abc.ABC):
         if isinstance(n_timesteps, bool) or not isinstance(n_timesteps, int) or n_timesteps < 1:
             raise ValueError(f"n_timesteps must be an int >= 1, got {n_timesteps!r}")
         self.model_path = Path(model_path)
-        self.float16 = bool(float16)
+        self.flow_dtype = facade_flow_dtype(float16, flow_dtype)
         self.n_timesteps = n_timesteps
         self.ort_intra_op_threads = ort_intra_op_threads
         self.spk_seg_pool_mode = check_seg_pool_mode(spk_seg_pool_mode)
@@ -125,6 +143,16 @@ class Token2WavFacade(abc.ABC):
         )
 
     # ---- configuration ---------------------------------------------------------------------
+
+    @property
+    def float16(self) -> bool:
+        """Whether the flow runs in fp16 (upstream's attribute; `flow_dtype` says which reduced dtype)."""
+        return self.flow_dtype == torch.float16
+
+    @property
+    def flow_dtype_name(self) -> str:
+        """`float32`, `float16` or `bfloat16` (for logs and reports)."""
+        return str(self.flow_dtype).removeprefix("torch.")
 
     @property
     def device(self) -> torch.device:
@@ -238,8 +266,8 @@ class Token2WavFacade(abc.ABC):
         """Idempotently load everything synthesis needs: check the assets, install the speaker fallback if no
         backend is installed (never replacing one, never building its ORT session), build the family's models.
 
-        Models are built by explicit dtype (fp32; the flow fp16 with `float16=True`), never through the
-        process default dtype.
+        Models are built by explicit dtype (fp32; the flow in `flow_dtype`), never through the process
+        default dtype.
         """
         if self._models_loaded:
             return

@@ -32,7 +32,7 @@ class CoreStageModel(Token2WavStageModel):
         lookahead, conformer_trim, vocoder = self.stream_rules(opts)
         return self.core_class(
             folder,
-            float16=opts.float16,
+            flow_dtype=opts.flow_dtype,
             device=opts.device,
             n_timesteps=opts.n_timesteps,
             stream_lookahead=lookahead,

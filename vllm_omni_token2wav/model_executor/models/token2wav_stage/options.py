@@ -12,7 +12,10 @@ places of a deploy YAML's stage, the later winning: the connector's `extra` (vLL
 |                     | `model_source.py`)                                                      |                  |
 | `revision`          | `vllm_config.model_config.revision` (a repo id's branch, tag or commit) | default branch   |
 | `token2wav_path`    | `model_config.hf_config.token2wav_path` (Step-Audio2 upstream)          | from `model`     |
-| `float16`           | `hf_config.token2wav_float16`, `extra["token2wav_float16"]`             | False            |
+| `flow_dtype`        | `extra["token2wav_dtype"]` (auto / float32 / float16 / bfloat16), or    | auto: fp16 on    |
+|                     | upstream's `extra["token2wav_float16"]` / `hf_config.token2wav_float16` | CUDA and NPU,    |
+|                     | (true: float16, false: float32); `precision.py`. Resolved at the end    | fp32 on CPU      |
+|                     | through the platform: never None in the options a stage receives        |                  |
 | `device`            | `vllm_config.device_config.device`                                      | platform device  |
 | `max_rows`          | `vllm_config.scheduler_config.max_num_seqs` (rows per launch)           | 32               |
 | `async_chunk`       | `vllm_config.model_config.async_chunk` (vLLM-Omni: the pipeline streams | False            |
@@ -57,7 +60,7 @@ mapped, refused with what to use instead, or one warning naming the key. The tab
 option, where vLLM-Omni reads it and what we do: docs/design/upstream_options.md.
 
 `model_config.dtype` is deliberately not used: vLLM builds stage models under a bf16/fp16 default
-dtype, and the token2wav parts are built fp32 by explicit dtype (fp16 flow only with `float16`).
+dtype, and the token2wav parts are built by explicit dtype: the flow in `flow_dtype`, the rest fp32.
 Precedence: keyword arguments given to the stage model (tests, tools) > `additional_config` >
 the connector's `extra`.
 """
@@ -73,6 +76,11 @@ import torch
 from vllm_omni_token2wav.model_executor.layers.flow.streaming import CACHE_TAIL_FRAMES
 from vllm_omni_token2wav.model_executor.models.speaker_embedding.selection import check_spk_backend_option
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.memory_budget import parse_memory_budget
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.precision import (
+    parse_flow_dtype,
+    requested_flow_dtype,
+    resolve_flow_dtype,
+)
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.store import DEFAULT_IDLE_TIMEOUT_S
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.upstream_options import read_upstream_options
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.voice import (
@@ -91,7 +99,7 @@ class StageOptions:
     revision: str | None = None
     token2wav_path: Any = None
     device: DeviceSpec = None
-    float16: bool = False
+    flow_dtype: torch.dtype | None = None  # None: auto (`stage_options` resolves it through the platform)
     n_timesteps: int = 10
     reference_seconds: float = DEFAULT_REFERENCE_SECONDS
     prompt_wav: Any = None
@@ -136,6 +144,11 @@ class StageOptions:
             raise ValueError(
                 f"token2wav_final_chunk must be 'block_causal' or 'full_attention', got {self.final_chunk!r}"
             )
+
+    @property
+    def float16(self) -> bool:
+        """Whether the flow runs in fp16 (upstream's `token2wav_float16`)."""
+        return self.flow_dtype == torch.float16
 
     @property
     def stream_limit(self) -> int | None:
@@ -209,7 +222,7 @@ def stage_options(vllm_config: Any, overrides: Mapping[str, Any], *, family: str
         "revision": _attr(vllm_config, "model_config", "revision"),
         "token2wav_path": getattr(hf, "token2wav_path", None),
         "device": device,
-        "float16": bool(getattr(hf, "token2wav_float16", False) or extra.get("token2wav_float16", False)),
+        "flow_dtype": requested_flow_dtype(extra, hf),
         "n_timesteps": int(extra.get("token2wav_n_timesteps", 10)),
         "reference_seconds": float(extra.get("ref_audio_max_seconds", DEFAULT_REFERENCE_SECONDS)),
         "prompt_wav": extra.get("prompt_wav"),
@@ -241,9 +254,16 @@ def stage_options(vllm_config: Any, overrides: Mapping[str, Any], *, family: str
         raise TypeError(f"unknown token2wav stage option(s) {unknown}; known: {sorted(known)}")
     options = StageOptions(**values)
     upstream.log()
-    convert = {"kv_cache_dtype": kv_dtype, "device_graphs": graphs_switch, "memory_budget": parse_memory_budget}
+    convert = {
+        "kv_cache_dtype": kv_dtype,
+        "device_graphs": graphs_switch,
+        "memory_budget": parse_memory_budget,
+        "flow_dtype": parse_flow_dtype,
+    }
     given = {k: convert[k](v) if k in convert else v for k, v in overrides.items()}
-    return replace(options, **given) if given else options
+    options = replace(options, **given) if given else options
+    # auto follows the serving device's platform (float32 on CPU, reduced precision on CUDA / NPU)
+    return replace(options, flow_dtype=resolve_flow_dtype(options.flow_dtype, options.device))
 
 
 __all__ = ["StageOptions", "graphs_switch", "kv_dtype", "stage_options"]
