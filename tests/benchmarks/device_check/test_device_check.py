@@ -245,6 +245,24 @@ def test_smoke_with_fake_graphs_replays_the_stage_from_graphs(tmp_path: Path) ->
     assert {"flow-estimator.seg00", "hift"} <= listed
 
 
+def test_smoke_with_fake_graphs_replays_cosyvoice3_exactly(tmp_path: Path) -> None:
+    """The CosyVoice3 section's graph arms replay (flow pieces and the causal HiFT decoder) and stay exact."""
+    api, _ = fake_graph_api()
+    config = dc.CheckConfig(device="cpu", smoke=True, out_dir=tmp_path, sections=("cosyvoice3_assets", "cosyvoice3"))
+    report = dc.run_device_check(config, graph_api=api, log=lambda _: None)
+    sections = report.document["sections"]
+    assert {e["status"] for e in sections.values()} == {"ok"}, {k: e["error"] for k, e in sections.items()}
+    cv3 = sections["cosyvoice3"]["result"]
+    assert cv3["graphs_available"] == {"float32": True, "reduced": True}
+    graphs = {row["arm"]: row for row in cv3["accuracy"]["rows"]}["float32 graphs"]
+    assert graphs["graph_counters"]["replays"] > 0 and graphs["graph_counters"]["graph_runtime"] == "fake-graph"
+    assert graphs["whole"]["max_abs"] == 0.0 and graphs["worst_chunk_max_abs"] == 0.0  # replay == eager, bit for bit
+    rows = cv3["rows"]
+    assert all(r["replays"] > 0 for r in rows if r["graphs"])
+    assert all(r["replays"] == 0 for r in rows if not r["graphs"])
+    assert all(not r["stopped"] and r["audio_s"] > 0 for r in rows)
+
+
 # ---------------------------------------------------------------------------------------------
 # The runner's rules, on small sections
 # ---------------------------------------------------------------------------------------------

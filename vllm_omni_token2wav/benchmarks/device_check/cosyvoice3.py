@@ -60,9 +60,12 @@ class Cv3Sizes:
 
 SIZES: Final = Cv3Sizes((1, 8, 32), 100, (1, 10, 20), 10, 10.0)
 SMOKE_SIZES: Final = Cv3Sizes((1, 2), 40, (1, 2, 3), 2, 2.0)
-#: Stage options per precision arm. Float32 is explicit (the default follows the platform); "reduced" is
-#: the reduced precision the stage uses by default on accelerators.
-PRECISIONS: Final[dict[str, dict[str, Any]]] = {"float32": {"float16": False}, "reduced": {"float16": True}}
+#: Stage options per precision arm (`flow_dtype`, the keyword form of `token2wav_dtype`). Float32 is explicit
+#: (`auto` follows the platform); "reduced" is what `auto` picks on CUDA and NPU (`token2wav_stage/precision.py`).
+PRECISIONS: Final[dict[str, dict[str, Any]]] = {
+    "float32": {"flow_dtype": "float32"},
+    "reduced": {"flow_dtype": "float16"},
+}
 #: The producer's hops (`chunk_producer.py`): first 25 + pad, then doubling up to this many tokens.
 CHUNK_TOKENS: Final = 25
 MAX_HOP_TOKENS: Final = 100
