@@ -41,10 +41,17 @@ from vllm_omni_token2wav.model_executor.models.token2wav_core.prompt_features im
 from vllm_omni_token2wav.model_executor.models.token2wav_core.stream_vocoder import VocoderChunk
 from vllm_omni_token2wav.model_executor.models.token2wav_core.synthesis import (
     StreamCaches,
+    Utterance,
     open_stream,
     synthesize_utterance,
+    synthesize_utterances,
 )
-from vllm_omni_token2wav.model_executor.models.token2wav_stage.backend import ChunkShape, ChunkWork, StreamBytes
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.backend import (
+    ChunkShape,
+    ChunkWork,
+    StreamBytes,
+    WholeWork,
+)
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.voice import VOICE_SAMPLE_RATE
 from vllm_omni_token2wav.platforms.device_graphs import FROM_PLATFORM
 
@@ -182,6 +189,20 @@ class CosyVoice2Backend:
             core.flow, core.hift, voice.features, ids, n_timesteps=core.n_timesteps, generator=generator
         )
         return audio.reshape(-1)
+
+    def whole_rows(self, works: Sequence[WholeWork[CosyVoice2Voice]]) -> list[torch.Tensor]:
+        """Several whole utterances (Step-Audio2's sync path), the flow's CFM in one launch, each equal to `whole`."""
+        core = self.core
+        rows = [
+            Utterance(
+                w.voice.features,
+                core.speech_token_ids(list(w.tokens), "token2wav"),
+                torch.Generator(device=core.device).manual_seed(int(w.seed)),
+            )
+            for w in works
+        ]
+        audio = synthesize_utterances(core.flow, core.hift, rows, n_timesteps=core.n_timesteps)
+        return [a.reshape(-1) for a in audio]
 
     # ---- memory -----------------------------------------------------------------------------------
 
