@@ -439,12 +439,27 @@ def test_whole_utterances_of_a_step_share_launches_and_each_equals_its_run_alone
         assert got.shape == want.shape, i
         assert float((got - want).abs().max()) <= 1e-5, f"w{i}: max |batched - alone| {(got - want).abs().max():.3g}"
 
-    # one bad row fails alone (the launch is re-run row by row); the others still get the same audio
+    # a bad id is refused at admission (`check_whole`): the other rows still share one launch, with the same audio
     calls.clear()
     bad = ("bad", [1, 2, 6561, 4] * 5, rows[0][2])
     audio, errors = _whole_step(stage, [rows[0], bad, rows[2], rows[3]])
     assert errors[0] is None and errors[2] is None and errors[3] is None
     assert errors[1] is not None and "6561" in errors[1] and audio[1].numel() == 0
-    assert calls[0] == ("rows", 4) and len(calls) == 5  # the launch, then each row alone
+    assert calls == [("rows", 3)]
     for got, want in zip((audio[0], audio[2], audio[3]), (alone[0], alone[2], alone[3]), strict=True):
         assert float((got - want).abs().max()) <= 1e-5
+
+    # a launch that raises (a device fault) is re-run row by row: only the row that fails alone loses its audio
+    def faulty(works: list[Any]) -> list[torch.Tensor]:
+        calls.append(("rows", len(works)))
+        if any(w.tokens == tuple(rows[1][1]) for w in works):
+            raise RuntimeError("device fault")
+        return whole_rows(works)
+
+    monkeypatch.setattr(backend, "whole_rows", faulty)
+    calls.clear()
+    audio, errors = _whole_step(stage, rows)
+    assert calls == [("rows", 4)] + [("rows", 1)] * 4
+    assert errors[1] is not None and "device fault" in errors[1] and audio[1].numel() == 0
+    for i in (0, 2, 3):
+        assert errors[i] is None and float((audio[i] - alone[i]).abs().max()) <= 1e-5

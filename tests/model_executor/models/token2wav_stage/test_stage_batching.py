@@ -358,5 +358,6 @@ def test_step_audio2_whole_utterances_of_a_step_share_one_launch_and_each_equals
     bad = ("bad", [3, 7, 10**5, 9] * 4, None)
     audio, errors = step(batched, [rows[0], bad, rows[2]])
     assert errors[0] is None and errors[2] is None and errors[1] is not None and audio[1].numel() == 0
+    assert "100000" in errors[1] and calls == [2]  # refused at admission (`check_whole`): the others share a launch
     for got, want in ((audio[0], alone[0]), (audio[2], alone[2])):
         assert float((got - want).abs().max()) <= TOLERANCE

@@ -242,6 +242,10 @@ def test_whole_utterances_run_alone_without_state() -> None:
 class BatchingWholeBackend(FakeBackend):
     """A backend with `whole_rows`: several whole utterances per launch (a poisoned row fails the launch)."""
 
+    def check_whole(self, voice: object, tokens: Sequence[int]) -> None:
+        if any(t < 0 for t in tokens):
+            raise ValueError(f"negative token {min(tokens)}")
+
     def whole_rows(self, works: Sequence[WholeWork]) -> list[torch.Tensor]:
         self.launches.append(("whole", tuple(w.tokens[0] for w in works)))
         if any(POISON_FLOW in w.tokens for w in works):
@@ -267,6 +271,10 @@ def test_whole_utterances_share_launches_of_at_most_max_rows_and_a_failure_is_re
     assert backend.launches == [("whole", (10, 20, 12)), ("whole", (10,)), ("whole", (20,)), ("whole", (12,))]
     assert out[1].error is not None and "whole kernel exploded" in out[1].error
     assert _audio(out[0])[1:] == [10.0, 0.0] and _audio(out[2])[1:] == [12.0, 2.0]
+
+    backend.launches.clear()  # what `check_whole` refuses never reaches a launch
+    out = engine.step([wholes[0], Segment(1, "n", "n", SegmentKind.WHOLE, (30, -4)), wholes[2]])
+    assert backend.launches == [("whole", (10, 12))] and out[1].error == "request n: negative token -4"
 
 
 def test_without_whole_rows_each_whole_utterance_is_its_own_launch() -> None:

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import torch
 
 from vllm_omni_token2wav.model_executor.layers.flow_cosyvoice3 import FlowStreamState, plan_chunk
-from vllm_omni_token2wav.model_executor.layers.flow_cosyvoice3.noise import check_noise
+from vllm_omni_token2wav.model_executor.layers.flow_cosyvoice3.noise import NOISE_FRAMES, check_noise
 from vllm_omni_token2wav.model_executor.layers.hift_causal.batched import push_key
 from vllm_omni_token2wav.model_executor.models.cosyvoice3.cosyvoice3_token2wav import CosyVoice3Token2Wav
 from vllm_omni_token2wav.model_executor.models.cosyvoice3.prompt import CosyVoice3Prompt, token_ids
@@ -199,6 +199,17 @@ class CosyVoice3Backend:
             core.flow, core.hift, voice.prompt, ids, n_timesteps=core.n_timesteps, noise_seed=int(seed)
         )
         return audio.reshape(-1)
+
+    def check_whole(self, voice: CosyVoice3Voice, tokens: Sequence[int]) -> None:
+        """Before any launch: ids in [0, 6561) and prompt + generated frames within the noise table (ValueError)."""
+        ids = token_ids(list(tokens), "tokens")
+        prompt = int(voice.prompt.num_tokens)
+        frames = self.core.flow.config.token_mel_ratio * (prompt + ids.shape[1])
+        if frames > NOISE_FRAMES:
+            raise ValueError(
+                f"a whole utterance of {ids.shape[1]} tokens after a {prompt}-token prompt needs {frames} mel frames, "
+                f"more than the flow's {NOISE_FRAMES}-frame noise table (300 s): split it"
+            )
 
     def whole_rows(self, works: Sequence[WholeWork[CosyVoice3Voice]]) -> list[torch.Tensor]:
         """Several whole utterances in one flow launch, each row's audio equal to `whole` of it alone."""

@@ -33,7 +33,9 @@ mix them up:
 |                                     | equal to `whole` of it alone; without it they run one by one    |
 | `stream_bytes(caches, voice)`       | memory a stream holds on its own vs. shares with its voice      |
 
-Optional: `estimate_stream_bytes(voice, tokens) -> int`, a stream's own bytes after `tokens` received
+Optional: `check_whole(voice, tokens)`, raising ValueError (naming the limit) for a whole utterance that cannot
+run, called at admission so that a bad row never fails a shared `whole_rows` launch. Optional:
+`estimate_stream_bytes(voice, tokens) -> int`, a stream's own bytes after `tokens` received
 tokens, computed before the stream exists (the memory budget's admission estimate, `memory_budget.py`;
 CosyVoice3 has it). Without it the executor uses the own bytes per token it measured on committed streams.
 

@@ -587,6 +587,12 @@ class Token2WavStepExecutor:
             seed = seg.seed if seg.seed is not None else self.noise_seed(seg.request_id, 0)
             if not seg.tokens:
                 raise ChunkRejectedError(f"request {seg.request_id}: a whole utterance without speech tokens")
+            check = getattr(self.backend, "check_whole", None)
+            if check is not None:  # before any launch: a bad row must not fail a shared one
+                try:
+                    check(voice, seg.tokens)
+                except ValueError as exc:
+                    raise ChunkRejectedError(f"request {seg.request_id}: {exc}") from exc
             self.last_seeds[seg.key] = seed
             return _Item(seg, "whole", voice_key=voice_key, voice=voice, seed=seed)
         assert seg.chunk is not None
