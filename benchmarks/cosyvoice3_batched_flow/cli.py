@@ -7,6 +7,7 @@ Runs `benchmarks.cosyvoice3_batched_flow.run` on the seeded CosyVoice3 stand-in 
 
     python -m benchmarks.cosyvoice3_batched_flow --chunks 5                      # reduced, B = 1, 2, 4, 8
     python -m benchmarks.cosyvoice3_batched_flow --full --rows 1 4 --chunks 3 --n-timesteps 1
+    python -m benchmarks.cosyvoice3_batched_flow --whole --rows 1 2 4 --chunks 5 --hop 100   # whole utterances
 
 Exit codes: 0 done; 2 usage error. This module only parses options; torch is imported inside `run`.
 """
@@ -30,6 +31,11 @@ class BatchedFlowSubcommand:
         parser.add_argument("--hop", type=int, default=25, help="speech tokens per chunk after the first hop")
         parser.add_argument("--n-timesteps", type=int, default=10, help="flow-matching Euler steps")
         parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+        parser.add_argument(
+            "--whole",
+            action="store_true",
+            help="whole utterances (sync path): B of --hop + 13 i tokens in one launch vs B calls; --chunks repeats",
+        )
         bench_cli.add_json_option(parser, None)
 
     def run(self, args: argparse.Namespace) -> int:
@@ -49,6 +55,7 @@ class BatchedFlowSubcommand:
             hop=args.hop,
             n_timesteps=args.n_timesteps,
             threads=args.threads,
+            whole=args.whole,
         )
         result = run(config)
         print("\n".join(render_lines(result)))

@@ -10,6 +10,11 @@ first hop. Process CPU time is the measure on a shared host (wall time is record
 
 The numbers recorded in `benchmarks/results/cosyvoice3_batched_flow_cpu*.json` were measured by this
 code when it was a script in `tools/` (same steps, same JSON layout).
+
+`whole=True` measures whole utterances instead (the stage's sync path): B utterances of different lengths,
+prompts and noise seeds through `whole_rows.inference_rows` (one launch) vs B `flow.inference` calls, A/B
+interleaved per repeat (`benchmarks/results/cosyvoice3_batched_flow_whole_cpu.json`). The causal HiFT runs per
+row on both sides of the stage, so only the flow is timed.
 """
 
 from __future__ import annotations
@@ -35,6 +40,8 @@ class BatchedFlowConfig:
     hop: int = 25
     n_timesteps: int = 10
     threads: int = 1
+    #: whole utterances (`chunks` repeats of `hop` + 13 i tokens for row i) instead of stream chunks
+    whole: bool = False
 
 
 def _timed(fn: Callable[..., _T], *args: Any) -> tuple[_T, float, float]:
@@ -99,6 +106,68 @@ def measure(flow: Any, rows: int, chunks: int, hop: int, n_timesteps: int) -> di
     }
 
 
+def measure_whole(flow: Any, rows: int, repeats: int, tokens: int, n_timesteps: int) -> dict[str, Any]:
+    """One row count: per repeat, B solo `flow.inference` calls (whole utterances) vs one `inference_rows` launch."""
+    from vllm_omni_token2wav.model_executor.layers.flow_cosyvoice3.whole_rows import WholeRow, inference_rows
+
+    utterances = []
+    for i in range(rows):
+        g = torch.Generator().manual_seed(i)
+        prompt_tokens = torch.randint(0, 6561, (1, 50 + 7 * i), generator=g)
+        prompt_mel = torch.randn(1, 2 * prompt_tokens.shape[1], 80, generator=g) * 0.5 - 4.0
+        spk = torch.randn(1, 192, generator=g)
+        ids = torch.randint(0, 6561, (1, tokens + 13 * i), generator=g)
+        utterances.append(WholeRow(ids, prompt_tokens, prompt_mel, spk, i))
+
+    def one_by_one() -> list[torch.Tensor]:
+        return [
+            flow.inference(
+                u.tokens,
+                u.tokens.shape[1],
+                u.prompt_tokens,
+                u.prompt_tokens.shape[1],
+                u.prompt_mel,
+                u.prompt_mel.shape[1],
+                u.embedding,
+                n_timesteps=n_timesteps,
+                noise_seed=u.noise_seed,
+            )
+            for u in utterances
+        ]
+
+    def one_launch() -> list[torch.Tensor]:
+        return inference_rows(flow, utterances, n_timesteps=n_timesteps)
+
+    out = []
+    for k in range(repeats):
+        solo_first = k % 2 == 0
+        if not solo_first:
+            batched, b_cpu, b_wall = _timed(one_launch)
+        solo, s_cpu, s_wall = _timed(one_by_one)
+        if solo_first:
+            batched, b_cpu, b_wall = _timed(one_launch)
+        diff = max(float((a - b).abs().max()) for a, b in zip(solo, batched, strict=True))
+        out.append(
+            {
+                "repeat": k + 1,
+                "solo_cpu_s": s_cpu,
+                "batched_cpu_s": b_cpu,
+                "solo_wall_s": s_wall,
+                "batched_wall_s": b_wall,
+                "max_abs_diff": diff,
+                "frames": int(sum(m.shape[-1] for m in batched)),
+            }
+        )
+    steady = out[1:] or out
+    return {
+        "rows": rows,
+        "repeats": out,
+        "median_solo_cpu_s": statistics.median(r["solo_cpu_s"] for r in steady),
+        "median_batched_cpu_s": statistics.median(r["batched_cpu_s"] for r in steady),
+        "max_abs_diff": max(r["max_abs_diff"] for r in out),
+    }
+
+
 def run(config: BatchedFlowConfig) -> dict[str, Any]:
     """Every stream count of `config` on the seeded stand-in flow (CPU), as the recorded JSON document."""
     from vllm_omni_token2wav.benchmarks.common import torch_threads
@@ -113,17 +182,24 @@ def run(config: BatchedFlowConfig) -> dict[str, Any]:
     with torch_threads(config.threads):
         flow = load_flow(ensure_standin_flow(reduced=not config.full, seed=0), device="cpu")
         with torch.inference_mode():
-            result["runs"] = [measure(flow, b, config.chunks, config.hop, config.n_timesteps) for b in config.rows]
+            if config.whole:
+                result["whole"] = True
+                result["runs"] = [
+                    measure_whole(flow, b, config.chunks, config.hop, config.n_timesteps) for b in config.rows
+                ]
+            else:
+                result["runs"] = [measure(flow, b, config.chunks, config.hop, config.n_timesteps) for b in config.rows]
     return result
 
 
 def render_lines(result: dict[str, Any]) -> list[str]:
     """One line per stream count: median CPU ms of the B solo calls and of the one launch, their ratio."""
     lines = []
+    kind = "whole " if result.get("whole") else ""
     for run_ in result["runs"]:
         solo, batched = run_["median_solo_cpu_s"], run_["median_batched_cpu_s"]
         lines.append(
-            f"rows {run_['rows']:2d}: solo {solo * 1e3:8.1f} ms CPU, one launch {batched * 1e3:8.1f} ms CPU, "
+            f"{kind}rows {run_['rows']:2d}: solo {solo * 1e3:8.1f} ms CPU, one launch {batched * 1e3:8.1f} ms CPU, "
             f"ratio {solo / batched:5.2f}, max |diff| {run_['max_abs_diff']:.1e}"
         )
     return lines

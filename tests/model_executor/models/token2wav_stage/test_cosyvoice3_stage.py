@@ -392,3 +392,74 @@ def test_the_contract_reads_cosyvoice3s_talker() -> None:
         assert not a.chunk.last and a.chunk.chunk_seq is None
         assert b.kind is SegmentKind.CHUNK and b.tokens == () and b.chunk is not None and b.chunk.last
         assert c.tokens == (1, 2, 3) and c.chunk is not None and c.chunk.last
+
+
+def _whole_step(stage: CosyVoice3Code2Wav, rows: list[tuple[str, list[int], dict[str, Any]]]) -> tuple[list, list]:  # type: ignore[type-arg]
+    """One step of whole utterances (sync path: a payload without stream meta), `(request id, tokens, embed)` each."""
+    infos = [{"embed": embed, "meta": {"finished": torch.tensor(True)}} for _, _, embed in rows]
+    out = stage(
+        torch.tensor([t for _, tokens, _ in rows for t in tokens]),
+        None,
+        runtime_additional_information=infos,
+        seq_token_counts=[len(tokens) for _, tokens, _ in rows],
+        request_ids=[rid for rid, _, _ in rows],
+    )
+    return out.multimodal_outputs[COSYVOICE3.output_key], segment_errors(out.multimodal_outputs)
+
+
+def test_whole_utterances_of_a_step_share_launches_and_each_equals_its_run_alone(
+    stages: tuple[CosyVoice3Code2Wav, CosyVoice3Code2Wav], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stage = stages[0]
+    backend = stage.executor.backend
+    calls: list[tuple[str, int]] = []
+    whole, whole_rows = backend.whole, backend.whole_rows
+    monkeypatch.setattr(backend, "whole", lambda *a: calls.append(("whole", 1)) or whole(*a))
+    monkeypatch.setattr(backend, "whole_rows", lambda works: calls.append(("rows", len(works))) or whole_rows(works))
+    rng = random.Random(7)
+    rows = []
+    for i, (voice, n) in enumerate(((1, 61), (0, 17), (2, 90), (1, 33))):  # different lengths and voices
+        tokens = [rng.randrange(6561) for _ in range(n)]
+        embed = dict(_talker_request(stage, f"w{i}", tokens, voice).chunks[0].embed or {}) if voice else {}
+        rows.append((f"w{i}", tokens, embed))
+    alone = []
+    for row in rows:
+        audio, errors = _whole_step(stage, [row])
+        assert errors == [None] and audio[0].numel() == 2 * 480 * len(row[1])
+        alone.append(audio[0])
+    assert calls == [("rows", 1)] * 4
+    launches = stage.executor.whole_launches
+
+    calls.clear()
+    audio, errors = _whole_step(stage, rows)
+    assert errors == [None] * 4
+    assert calls == [("rows", 4)] and stage.executor.whole_launches == launches + 1  # one launch instead of four
+    assert [launch.rows for launch in stage.executor.last_plan.whole] == [(0, 1, 2, 3)]
+    for i, (got, want) in enumerate(zip(audio, alone, strict=True)):
+        assert got.shape == want.shape, i
+        assert float((got - want).abs().max()) <= 1e-5, f"w{i}: max |batched - alone| {(got - want).abs().max():.3g}"
+
+    # a bad id is refused at admission (`check_whole`): the other rows still share one launch, with the same audio
+    calls.clear()
+    bad = ("bad", [1, 2, 6561, 4] * 5, rows[0][2])
+    audio, errors = _whole_step(stage, [rows[0], bad, rows[2], rows[3]])
+    assert errors[0] is None and errors[2] is None and errors[3] is None
+    assert errors[1] is not None and "6561" in errors[1] and audio[1].numel() == 0
+    assert calls == [("rows", 3)]
+    for got, want in zip((audio[0], audio[2], audio[3]), (alone[0], alone[2], alone[3]), strict=True):
+        assert float((got - want).abs().max()) <= 1e-5
+
+    # a launch that raises (a device fault) is re-run row by row: only the row that fails alone loses its audio
+    def faulty(works: list[Any]) -> list[torch.Tensor]:
+        calls.append(("rows", len(works)))
+        if any(w.tokens == tuple(rows[1][1]) for w in works):
+            raise RuntimeError("device fault")
+        return whole_rows(works)
+
+    monkeypatch.setattr(backend, "whole_rows", faulty)
+    calls.clear()
+    audio, errors = _whole_step(stage, rows)
+    assert calls == [("rows", 4)] + [("rows", 1)] * 4
+    assert errors[1] is not None and "device fault" in errors[1] and audio[1].numel() == 0
+    for i in (0, 2, 3):
+        assert errors[i] is None and float((audio[i] - alone[i]).abs().max()) <= 1e-5

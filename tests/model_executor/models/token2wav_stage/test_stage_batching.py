@@ -307,3 +307,57 @@ def test_bucket_padded_launches_give_the_unpadded_audio(
     assert all(launch.pad > 0 for launch in plan.vocoder)  # 1-3 rows -> 4
     assert all((launch.frames + launch.pad) % 64 == 0 for launch in plan.flow)
     _assert_equal_to_solo(requests, solo)
+
+
+def test_step_audio2_whole_utterances_of_a_step_share_one_launch_and_each_equals_its_run_alone(
+    model_dir: Path, voices: list[tuple[np.ndarray, int]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sync path (`async_chunk: false`): 4 whole utterances of different lengths and voices in one step run
+    in one launch (`backend.whole_rows`), each with the audio it gets alone; a bad row fails alone."""
+    batched = StepAudio2Token2WavForConditionalGeneration(model=str(model_dir), **FAST_OPTIONS)
+    solo = StepAudio2Token2WavForConditionalGeneration(model=str(model_dir), **FAST_OPTIONS)
+    rng = random.Random(11)
+
+    def info(tokens: list[int], voice: int | None) -> dict[str, object]:
+        out: dict[str, object] = {"codes": {"audio": torch.tensor(tokens)}}
+        if voice is not None:
+            out |= {"ref_audio": voices[voice][0], "ref_audio_sr": voices[voice][1]}
+        return out
+
+    rows = [
+        (f"w{i}", [rng.randrange(6561) for _ in range(n)], v)
+        for i, (n, v) in enumerate(((31, None), (8, 0), (47, 1), (19, 0)))
+    ]
+
+    def step(stage: Token2WavStageModel, rows: list[tuple[str, list[int], int | None]]) -> tuple[list, list]:  # type: ignore[type-arg]
+        out = stage(
+            torch.tensor([t for _, tokens, _ in rows for t in tokens]),
+            None,
+            seq_token_counts=[len(tokens) for _, tokens, _ in rows],
+            request_ids=[rid for rid, _, _ in rows],
+            runtime_additional_information=[info(tokens, v) for _, tokens, v in rows],
+        ).multimodal_outputs
+        return out["model_outputs"], segment_errors(out)
+
+    alone = []
+    for row in rows:
+        audio, errors = step(solo, [row])
+        assert errors == [None] and audio[0].shape == (960 * len(row[1]),)
+        alone.append(audio[0])
+    backend = batched.executor.backend
+    batched.load_weights([])
+    calls: list[int] = []
+    whole_rows = backend.whole_rows
+    monkeypatch.setattr(backend, "whole_rows", lambda works: calls.append(len(works)) or whole_rows(works))
+    audio, errors = step(batched, rows)
+    assert errors == [None] * 4 and calls == [4]  # one launch instead of four
+    for i, (got, want) in enumerate(zip(audio, alone, strict=True)):
+        assert got.shape == want.shape and float((got - want).abs().max()) <= TOLERANCE, i
+
+    calls.clear()
+    bad = ("bad", [3, 7, 10**5, 9] * 4, None)
+    audio, errors = step(batched, [rows[0], bad, rows[2]])
+    assert errors[0] is None and errors[2] is None and errors[1] is not None and audio[1].numel() == 0
+    assert "100000" in errors[1] and calls == [2]  # refused at admission (`check_whole`): the others share a launch
+    for got, want in ((audio[0], alone[0]), (audio[2], alone[2])):
+        assert float((got - want).abs().max()) <= TOLERANCE

@@ -15,7 +15,12 @@ import numpy as np
 import pytest
 import torch
 
-from vllm_omni_token2wav.model_executor.models.token2wav_stage.backend import ChunkShape, ChunkWork, StreamBytes
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.backend import (
+    ChunkShape,
+    ChunkWork,
+    StreamBytes,
+    WholeWork,
+)
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.contract import ChunkMeta, Segment, SegmentKind
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.step_executor import (
     StepExecutorConfig,
@@ -231,3 +236,49 @@ def test_whole_utterances_run_alone_without_state() -> None:
     assert _audio(out[0]) == [float(seed % 1000), 4.0, 5.0] and len(engine.store) == 1
     empty = engine.step([Segment(0, "w2", "w2", SegmentKind.WHOLE, ())])
     assert empty[0].error == "request w2: a whole utterance without speech tokens"
+
+
+@dataclass
+class BatchingWholeBackend(FakeBackend):
+    """A backend with `whole_rows`: several whole utterances per launch (a poisoned row fails the launch)."""
+
+    def check_whole(self, voice: object, tokens: Sequence[int]) -> None:
+        if any(t < 0 for t in tokens):
+            raise ValueError(f"negative token {min(tokens)}")
+
+    def whole_rows(self, works: Sequence[WholeWork]) -> list[torch.Tensor]:
+        self.launches.append(("whole", tuple(w.tokens[0] for w in works)))
+        if any(POISON_FLOW in w.tokens for w in works):
+            raise RuntimeError("whole kernel exploded")
+        return [self.whole(w.voice, w.tokens, w.seed) for w in works]
+
+
+def test_whole_utterances_share_launches_of_at_most_max_rows_and_a_failure_is_rerun_row_by_row() -> None:
+    backend = BatchingWholeBackend()
+    engine = Token2WavStepExecutor(
+        backend, StreamStore(max_streams=16), VOICE, StepExecutorConfig(reference_seconds=1.0, max_rows=3)
+    )
+    wholes = [Segment(i, f"w{i}", f"w{i}", SegmentKind.WHOLE, (10 + i, i)) for i in range(4)]
+    out = engine.step([*wholes, _seg(4, "a", 0, [1])])
+    assert backend.launches == [("flow", (1,)), ("vocoder", (1,)), ("whole", (10, 11, 12)), ("whole", (13,))]
+    assert [_audio(r)[1:] for r in out[:4]] == [[10.0 + i, float(i)] for i in range(4)]
+    assert engine.whole_launches == 2 and [launch.rows for launch in engine.last_plan.whole] == [(0, 1, 2), (3,)]
+    assert "whole    3 rows      6 tokens +0    key=whole  [w0, w1, w2]" in engine.last_plan.describe()
+
+    backend.launches.clear()
+    poisoned = Segment(1, "p", "p", SegmentKind.WHOLE, (20, POISON_FLOW))
+    out = engine.step([wholes[0], poisoned, wholes[2]])
+    assert backend.launches == [("whole", (10, 20, 12)), ("whole", (10,)), ("whole", (20,)), ("whole", (12,))]
+    assert out[1].error is not None and "whole kernel exploded" in out[1].error
+    assert _audio(out[0])[1:] == [10.0, 0.0] and _audio(out[2])[1:] == [12.0, 2.0]
+
+    backend.launches.clear()  # what `check_whole` refuses never reaches a launch
+    out = engine.step([wholes[0], Segment(1, "n", "n", SegmentKind.WHOLE, (30, -4)), wholes[2]])
+    assert backend.launches == [("whole", (10, 12))] and out[1].error == "request n: negative token -4"
+
+
+def test_without_whole_rows_each_whole_utterance_is_its_own_launch() -> None:
+    engine, backend = _engine()
+    out = engine.step([Segment(i, f"w{i}", f"w{i}", SegmentKind.WHOLE, (i + 1,)) for i in range(3)])
+    assert all(r.error is None for r in out) and engine.whole_launches == 3
+    assert [launch.rows for launch in engine.last_plan.whole] == [(0,), (1,), (2,)]

@@ -20,6 +20,7 @@ cnn `(depth, B, 2 * hidden, 2)`, att `(depth, B, heads, t, 2 * head_dim)` (keys 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from typing import cast
 
 import torch
@@ -210,10 +211,22 @@ class DiTBlock(nn.Module):
         self.conv = CausalConvBlock(hidden_size, hidden_size, 3, dtype=dtype)
         self.adaLN_modulation = nn.Sequential(nn.SiLU(), nn.Linear(hidden_size, 9 * hidden_size, dtype=dtype))  # noqa: N815
 
-    def forward(self, x: torch.Tensor, c: torch.Tensor, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        c: torch.Tensor,
+        attn_mask: torch.Tensor | None = None,
+        *,
+        attention: Callable[[torch.Tensor], torch.Tensor] | None = None,
+        conv: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    ) -> torch.Tensor:
+        """`attention` / `conv` replace `self.attn(., attn_mask)` / `self.conv` (several utterances laid end to
+        end on the time axis, `whole_rows.py`: each row attends and convolves over its own frames only)."""
         s_msa, sc_msa, g_msa, s_mlp, sc_mlp, g_mlp, s_conv, sc_conv, g_conv = self.adaLN_modulation(c).chunk(9, -1)
-        x = x + g_msa * self.attn(modulate(self.norm1(x), s_msa, sc_msa), attn_mask)
-        x = x + g_conv * self.conv(modulate(self.norm3(x), s_conv, sc_conv))
+        h = modulate(self.norm1(x), s_msa, sc_msa)
+        x = x + g_msa * (self.attn(h, attn_mask) if attention is None else attention(h))
+        h = modulate(self.norm3(x), s_conv, sc_conv)
+        x = x + g_conv * (self.conv(h) if conv is None else conv(h))
         return x + g_mlp * self.mlp(modulate(self.norm2(x), s_mlp, sc_mlp))
 
     def forward_chunk(
@@ -276,8 +289,8 @@ class DiT(nn.Module):
         self, x: torch.Tensor, mu: torch.Tensor, t: torch.Tensor, spks: torch.Tensor | None, cond: torch.Tensor | None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         parts = [x, mu]
-        if spks is not None:
-            parts.append(spks[:, :, None].expand(-1, -1, x.size(-1)))
+        if spks is not None:  # (B, C), or already per frame (B, C, T)
+            parts.append(spks if spks.dim() == 3 else spks[:, :, None].expand(-1, -1, x.size(-1)))
         if cond is not None:
             parts.append(cond)
         h = torch.cat(parts, dim=1)
@@ -300,6 +313,42 @@ class DiT(nn.Module):
         h, c = self._inputs(x, mu, t, spks, cond)
         for block in self.blocks:
             h = block(h, c, mask)
+        return self.final_layer(h, c).transpose(1, 2)
+
+    def forward_rows(
+        self,
+        x: torch.Tensor,
+        mu: torch.Tensor,
+        t: torch.Tensor,
+        spk_frames: torch.Tensor,
+        cond: torch.Tensor,
+        spans: Sequence[tuple[int, int]],
+    ) -> torch.Tensor:
+        """Several whole utterances laid end to end on the time axis (x, mu, spk_frames, cond `(B, C, N)`, row i
+        on frames `spans[i]`): every per-frame op once over all frames, attention and the causal conv branch per
+        row over its own frames, each the call `forward` makes for the row alone (an all-ones mask). Returns the
+        velocity `(B, out, N)`; each row's frames are what `forward` gives that row alone (`whole_rows.py`)."""
+        h, c = self._inputs(x, mu, t, spk_frames, cond)
+        for block in self.blocks:
+            block = cast(DiTBlock, block)
+
+            def attention(h_in: torch.Tensor, attn: DiTAttention = block.attn) -> torch.Tensor:
+                q, k, v = attn.project_qkv(h_in)
+                out = torch.zeros_like(q)
+                for s, e in spans:
+                    mask = torch.ones(q.size(0), 1, 1, e - s, dtype=torch.bool, device=q.device)
+                    out[:, :, s:e] = F.scaled_dot_product_attention(
+                        q[:, :, s:e], k[:, :, s:e], v[:, :, s:e], attn_mask=mask
+                    )
+                return attn.project_out(out)
+
+            def conv(h_in: torch.Tensor, branch: CausalConvBlock = block.conv) -> torch.Tensor:
+                out = torch.zeros_like(h_in)
+                for s, e in spans:  # zeros before each row's first frame, as alone
+                    out[:, s:e] = branch(h_in[:, s:e])
+                return out
+
+            h = block(h, c, attention=attention, conv=conv)
         return self.final_layer(h, c).transpose(1, 2)
 
     def forward_chunk(

@@ -122,7 +122,26 @@ class CausalMaskedDiffWithXvec(nn.Module):
         `prompt_feat (1, P, 80)` must hold exactly `up_rate * prompt tokens` frames (the facades
         replicate-pad the 24 kHz prompt mel to that length, as upstream).
         """
-        where = "inference"
+        mu, cond, spk, p = self.whole_inputs(
+            token, token_len, prompt_token, prompt_token_len, prompt_feat, prompt_feat_len, embedding, "inference"
+        )
+        mask = torch.ones(1, 1, mu.size(2), device=self.device, dtype=mu.dtype)
+        feat = self.decoder(mu=mu, mask=mask, spks=spk, cond=cond, n_timesteps=n_timesteps)
+        return feat[:, :, p:]
+
+    def whole_inputs(
+        self,
+        token: torch.Tensor,
+        token_len: torch.Tensor | int,
+        prompt_token: torch.Tensor,
+        prompt_token_len: torch.Tensor | int,
+        prompt_feat: torch.Tensor,
+        prompt_feat_len: torch.Tensor | int,
+        embedding: torch.Tensor,
+        where: str,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
+        """The CFM's inputs of one whole utterance, checked (`where` names the caller in errors): mu and cond
+        `(1, 80, T)` over [prompt | generated], the projected speaker `(1, 80)` and the prompt's frames P."""
         token = self._tokens(token, "tokens", where, clamp_negative=True)
         prompt_token = self._tokens(prompt_token, "prompt_tokens", where, clamp_negative=True)
         prompt_feat = self._mel(prompt_feat, "prompt_mel", where)
@@ -130,10 +149,10 @@ class CausalMaskedDiffWithXvec(nn.Module):
         check_length("prompt_token_len", prompt_token_len, prompt_token.size(1), where)
         check_length("prompt_mel_len", prompt_feat_len, prompt_feat.size(1), where)
         if token.size(1) == 0:
-            raise ValueError("flow.inference: no generated tokens")
+            raise ValueError(f"flow.{where}: no generated tokens")
         if prompt_feat.size(1) != self.up_rate * prompt_token.size(1):
             raise ValueError(
-                f"flow.inference: prompt_mel has {prompt_feat.size(1)} frames but {prompt_token.size(1)} prompt tokens "
+                f"flow.{where}: prompt_mel has {prompt_feat.size(1)} frames but {prompt_token.size(1)} prompt tokens "
                 f"need {self.up_rate * prompt_token.size(1)} (x{self.up_rate}); replicate-pad or trim the prompt mel"
             )
         spk = self.project_speaker(embedding, where)
@@ -145,15 +164,7 @@ class CausalMaskedDiffWithXvec(nn.Module):
         p = prompt_feat.size(1)
         conds = torch.zeros_like(h)
         conds[:, :p] = prompt_feat
-        mask = torch.ones(1, 1, h.size(1), device=self.device, dtype=h.dtype)
-        feat = self.decoder(
-            mu=h.transpose(1, 2).contiguous(),
-            mask=mask,
-            spks=spk,
-            cond=conds.transpose(1, 2).contiguous(),
-            n_timesteps=n_timesteps,
-        )
-        return feat[:, :, p:]
+        return h.transpose(1, 2).contiguous(), conds.transpose(1, 2).contiguous(), spk, int(p)
 
     # ------------------------------------------------------------------ streaming
     @torch.inference_mode()

@@ -22,6 +22,8 @@ implementation.
 | `flush`         | a 0-token last chunk: the pending lookahead tokens' mel and the vocoder's held-   |
 |                 | back 8 frames (a computation, not a release: the flow has not emitted them yet)   |
 | `whole`         | `synthesis.synthesize_whole` (full attention, as upstream's non-streaming path)   |
+| `whole_rows`    | `synthesis.synthesize_whole_rows`: several whole utterances, the flow in one      |
+|                 | launch (each row bit-identical to `whole`'s flow), the causal HiFT per row        |
 
 Checked before launch (`shape`, ValueError naming the limit): ids in [0, 6561), the re-sent lookahead,
 prompt + generated frames within the flow's 15000-frame noise table (300 s).
@@ -37,7 +39,7 @@ import torch
 
 from vllm_omni_token2wav.model_executor import buckets
 from vllm_omni_token2wav.model_executor.layers.flow_cosyvoice3 import FinalChunk, FlowStreamState, plan_chunk
-from vllm_omni_token2wav.model_executor.layers.flow_cosyvoice3.noise import check_noise
+from vllm_omni_token2wav.model_executor.layers.flow_cosyvoice3.noise import NOISE_FRAMES, check_noise
 from vllm_omni_token2wav.model_executor.layers.hift_causal.batched import push_key
 from vllm_omni_token2wav.model_executor.models.cosyvoice3.cosyvoice3_token2wav import CosyVoice3Token2Wav
 from vllm_omni_token2wav.model_executor.models.cosyvoice3.graphs import CosyVoice3Graphs, CosyVoice3GraphSettings
@@ -45,14 +47,21 @@ from vllm_omni_token2wav.model_executor.models.cosyvoice3.prompt import CosyVoic
 from vllm_omni_token2wav.model_executor.models.cosyvoice3.synthesis import (
     StreamCaches,
     StreamRow,
+    WholeUtterance,
     flow_rows,
     open_stream,
     stream_rows,
     synthesize_whole,
+    synthesize_whole_rows,
     vocoder_rows,
 )
 from vllm_omni_token2wav.model_executor.models.cosyvoice3.voice import ReferenceVoice
-from vllm_omni_token2wav.model_executor.models.token2wav_stage.backend import ChunkShape, ChunkWork, StreamBytes
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.backend import (
+    ChunkShape,
+    ChunkWork,
+    StreamBytes,
+    WholeWork,
+)
 
 #: What `run_flow` gives per row and `run_vocoder` takes back: the new mel `(1, 80, F)` and the next flow state.
 FlowRowOut = tuple[torch.Tensor, FlowStreamState]
@@ -214,6 +223,24 @@ class CosyVoice3Backend:
             core.flow, core.hift, voice.prompt, ids, n_timesteps=core.n_timesteps, noise_seed=int(seed)
         )
         return audio.reshape(-1)
+
+    def check_whole(self, voice: CosyVoice3Voice, tokens: Sequence[int]) -> None:
+        """Before any launch: ids in [0, 6561) and prompt + generated frames within the noise table (ValueError)."""
+        ids = token_ids(list(tokens), "tokens")
+        prompt = int(voice.prompt.num_tokens)
+        frames = self.core.flow.config.token_mel_ratio * (prompt + ids.shape[1])
+        if frames > NOISE_FRAMES:
+            raise ValueError(
+                f"a whole utterance of {ids.shape[1]} tokens after a {prompt}-token prompt needs {frames} mel frames, "
+                f"more than the flow's {NOISE_FRAMES}-frame noise table (300 s): split it"
+            )
+
+    def whole_rows(self, works: Sequence[WholeWork[CosyVoice3Voice]]) -> list[torch.Tensor]:
+        """Several whole utterances in one flow launch, each row's audio equal to `whole` of it alone."""
+        core = self.core
+        rows = [WholeUtterance(w.voice.prompt, token_ids(list(w.tokens), "tokens"), int(w.seed)) for w in works]
+        audio = synthesize_whole_rows(core.flow, core.hift, rows, n_timesteps=core.n_timesteps)
+        return [a.reshape(-1) for a in audio]
 
     # ---- memory -----------------------------------------------------------------------------------
 

@@ -3,7 +3,8 @@
 
 Whole utterance (`synthesize_whole`), as upstream `CosyVoice3Model.tts(stream=False)`: the flow over
 [prompt | tokens] with full attention and `finalize=True`, then the causal HiFT over the whole mel
-(`inference(mel, finalize=True)`): 2 x 480 samples per token.
+(`inference(mel, finalize=True)`): 2 x 480 samples per token. `synthesize_whole_rows` runs several in one
+flow launch (`layers/flow_cosyvoice3/whole_rows.py`), each equal to its run alone.
 
 Streaming, for one or many requests (`open_stream`, `stream_rows`): a request's `StreamCaches` is the
 flow's `FlowStreamState` (constant-work caches, `layers/flow_cosyvoice3/streaming.py`) and the vocoder's
@@ -47,6 +48,7 @@ from vllm_omni_token2wav.model_executor.layers.flow_cosyvoice3 import (
     stream_chunks,
 )
 from vllm_omni_token2wav.model_executor.layers.flow_cosyvoice3.batched import FramesForward
+from vllm_omni_token2wav.model_executor.layers.flow_cosyvoice3.whole_rows import WholeRow, inference_rows
 from vllm_omni_token2wav.model_executor.layers.hift_causal import CausalHiFTGenerator, CausalHiFTStreamer
 from vllm_omni_token2wav.model_executor.layers.hift_causal.batched import push_key, push_rows
 from vllm_omni_token2wav.model_executor.layers.hift_causal.stream import CausalHiFTStreamState
@@ -81,6 +83,33 @@ def synthesize_whole(
         noise_seed=noise_seed,
     )
     return hift.inference(mel, finalize=True)
+
+
+@dataclass(frozen=True)
+class WholeUtterance:
+    """One row of `synthesize_whole_rows`: generated ids `(1, T)` in the voice of `prompt`, noise from `noise_seed`."""
+
+    prompt: CosyVoice3Prompt
+    tokens: torch.Tensor
+    noise_seed: int
+
+
+@torch.inference_mode()
+def synthesize_whole_rows(
+    flow: CausalMaskedDiffWithDiT,
+    hift: CausalHiFTGenerator,
+    rows: Sequence[WholeUtterance],
+    *,
+    n_timesteps: int,
+) -> list[torch.Tensor]:
+    """`synthesize_whole` of every row, the flow in one launch (`whole_rows.inference_rows`, each row's mel
+    bit-identical to its run alone), then the causal HiFT per row (exact: stacked rows round differently)."""
+    whole = [
+        WholeRow(row.tokens.to(flow.device), row.prompt.tokens, row.prompt.mel, row.prompt.embedding, row.noise_seed)
+        for row in rows
+    ]
+    mels = inference_rows(flow, whole, n_timesteps=n_timesteps)
+    return [hift.inference(mel, finalize=True) for mel in mels]
 
 
 @dataclass(frozen=True)
@@ -213,9 +242,11 @@ __all__ = [
     "SAMPLES_PER_TOKEN",
     "StreamCaches",
     "StreamRow",
+    "WholeUtterance",
     "flow_rows",
     "open_stream",
     "stream_rows",
     "synthesize_whole",
+    "synthesize_whole_rows",
     "vocoder_rows",
 ]

@@ -35,16 +35,24 @@ from vllm_omni_token2wav.model_executor.layers.flow.batched import (
     flow_chunks,
 )
 from vllm_omni_token2wav.model_executor.layers.flow.streaming import ConformerTrim
-from vllm_omni_token2wav.model_executor.models.token2wav_core.core import Token2WavCore
+from vllm_omni_token2wav.model_executor.models.token2wav_core.core import SPEECH_VOCAB_SIZE, Token2WavCore
 from vllm_omni_token2wav.model_executor.models.token2wav_core.graphs import StageGraphs
 from vllm_omni_token2wav.model_executor.models.token2wav_core.prompt_features import TOKEN_MEL_RATIO, PromptFeatures
 from vllm_omni_token2wav.model_executor.models.token2wav_core.stream_vocoder import VocoderChunk
 from vllm_omni_token2wav.model_executor.models.token2wav_core.synthesis import (
     StreamCaches,
+    Utterance,
     open_stream,
+    speech_token_tensor,
     synthesize_utterance,
+    synthesize_utterances,
 )
-from vllm_omni_token2wav.model_executor.models.token2wav_stage.backend import ChunkShape, ChunkWork, StreamBytes
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.backend import (
+    ChunkShape,
+    ChunkWork,
+    StreamBytes,
+    WholeWork,
+)
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.voice import VOICE_SAMPLE_RATE
 from vllm_omni_token2wav.platforms.device_graphs import FROM_PLATFORM
 
@@ -182,6 +190,24 @@ class CosyVoice2Backend:
             core.flow, core.hift, voice.features, ids, n_timesteps=core.n_timesteps, generator=generator
         )
         return audio.reshape(-1)
+
+    def check_whole(self, voice: CosyVoice2Voice, tokens: Sequence[int]) -> None:
+        """Before any launch: ids in [0, 6561) (ValueError naming the first bad one), checked on the host."""
+        speech_token_tensor(list(tokens), SPEECH_VOCAB_SIZE, torch.device("cpu"), what="token2wav")
+
+    def whole_rows(self, works: Sequence[WholeWork[CosyVoice2Voice]]) -> list[torch.Tensor]:
+        """Several whole utterances (Step-Audio2's sync path), the flow's CFM in one launch, each equal to `whole`."""
+        core = self.core
+        rows = [
+            Utterance(
+                w.voice.features,
+                core.speech_token_ids(list(w.tokens), "token2wav"),
+                torch.Generator(device=core.device).manual_seed(int(w.seed)),
+            )
+            for w in works
+        ]
+        audio = synthesize_utterances(core.flow, core.hift, rows, n_timesteps=core.n_timesteps)
+        return [a.reshape(-1) for a in audio]
 
     # ---- memory -----------------------------------------------------------------------------------
 

@@ -6,7 +6,8 @@ request state; this module holds the computation itself, as functions of the loa
 reads top to bottom like the reference `token2wav.py`:
 
 - `synthesize_utterance`: flow `inference` over [prompt | tokens] (bidirectional), then HiFT over
-  the generated mel. `480 * 2 * len(tokens)` samples.
+  the generated mel. `480 * 2 * len(tokens)` samples. `synthesize_utterances` runs several, the flow's
+  CFM in one launch (`layers/flow/whole_rows.py`), each equal to its run alone.
 - `setup_flow_stream` + `open_stream` + `stream_chunk`: the flow's chunked causal path, then the
   stream's vocoder (`stream_vocoder.StreamVocoder`): by default HiFT re-vocodes the last 8 mel frames
   of the previous chunk with its source samples and cross-fades the first 3840 output samples with
@@ -39,6 +40,7 @@ from vllm_omni_token2wav.model_executor.layers.flow.batched import (
     flow_chunks,
     project_speaker,
 )
+from vllm_omni_token2wav.model_executor.layers.flow.whole_rows import WholeRow, inference_rows
 from vllm_omni_token2wav.model_executor.layers.hift import HiFTGenerator
 from vllm_omni_token2wav.model_executor.layers.hift.batched import NoiseState, VocoderState
 from vllm_omni_token2wav.model_executor.layers.hift_causal import CausalHiFTStreamState
@@ -136,6 +138,30 @@ def synthesize_utterance(
     return speech.float()
 
 
+@dataclass(frozen=True)
+class Utterance:
+    """One row of `synthesize_utterances`: generated ids `[1, T]` in the prompt's voice, HiFT noise from `generator`."""
+
+    features: PromptFeatures
+    tokens: torch.Tensor
+    generator: torch.Generator | None
+
+
+@torch.inference_mode()
+def synthesize_utterances(
+    flow: CausalMaskedDiffWithXvec, hift: HiFTGenerator, rows: Sequence[Utterance], *, n_timesteps: int
+) -> list[torch.Tensor]:
+    """`synthesize_utterance` of every row: the flow's CFM of all rows in one launch (`whole_rows.inference_rows`,
+    each row's mel equal to its run alone), then HiFT per row with the row's own generator."""
+    whole = []
+    for row in rows:
+        prompt_tokens, _ = _flow_prompt(row.features, "synthesize")
+        features = row.features
+        whole.append(WholeRow(row.tokens, prompt_tokens, features.prompt_mel, features.speaker_embedding))
+    mels = inference_rows(flow, whole, n_timesteps=n_timesteps)
+    return [hift(mel.float(), generator=row.generator)[0].float() for mel, row in zip(mels, rows, strict=True)]
+
+
 @torch.inference_mode()
 def setup_flow_stream(
     flow: CausalMaskedDiffWithXvec,
@@ -218,9 +244,11 @@ __all__ = [
     "ChunkResult",
     "SpeechTokens",
     "StreamCaches",
+    "Utterance",
     "open_stream",
     "setup_flow_stream",
     "speech_token_tensor",
     "stream_chunk",
     "synthesize_utterance",
+    "synthesize_utterances",
 ]

@@ -29,9 +29,13 @@ mix them up:
 | `run_vocoder(works, products, pad_rows)` | one batched vocoder launch; `(audio [n] float32, new caches)` per row |
 | `flush(caches)`                     | the audio a 0-token last chunk releases (the held-back tail)    |
 | `whole(voice, tokens, seed)`        | a whole utterance's audio (no stream)                           |
+| `whole_rows(works)` (optional)      | several whole utterances (`WholeWork`) in one launch, each row  |
+|                                     | equal to `whole` of it alone; without it they run one by one    |
 | `stream_bytes(caches, voice)`       | memory a stream holds on its own vs. shares with its voice      |
 
-Optional: `estimate_stream_bytes(voice, tokens) -> int`, a stream's own bytes after `tokens` received
+Optional: `check_whole(voice, tokens)`, raising ValueError (naming the limit) for a whole utterance that cannot
+run, called at admission so that a bad row never fails a shared `whole_rows` launch. Optional:
+`estimate_stream_bytes(voice, tokens) -> int`, a stream's own bytes after `tokens` received
 tokens, computed before the stream exists (the memory budget's admission estimate, `memory_budget.py`;
 CosyVoice3 has it). Without it the executor uses the own bytes per token it measured on committed streams.
 
@@ -80,6 +84,15 @@ class ChunkWork(Generic[CachesT]):
 
 
 @dataclass(frozen=True)
+class WholeWork(Generic[VoiceT]):
+    """One row of a `whole_rows` launch: a whole utterance's prepared voice, tokens and noise seed."""
+
+    voice: VoiceT
+    tokens: tuple[int, ...]
+    seed: int
+
+
+@dataclass(frozen=True)
 class StreamBytes:
     """Bytes a stream holds alone (`own`) and bytes it shares with other streams of its voice (`shared`)."""
 
@@ -116,4 +129,4 @@ class Token2WavBackend(Protocol[VoiceT, CachesT, FlowT]):
     def stream_bytes(self, caches: CachesT, voice: VoiceT) -> StreamBytes: ...
 
 
-__all__ = ["CachesT", "ChunkShape", "ChunkWork", "FlowT", "StreamBytes", "Token2WavBackend", "VoiceT"]
+__all__ = ["CachesT", "ChunkShape", "ChunkWork", "FlowT", "StreamBytes", "Token2WavBackend", "VoiceT", "WholeWork"]

@@ -40,7 +40,7 @@ class PlanItem:
 class Launch:
     """One kernel launch: `rows` are item indices in launch order; `pad` extra frames (flow) or rows (vocoder)."""
 
-    kind: str  # "flow" or "vocoder"
+    kind: str  # "flow", "vocoder" or "whole" (whole utterances: `frames` counts their tokens)
     key: str
     rows: tuple[int, ...]
     frames: int
@@ -48,8 +48,8 @@ class Launch:
 
     def describe(self, names: dict[int, str]) -> str:
         who = ", ".join(names.get(r, str(r)) for r in self.rows)
-        unit = "frames" if self.kind == "flow" else "rows"
-        size = self.frames if self.kind == "flow" else len(self.rows)
+        unit = {"flow": "frames", "whole": "tokens"}.get(self.kind, "rows")
+        size = len(self.rows) if unit == "rows" else self.frames
         return f"{self.kind:7s} {len(self.rows):2d} rows  {size:5d} {unit} +{self.pad:<4d} key={self.key}  [{who}]"
 
 
@@ -58,9 +58,13 @@ class StepPlan:
     flow: tuple[Launch, ...] = ()
     vocoder: tuple[Launch, ...] = ()
     names: dict[int, str] = field(default_factory=dict)
+    #: whole utterances (`plan_whole`), rows numbered in their own list
+    whole: tuple[Launch, ...] = ()
+    whole_names: dict[int, str] = field(default_factory=dict)
 
     def describe(self) -> str:
         lines = [launch.describe(self.names) for launch in (*self.flow, *self.vocoder)]
+        lines += [launch.describe(self.whole_names) for launch in self.whole]
         return "\n".join(lines) if lines else "(nothing to launch)"
 
     def __str__(self) -> str:
@@ -69,6 +73,16 @@ class StepPlan:
 
 def _chunks(rows: list[int], size: int) -> list[list[int]]:
     return [rows[i : i + size] for i in range(0, len(rows), size)]
+
+
+def plan_whole(tokens: Sequence[int], *, max_rows: int, batched: bool) -> tuple[Launch, ...]:
+    """Launches of a step's whole utterances (`tokens[i]`: utterance i's ids): in input order, at most `max_rows`
+    per launch when the backend runs several in one (`batched`: it has `whole_rows`), else one each."""
+    if max_rows < 1:
+        raise ValueError(f"plan_whole: max_rows must be >= 1, got {max_rows}")
+    size = max_rows if batched else 1
+    parts = _chunks(list(range(len(tokens))), size)
+    return tuple(Launch("whole", "whole", tuple(p), sum(tokens[r] for r in p)) for p in parts)
 
 
 def _key_text(key: Hashable) -> str:
@@ -114,4 +128,4 @@ def plan_step(items: Sequence[PlanItem], *, max_rows: int, pad_to_buckets: bool 
     return StepPlan(tuple(flow), tuple(vocoder), names)
 
 
-__all__ = ["Launch", "PlanItem", "StepPlan", "plan_step"]
+__all__ = ["Launch", "PlanItem", "StepPlan", "plan_step", "plan_whole"]

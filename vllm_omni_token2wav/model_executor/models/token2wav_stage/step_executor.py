@@ -12,7 +12,8 @@ call, work or not), and it is family-agnostic: models are behind a
    error message (request id, expected vs got); nothing has run yet.
 2. Plan (`plan_step`) and run the flow launches, then the vocoder launches of the rows whose flow
    succeeded. A launch that raises is re-run row by row: only rows that fail alone get an error.
-   Whole utterances run one by one (each is one bidirectional flow call); 0-token last chunks
+   Whole utterances share launches (`plan_whole`, at most `max_rows` rows) where the backend has `whole_rows`
+   (each row equal to its run alone; a failed launch is re-run row by row too), else run one by one; 0-token last chunks
    release the held-back tail; 0-token non-final chunks (segment boundaries) just advance.
 3. Commit: every segment that succeeded replaces its stream state (or ends it at its last chunk);
    a failed segment leaves its stream as it was. Results come back in input order.
@@ -54,10 +55,21 @@ from typing import Any
 import torch
 
 from vllm_omni_token2wav.logger import init_logger
-from vllm_omni_token2wav.model_executor.models.token2wav_stage.backend import ChunkWork, StreamBytes, Token2WavBackend
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.backend import (
+    ChunkWork,
+    StreamBytes,
+    Token2WavBackend,
+    WholeWork,
+)
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.contract import Segment, SegmentKind, SegmentResult
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.memory_budget import OPTION, BytesModel, MemorySnapshot
-from vllm_omni_token2wav.model_executor.models.token2wav_stage.planner import Launch, PlanItem, StepPlan, plan_step
+from vllm_omni_token2wav.model_executor.models.token2wav_stage.planner import (
+    Launch,
+    PlanItem,
+    StepPlan,
+    plan_step,
+    plan_whole,
+)
 from vllm_omni_token2wav.model_executor.models.token2wav_stage.state import (
     ChunkRejectedError,
     Ended,
@@ -159,6 +171,8 @@ class Token2WavStepExecutor:
         #: Streams that had to wait, and segments refused by the budget, since construction.
         self.budget_waits = 0
         self.budget_refusals = 0
+        #: Launches of whole utterances since construction (one per utterance without `backend.whole_rows`).
+        self.whole_launches = 0
 
     # ---- voices ---------------------------------------------------------------------------
 
@@ -241,10 +255,9 @@ class Token2WavStepExecutor:
 
         chunks = [it for it in items if it.kind == "chunk"]
         self._run_chunks(chunks)
+        self._run_wholes([it for it in items if it.kind == "whole"])
         for it in items:
-            if it.kind == "whole":
-                self._guard(it, lambda it=it: self.backend.whole(it.voice, it.segment.tokens, it.seed))
-            elif it.kind == "flush":
+            if it.kind == "flush":
                 self._guard(it, lambda it=it: self.backend.flush(it.caches))
         self._commit(items)
         for it in items:
@@ -574,6 +587,12 @@ class Token2WavStepExecutor:
             seed = seg.seed if seg.seed is not None else self.noise_seed(seg.request_id, 0)
             if not seg.tokens:
                 raise ChunkRejectedError(f"request {seg.request_id}: a whole utterance without speech tokens")
+            check = getattr(self.backend, "check_whole", None)
+            if check is not None:  # before any launch: a bad row must not fail a shared one
+                try:
+                    check(voice, seg.tokens)
+                except ValueError as exc:
+                    raise ChunkRejectedError(f"request {seg.request_id}: {exc}") from exc
             self.last_seeds[seg.key] = seed
             return _Item(seg, "whole", voice_key=voice_key, voice=voice, seed=seed)
         assert seg.chunk is not None
@@ -620,6 +639,30 @@ class Token2WavStepExecutor:
             alive = tuple(r for r in launch.rows if chunks[r].error is None)
             if alive:
                 self._launch(replace(launch, rows=alive), chunks, self._vocoder)
+
+    def _run_wholes(self, wholes: list[_Item]) -> None:
+        """Whole utterances: several per launch where the backend has `whole_rows`, else one `whole` call each."""
+        if not wholes:
+            return
+        batched = callable(getattr(self.backend, "whole_rows", None))
+        launches = plan_whole([len(it.segment.tokens) for it in wholes], max_rows=self.config.max_rows, batched=batched)
+        names = {i: it.segment.request_id for i, it in enumerate(wholes)}
+        self.last_plan = replace(self.last_plan, whole=launches, whole_names=names)
+        self.whole_launches += len(launches)
+        for launch in launches:
+            if batched:
+                self._launch(launch, wholes, self._whole)
+            else:
+                it = wholes[launch.rows[0]]
+                self._guard(it, lambda it=it: self.backend.whole(it.voice, it.segment.tokens, it.seed))
+
+    def _whole(self, rows: list[_Item], pad: int) -> None:
+        works = [WholeWork(it.voice, it.segment.tokens, it.seed) for it in rows]
+        outs = self.backend.whole_rows(works)  # type: ignore[attr-defined]  # optional method, checked by the caller
+        if len(outs) != len(rows):
+            raise RuntimeError(f"whole_rows returned {len(outs)} results for {len(rows)} rows")
+        for it, audio in zip(rows, outs, strict=True):
+            it.audio = audio
 
     def _flow(self, rows: list[_Item], pad: int) -> None:
         products = self.backend.run_flow([_work(it) for it in rows], pad)
