@@ -176,12 +176,11 @@ def pcm(status_body: tuple[int, bytes], *, wav: bool) -> np.ndarray:
 
 
 def prompt_ids(model: Path, text: str) -> list[int]:
-    """The stand-in producer's prompt for `text` (the speech endpoint sends `{"prompt": text}` to stage 0)."""
-    from transformers import AutoTokenizer
+    """The stand-in producer's prompt for `text`: vLLM-Omni's Step-Audio2 speech adapter's chat prompt, tokenized
+    (the bench's `ProducerCodes` computes it the same way for `bench token2wav-serve --engine`)."""
+    from vllm_omni_token2wav.benchmarks.token2wav_serve.engine import ProducerCodes
 
-    from vllm_omni_token2wav.model_executor.models.standin.model_dirs import PRODUCER_SUBDIR
-
-    return list(AutoTokenizer.from_pretrained(str(model / PRODUCER_SUBDIR))(text)["input_ids"])
+    return ProducerCodes(model).prompt_ids(text)
 
 
 def _edge_overlay() -> tuple[dict[int, dict[str, Any]], dict[str, Any]]:
