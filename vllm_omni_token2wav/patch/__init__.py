@@ -12,10 +12,13 @@ vLLM-Omni version it was written against. Grouped by where they act, after vLLM-
 | `worker/`   | `patch_latency_planning.py`           | `OmniGenerationScheduler.schedule` (engine core)             |
 | `worker/`   | `patch_cuda_graph_wrapper.py`         | vLLM's `CUDAGraphWrapper.__call__` (CUDA workers)            |
 | `worker/`   | `patch_acl_graph_wrapper.py`          | vLLM-Ascend's `ACLGraphWrapper.__call__` (NPU workers)       |
+| `worker/`   | `patch_async_chunk_sender.py`         | `omni_connector_runtime._should_create_payload_connector`    |
+| `worker/`   | `patch_mooncake_connectors.py`        | the Mooncake connectors' `__init__` (`stage_id`, host pool)  |
 
 Helpers, not patches: `checks.py` (the install-time checks: a patch whose upstream symbol is missing or has
 another shape raises `checks.UpstreamMismatchError` naming it and the installed versions, instead of degrading
-silently), `graph_guard_installer.py` (shared by the two graph-wrapper patches).
+silently), `graph_guard_installer.py` (shared by the two graph-wrapper patches), `mooncake_libs.py` (loads the
+system libraries Mooncake links from a folder, for hosts without root).
 
 Who installs what: `plugins.register()` (vLLM and vLLM-Omni call it in every process they start, worker
 processes included, before a model runner captures graphs) calls `plugins.overrides.apply_overrides()`,
@@ -39,8 +42,20 @@ def apply_engine_patches() -> None:
 
     patch_generation_scheduler.install()
     patch_latency_planning.install()
+    _install_mooncake_patches()
     _install_acl_graph_guard()
     _install_cuda_graph_guard()
+
+
+def _install_mooncake_patches() -> None:
+    """The two Mooncake edge fixes, where their version gate holds (vLLM-Omni 0.30.x with `mooncake` installed)."""
+    from vllm_omni_token2wav.patch.worker import patch_async_chunk_sender, patch_mooncake_connectors
+
+    if not patch_mooncake_connectors.applies():
+        return
+    patch_mooncake_connectors.install()
+    patch_async_chunk_sender.install()
+    logger.info_once("installed the Mooncake connector patches (vLLM-Omni 0.30, mooncake present)")
 
 
 def _install_acl_graph_guard() -> None:

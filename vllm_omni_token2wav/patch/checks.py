@@ -26,6 +26,7 @@ __all__ = [
     "expect_reads",
     "installed_versions",
     "resolve",
+    "within_version",
 ]
 
 #: Distribution names to report, per upstream project (the first that is installed wins).
@@ -155,3 +156,16 @@ def expect_reads(patch: str, written_against: str, function: Any, dotted: str, n
     code = getattr(inspect.unwrap(function), "__code__", None)
     if code is None or (name not in code.co_names and name not in code.co_consts):
         raise _fail(patch, written_against, dotted, f"its code to read `{name}`", "no reference to it")
+
+
+def within_version(distribution: str, series: str) -> bool:
+    """Whether the installed `distribution` is of release `series` (`"0.30"` matches 0.30.0, 0.30.1rc1, ...).
+
+    The version gate of the patches that work around a bug of one upstream release line: outside it they do
+    not install (the bug may be fixed there, and the code they wrap may have moved). Not installed: False.
+    """
+    try:
+        version = importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return version == series or version.startswith(series + ".")

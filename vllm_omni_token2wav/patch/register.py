@@ -170,6 +170,63 @@ PATCHES: Final[tuple[PatchEntry, ...]] = (
         ),
         group="worker",
     ),
+    PatchEntry(
+        module="worker.patch_async_chunk_sender",
+        target="vllm_omni.distributed.omni_connectors.model_runner.omni_connector_runtime._should_create_payload_connector",
+        why=(
+            "with `async_chunk`, a sender stage's model runner (`omni_connector_runtime.py:186`, gate :54) and its "
+            "scheduler's chunk adapter (`chunk_transfer_adapter.py:174`) each build a connector for the same "
+            "edge; the runner's is never used for chunks (the adapter sends them), and a "
+            "`MooncakeTransferEngineConnector` sender binds its ZMQ port, so the second one fails with "
+            "`ZMQError: Address already in use` (`mooncake_transfer_engine_connector.py:243`) and the engine "
+            "does not start"
+        ),
+        how=(
+            "replace the module function with a wrapper: False for a sender stage with `async_chunk` whose edge "
+            "is a `MooncakeTransferEngineConnector` (the chunk adapter owns that edge), the stock answer "
+            "otherwise; installed only for vLLM-Omni 0.30.x and only where `mooncake` imports"
+        ),
+        upstream=(
+            "none filed: the fix upstream would be one owner per edge (the runner skips its payload connector "
+            "when the scheduler's chunk adapter sends), or connectors that share one listener per port"
+        ),
+        remove_when=(
+            "vLLM-Omni builds one sender per async-chunk edge (a stage with `async_chunk` and a Mooncake TE edge "
+            "starts without this patch); the version gate drops it outside 0.30.x"
+        ),
+        written_against=VLLM_OMNI_0_30,
+        group="worker",
+    ),
+    PatchEntry(
+        module="worker.patch_mooncake_connectors",
+        target=(
+            "vllm_omni.distributed.omni_connectors.connectors.mooncake_transfer_engine_connector"
+            ".MooncakeTransferEngineConnector.__init__ (and MooncakeStoreConnector.__init__)"
+        ),
+        why=(
+            "the chunk adapter reads `connector.stage_id` (`chunk_transfer_adapter.py:327,496,774`), which the "
+            "Mooncake connectors never set (SharedMemory, Nixl and Mori do; it arrives as `extra['stage_id']`): "
+            "the first chunk raises AttributeError; and `memory_pool_device: cpu` (the default) pins the pool "
+            "(`mooncake_transfer_engine_connector.py:204`), which raises 'Cannot access accelerator device' on a "
+            "host without an accelerator"
+        ),
+        how=(
+            "wrap `__init__`: where no accelerator is present, a pool device `cpu` becomes `cpu:0` (plain host "
+            "memory, the same bytes; one info log) before the stock call; after it, `stage_id` is set from the "
+            "config's `stage_id` where the stock one left none; installed only for vLLM-Omni 0.30.x and only "
+            "where `mooncake` imports"
+        ),
+        upstream=(
+            "none filed: the fix upstream would be `self.stage_id = config.get('stage_id')` in both connectors "
+            "(as the others have) and pinning only where an accelerator is present"
+        ),
+        remove_when=(
+            "both Mooncake connectors set `stage_id` and the TE connector allocates an unpinned pool without an "
+            "accelerator; the version gate drops it outside 0.30.x"
+        ),
+        written_against=VLLM_OMNI_0_30,
+        group="worker",
+    ),
 )
 
 _COLUMNS: Final = (

@@ -18,6 +18,7 @@ in `vllm_omni_token2wav/deploy/`, `deploy_config(name)` gives a path):
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Sequence
 
@@ -40,6 +41,7 @@ def serve(argv: Sequence[str], prog: str) -> int:
 
     load_plugins()
     args = _resolve_shipped_deploy_config(list(argv))
+    _unpin_split_stage_on_cpu(args)
     if "--omni" not in args:
         args.append("--omni")
     saved = sys.argv
@@ -51,6 +53,42 @@ def serve(argv: Sequence[str], prog: str) -> int:
     finally:
         sys.argv = saved
     return 0
+
+
+#: vLLM's CPU worker binding: `auto` pins each engine process's worker to the same cores.
+OMP_BIND_ENV = "VLLM_CPU_OMP_THREADS_BIND"
+
+
+def split_cpu_binding(args: Sequence[str], environ: dict[str, str] | os._Environ[str], accelerator: bool) -> str | None:
+    """The `VLLM_CPU_OMP_THREADS_BIND` a split-deployment process on a CPU host needs (`nobind`), else None.
+
+    In a split deployment (`--stage-id N`, head or `--headless`) every process places its own stage workers, and
+    vLLM's CPU worker with `VLLM_CPU_OMP_THREADS_BIND=auto` (its default) pins each one to the same cores (on a
+    2-core host: core 0, core 1 reserved). The idle code2wav worker spins on its shared-memory queue
+    (`shm_broadcast.py` `SpinCondition.wait`: `sched_yield` while its engine core keeps stepping a request that
+    waits for chunks) on that core, and the producer's worker pinned there got no CPU: the first requests waited
+    until vLLM's RPC timeout (measured 2026-12-06, docs/design/multinode.md). Unpinned, the kernel spreads them.
+    A value the user set is kept; accelerator hosts are left alone.
+    """
+    if accelerator or OMP_BIND_ENV in environ:
+        return None
+    if not any(a == "--stage-id" or a.startswith("--stage-id=") for a in args):
+        return None
+    return "nobind"
+
+
+def _unpin_split_stage_on_cpu(args: Sequence[str]) -> None:
+    import torch
+
+    accelerator = getattr(torch, "accelerator", None)
+    value = split_cpu_binding(args, os.environ, bool(accelerator is not None and accelerator.is_available()))
+    if value is not None:
+        os.environ[OMP_BIND_ENV] = value  # the engine processes this one starts inherit it
+        print(
+            f"vllm-omni-token2wav serve: split deployment on a CPU host: {OMP_BIND_ENV}={value} (vLLM's `auto` pins "
+            "every stage process's worker to the same core; set the variable to choose cores yourself)",
+            file=sys.stderr,
+        )
 
 
 def _resolve_shipped_deploy_config(args: list[str]) -> list[str]:
@@ -74,4 +112,4 @@ def _resolve_shipped_deploy_config(args: list[str]) -> list[str]:
     return out
 
 
-__all__ = ["HELP", "NAME", "serve"]
+__all__ = ["HELP", "NAME", "OMP_BIND_ENV", "serve", "split_cpu_binding"]
