@@ -16,8 +16,14 @@ DEST="$(cd "$DEST" && pwd)"
 have=1
 for p in "${PACKAGES[@]}"; do ls "$CACHE/${p}_"*.deb >/dev/null 2>&1 || have=0; done
 if [ "$have" = 0 ]; then
-  # apt-get download needs no root; it reads the host's package lists (run `apt-get update` once if they are empty)
-  (cd "$CACHE" && apt-get download "${PACKAGES[@]}")
+  # apt-get download needs no root; it reads the host's package lists. Where they are empty or stale (a fresh CI
+  # host), refresh a private copy of them under CACHE (no root, the host's lists untouched) and download again.
+  if ! (cd "$CACHE" && apt-get download "${PACKAGES[@]}"); then
+    lists=(-o "Dir::State::Lists=$CACHE/lists" -o "Dir::Cache=$CACHE/apt-cache" -o Debug::NoLocking=1)
+    mkdir -p "$CACHE/lists/partial" "$CACHE/apt-cache/archives/partial"
+    apt-get "${lists[@]}" update -qq
+    (cd "$CACHE" && apt-get "${lists[@]}" download "${PACKAGES[@]}")
+  fi
 fi
 for p in "${PACKAGES[@]}"; do dpkg-deb -x "$(ls "$CACHE/${p}_"*.deb | tail -1)" "$DEST"; done
 dirs="$(find "$DEST" -name '*.so*' ! -path "$CACHE/*" -printf '%h\n' | sort -u | paste -sd:)"
