@@ -1,0 +1,369 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""Upstream's own pipelines at toy size, split: the code2wav stage on a headless node behind the head's HTTP API.
+
+Issue 35 item 1 asks whether vLLM-Omni 0.30's split deployment works with this plugin's code2wav stage behind
+upstream's own thinker/talker stages, not only behind the stand-in producer (`tests/e2e/test_split_node.py`).
+For each family's toy pipeline (`model_executor/models/standin/toy/`: upstream's deploy YAML as an overlay, the
+async-chunk variant, SharedMemory edges) this script starts, one deployment at a time:
+
+- the head: `vllm-omni-token2wav serve <toy> --deploy-config <overlay> --stage-id 0 -oma 127.0.0.1 -omp P
+  --host 127.0.0.1 --port H` (the HTTP API, the orchestrator, stage 0);
+- any other thinker/talker stage (MiniCPM-o's talker, stage 1) as `--stage-id N --headless` in the head's
+  folder and environment (the head runs exactly one stage in 0.30: every other one is "remote");
+- the code2wav stage as `--stage-id C --headless` in its own process group, working folder and environment (the
+  node's alone carries the stage's counters file, `VLLM_OMNI_TOKEN2WAV_STAGE_STATS`),
+
+then sends one whole and one streamed request through the head as the served tests do
+(`tests/e2e/test_upstream_pipelines_served.py`, the CosyVoice3 served test) and checks that each reply is 24 kHz
+audio of the expected length: Step-Audio2 the pinned codes x 960 samples, CosyVoice3 the request's
+`max_new_tokens` x 960, MiniCPM-o the codes the code2wav node voiced for it (its counters) x 960. It prints a
+table family x whole/streamed x works/fails (with the reason), kills every process group it started, and exits
+non-zero if anything failed.
+
+    PYTHONPATH=$PWD /work/main/.venv/bin/python tools/check_split_pipelines.py [--families step_audio2,...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import contextlib
+import http.client
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import wave
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+FAMILIES = ("step_audio2", "minicpmo_4_5", "cosyvoice3")
+SAMPLE_RATE = 24000
+SAMPLES_PER_CODE = 960  # 24 kHz audio, 25 Hz codes
+#: MiniCPM-o's chunks after the first repeat 3 context codes (`tts2code2wav_async_chunk`).
+MINICPMO_CONTEXT_CODES = 3
+
+
+@dataclass
+class Proc:
+    """One `vllm-omni-token2wav serve` process in its own process group, working folder and environment."""
+
+    name: str
+    args: list[str]
+    cwd: Path
+    env: dict[str, str]
+    log: Path
+    popen: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.cwd.mkdir(parents=True, exist_ok=True)
+        with self.log.open("ab") as out:
+            self.popen = subprocess.Popen(
+                [sys.executable, "-m", "vllm_omni_token2wav", "serve", *self.args],
+                cwd=self.cwd,
+                env=self.env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    def alive(self) -> bool:
+        return self.popen is not None and self.popen.poll() is None
+
+    def kill(self) -> None:
+        """SIGTERM to the group, then SIGKILL to whatever of it is left (engine cores, workers)."""
+        if self.popen is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.popen.pid, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.popen.wait(timeout=30)
+        deadline = time.monotonic() + 5.0
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            while time.monotonic() < deadline:
+                os.killpg(self.popen.pid, 0)
+                time.sleep(0.2)
+            os.killpg(self.popen.pid, signal.SIGKILL)
+
+    def tail(self, lines: int = 25) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+
+@dataclass
+class Outcome:
+    family: str
+    mode: str
+    ok: bool
+    detail: str
+
+
+@dataclass
+class Deployment:
+    family: str
+    procs: list[Proc]
+    port: int
+    model: Path
+    stats: Path
+    started_s: float = 0.0
+    outcomes: list[Outcome] = field(default_factory=list)
+
+    def kill(self) -> None:
+        for proc in reversed(self.procs):  # nodes first, the head last
+            proc.kill()
+
+
+def _free_port() -> int:
+    from vllm_omni_token2wav.benchmarks.engine_server import free_port
+
+    return free_port()
+
+
+def _health(port: int) -> int:
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+        conn.request("GET", "/health")
+        status = conn.getresponse().status
+        conn.close()
+        return int(status)
+    except (OSError, http.client.HTTPException):
+        return 0
+
+
+def _post(port: int, path: str, body: Mapping[str, Any], timeout_s: float) -> tuple[int, list[bytes]]:
+    """POST JSON; (status, the body's reads as they arrived)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout_s)
+    try:
+        conn.request("POST", path, body=json.dumps(body), headers={"Content-Type": "application/json"})
+        reply = conn.getresponse()
+        reads = []
+        while piece := reply.read1(1 << 16):
+            reads.append(piece)
+        return int(reply.status), reads
+    finally:
+        conn.close()
+
+
+def _wav(data: bytes) -> tuple[int, int, int, int]:
+    with wave.open(io.BytesIO(data)) as w:
+        return w.getframerate(), w.getnchannels(), w.getsampwidth(), w.getnframes()
+
+
+def _voiced(stats: Path, family: str) -> dict[str, int]:
+    """request key -> codes the code2wav node voiced (its counters file)."""
+    if not stats.is_file():
+        return {}
+    raw = json.loads(stats.read_text())
+    out = {}
+    for key, chunks in raw.get("chunks", {}).items():
+        context = MINICPMO_CONTEXT_CODES * (len(chunks) - 1) if family == "minicpmo_4_5" else 0
+        out[key] = sum(int(n) for n, _ in chunks) - context
+    return out
+
+
+def _error(status: int, data: bytes) -> str:
+    return f"HTTP {status}: {' '.join(data[:300].decode(errors='replace').split())}"
+
+
+def start(family: str, folder: Path, tokens: int, startup_timeout_s: float) -> Deployment:
+    """Start the head, any other AR stage and the code2wav node; return once `/health` answers 200."""
+    from vllm_omni_token2wav import envs
+    from vllm_omni_token2wav.benchmarks.engine_ab.pipeline import reply_overrides
+    from vllm_omni_token2wav.model_executor.models.standin.toy import TOY_PIPELINES
+
+    pipeline: Any = TOY_PIPELINES[family]
+    model = pipeline.ensure_model_dir()
+    overrides = reply_overrides(family, tokens) if family != "cosyvoice3" else None
+    deploy = pipeline.deployment(model, folder, async_chunk=True, stage_overrides=overrides)
+    master, http_port = _free_port(), _free_port()
+    common = [str(model), "--deploy-config", str(deploy), "-oma", "127.0.0.1", "-omp", str(master)]
+    base = {k: v for k, v in os.environ.items() if k != envs.STAGE_STATS_ENV}
+    if family == "cosyvoice3":  # the toy's stand-in speech tokenizer door, in every process (the talker's)
+        base = pipeline.engine_env(base=base)
+    stats = folder / "node" / "stage_stats.json"
+    code2wav = int(pipeline.code2wav_stage)
+    procs = [
+        Proc(
+            "head",
+            [*common, "--stage-id", "0", "--host", "127.0.0.1", "--port", str(http_port)],
+            folder / "head",
+            dict(base),
+            folder / "head.log",
+        )
+    ]
+    for sid in pipeline.ar_stages:
+        if sid != 0:
+            procs.append(
+                Proc(
+                    f"stage{sid}",
+                    [*common, "--stage-id", str(sid), "--headless"],
+                    folder / "head",
+                    dict(base),
+                    folder / f"stage{sid}.log",
+                )
+            )
+    procs.append(
+        Proc(
+            "node",
+            [*common, "--stage-id", str(code2wav), "--headless"],
+            folder / "node",
+            {**base, envs.STAGE_STATS_ENV: str(stats)},
+            folder / "node.log",
+        )
+    )
+    deployment = Deployment(family, procs, http_port, model, stats)
+    began = time.monotonic()
+    for proc in procs:
+        proc.start()
+    deadline = began + startup_timeout_s
+    while time.monotonic() < deadline:
+        for proc in procs:
+            if not proc.alive():
+                deployment.kill()
+                raise RuntimeError(f"{proc.name} exited before the deployment was ready ({proc.log}):\n{proc.tail()}")
+        if _health(http_port) == 200:
+            deployment.started_s = time.monotonic() - began
+            return deployment
+        time.sleep(2.0)
+    deployment.kill()
+    raise RuntimeError(f"not ready after {startup_timeout_s:.0f} s; logs in {folder}:\n{procs[0].tail()}")
+
+
+def _request(family: str, model: Path, stream: bool, tokens: int) -> tuple[str, dict[str, Any], int | None]:
+    """(path, body, expected samples or None where the node's counters decide) as the served tests send it."""
+    text = "Split streamed, please." if stream else "Split whole reply."
+    if family == "step_audio2":
+        body: dict[str, Any] = {"model": str(model), "input": text, "response_format": "pcm" if stream else "wav"}
+        if stream:
+            body |= {"stream": True, "stream_format": "audio"}
+        return "/v1/audio/speech", body, tokens * SAMPLES_PER_CODE
+    if family == "minicpmo_4_5":
+        chat = {"messages": [{"role": "user", "content": text}], "modalities": ["text", "audio"], "stream": stream}
+        return "/v1/chat/completions", {"model": str(model), **chat}, None
+    from vllm_omni_token2wav.model_executor.models.standin.toy.cosyvoice3 import PIPELINE
+
+    path, body = PIPELINE.http_request(text, stream=stream, codes=tokens)
+    return path, {"model": str(model), **body}, tokens * SAMPLES_PER_CODE
+
+
+def _samples(family: str, stream: bool, reads: list[bytes]) -> tuple[int, str]:
+    """(samples in the reply, a note); raises ValueError where the reply carries no 24 kHz mono 16-bit audio."""
+    data = b"".join(reads)
+    if family != "minicpmo_4_5":
+        if stream:
+            if len(reads) < 2:
+                raise ValueError(f"one read only ({len(data)} bytes): not streamed")
+            return len(data) // 2, f"{len(reads)} reads"
+        rate, channels, width, frames = _wav(data)
+        if (rate, channels, width) != (SAMPLE_RATE, 1, 2):
+            raise ValueError(f"WAV {rate} Hz, {channels} ch, {width} B")
+        return frames, "WAV"
+    wavs: list[bytes] = []
+    if stream:
+        for line in data.split(b"\n"):
+            if line.startswith(b"data:") and line[5:].strip() != b"[DONE]":
+                for choice in json.loads(line[5:]).get("choices", []):
+                    content = (choice.get("delta") or {}).get("content")
+                    if isinstance(content, str) and content.startswith("UklGR"):
+                        wavs.append(base64.b64decode(content))
+    else:
+        choices = json.loads(data)["choices"]
+        if not any(c["message"].get("content") for c in choices):
+            raise ValueError("no text in the reply")
+        wavs = [base64.b64decode(c["message"]["audio"]["data"]) for c in choices if c["message"].get("audio")]
+    if not wavs:
+        raise ValueError("no audio in the reply")
+    heads = [_wav(w) for w in wavs]
+    if any(h[:3] != (SAMPLE_RATE, 1, 2) for h in heads):
+        raise ValueError(f"audio formats {sorted({h[:3] for h in heads})}")
+    return sum(h[3] for h in heads), f"{len(wavs)} WAV{'s' if len(wavs) > 1 else ''}"
+
+
+def check(deployment: Deployment, tokens: int, timeout_s: float) -> None:
+    """One whole, then one streamed request; each outcome appended to `deployment.outcomes`."""
+    family = deployment.family
+    for stream in (False, True):
+        mode = "streamed" if stream else "whole"
+        path, body, expected = _request(family, deployment.model, stream, tokens)
+        before = _voiced(deployment.stats, family)
+        began = time.monotonic()
+        try:
+            status, reads = _post(deployment.port, path, body, timeout_s)
+        except (OSError, http.client.HTTPException) as exc:
+            deployment.outcomes.append(Outcome(family, mode, False, f"{type(exc).__name__}: {exc}"))
+            continue
+        took = time.monotonic() - began
+        if status != 200:
+            deployment.outcomes.append(Outcome(family, mode, False, _error(status, b"".join(reads))))
+            continue
+        try:
+            samples, note = _samples(family, stream, reads)
+        except (ValueError, KeyError, json.JSONDecodeError, wave.Error, EOFError) as exc:
+            deployment.outcomes.append(Outcome(family, mode, False, f"{type(exc).__name__}: {exc}"))
+            continue
+        if expected is None:  # MiniCPM-o: the codes the node voiced for this request
+            new = {k: n for k, n in _voiced(deployment.stats, family).items() if k not in before}
+            if len(new) != 1:
+                deployment.outcomes.append(Outcome(family, mode, False, f"node counters: {len(new)} new requests"))
+                continue
+            expected = next(iter(new.values())) * SAMPLES_PER_CODE
+        ok = samples == expected and samples > 0
+        detail = f"{samples} samples ({note}), expected {expected}, {took:.1f} s"
+        deployment.outcomes.append(Outcome(family, mode, ok, detail))
+
+
+def table(outcomes: list[Outcome], started: Mapping[str, str]) -> str:
+    rows = ["| family | reply | result | detail |", "|---|---|---|---|"]
+    for o in outcomes:
+        rows.append(f"| {o.family} | {o.mode} | {'works' if o.ok else 'fails'} | {o.detail} |")
+    rows += [f"\n{family}: {what}" for family, what in started.items()]
+    return "\n".join(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--families", default=",".join(FAMILIES), help="comma-separated, of " + ", ".join(FAMILIES))
+    parser.add_argument("--tokens", type=int, default=40, help="codes per reply (Step-Audio2, CosyVoice3)")
+    parser.add_argument("--folder", type=Path, default=None, help="logs and overlays (default: a temp folder)")
+    parser.add_argument("--startup-timeout", type=float, default=900.0)
+    parser.add_argument("--request-timeout", type=float, default=300.0)
+    args = parser.parse_args(argv)
+    families = [f.strip() for f in args.families.split(",") if f.strip()]
+    unknown = sorted(set(families) - set(FAMILIES))
+    if unknown:
+        parser.error(f"unknown families {unknown}; choose from {', '.join(FAMILIES)}")
+    root = args.folder or Path(tempfile.mkdtemp(prefix="split_pipelines_"))
+    outcomes: list[Outcome] = []
+    started: dict[str, str] = {}
+    for family in families:  # one deployment alive at a time
+        folder = root / family
+        folder.mkdir(parents=True, exist_ok=True)
+        try:
+            deployment = start(family, folder, args.tokens, args.startup_timeout)
+        except (RuntimeError, OSError) as exc:
+            first = str(exc).splitlines()[0]
+            outcomes += [Outcome(family, m, False, f"did not start: {first}") for m in ("whole", "streamed")]
+            started[family] = f"did not start, logs in {folder}:\n{exc}"
+            continue
+        try:
+            check(deployment, args.tokens, args.request_timeout)
+        finally:
+            deployment.kill()
+        outcomes += deployment.outcomes
+        started[family] = f"ready in {deployment.started_s:.0f} s, logs in {folder}"
+        print(table(deployment.outcomes, {}), flush=True)
+    print(table(outcomes, started))
+    return 0 if all(o.ok for o in outcomes) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
