@@ -17,9 +17,16 @@ async-chunk variant, SharedMemory edges) this script starts, one deployment at a
 then sends one whole and one streamed request through the head as the served tests do
 (`tests/e2e/test_upstream_pipelines_served.py`, the CosyVoice3 served test) and checks that each reply is 24 kHz
 audio of the expected length: Step-Audio2 the pinned codes x 960 samples, CosyVoice3 the request's
-`max_new_tokens` x 960, MiniCPM-o the codes the code2wav node voiced for it (its counters) x 960. It prints a
-table family x whole/streamed x works/fails (with the reason), kills every process group it started, and exits
-non-zero if anything failed.
+`max_new_tokens` x 960 (the toy's: 2 codes per text byte, upstream's floor), MiniCPM-o the codes the code2wav
+node voiced for it (its counters) x 960. Where cheap (Step-Audio2, MiniCPM-o; `--no-reference` skips it) each
+reply is also compared with our stage alone in this process on the chunks upstream's async-chunk function handed
+the node (recorded in the head's processes by the toy recorder,
+`vllm_omni_token2wav/model_executor/models/standin/toy/recorder.py`), with the noise seed the node's stage used
+(its counters), as `tests/e2e/test_upstream_pipelines.py` and the split-node test do: equal to one 16-bit PCM
+step. CosyVoice3's chunks carry the talker's conditioning tensors, which that recorder does not keep: length
+only. It prints a table family x whole/streamed x works/fails (with the reason), kills every process group it
+started, and exits non-zero if anything failed. The reference needs the repository root on `PYTHONPATH`
+(`tests/e2e/references.py`).
 
     PYTHONPATH=$PWD /work/main/.venv/bin/python tools/check_split_pipelines.py [--families step_audio2,...]
 """
@@ -44,11 +51,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 FAMILIES = ("step_audio2", "minicpmo_4_5", "cosyvoice3")
 SAMPLE_RATE = 24000
 SAMPLES_PER_CODE = 960  # 24 kHz audio, 25 Hz codes
 #: MiniCPM-o's chunks after the first repeat 3 context codes (`tts2code2wav_async_chunk`).
 MINICPMO_CONTEXT_CODES = 3
+#: One 16-bit PCM step (the served audio is int16) plus float rounding.
+PCM_TOLERANCE = 1.5 / 32768
+#: Families whose recorded chunks (codes, last) are all our stage needs to redo a reply alone.
+REFERENCE_FAMILIES = ("step_audio2", "minicpmo_4_5")
 
 
 @dataclass
@@ -105,6 +118,9 @@ class Outcome:
     mode: str
     ok: bool
     detail: str
+    #: the reply's audio (float32 in [-1, 1]) and its request's key in the node's counters, for the reference
+    audio: Any = None
+    key: str | None = None
 
 
 @dataclass
@@ -114,6 +130,7 @@ class Deployment:
     port: int
     model: Path
     stats: Path
+    records: Path
     started_s: float = 0.0
     outcomes: list[Outcome] = field(default_factory=list)
 
@@ -178,7 +195,8 @@ def start(family: str, folder: Path, tokens: int, startup_timeout_s: float) -> D
     """Start the head, any other AR stage and the code2wav node; return once `/health` answers 200."""
     from vllm_omni_token2wav import envs
     from vllm_omni_token2wav.benchmarks.engine_ab.pipeline import reply_overrides
-    from vllm_omni_token2wav.model_executor.models.standin.toy import TOY_PIPELINES
+    from vllm_omni_token2wav.model_executor.models.standin.toy import TOY_PIPELINES, site_pythonpath
+    from vllm_omni_token2wav.model_executor.models.standin.toy.recorder import RECORD_ENV
 
     pipeline: Any = TOY_PIPELINES[family]
     model = pipeline.ensure_model_dir()
@@ -190,13 +208,17 @@ def start(family: str, folder: Path, tokens: int, startup_timeout_s: float) -> D
     if family == "cosyvoice3":  # the toy's stand-in speech tokenizer door, in every process (the talker's)
         base = pipeline.engine_env(base=base)
     stats = folder / "node" / "stage_stats.json"
+    records = folder / "chunks"
+    records.mkdir(parents=True, exist_ok=True)
+    # the head's processes (the producing stages) record what upstream's async-chunk function hands the node
+    head_env = {**base, "PYTHONPATH": site_pythonpath(base.get("PYTHONPATH")), RECORD_ENV: str(records)}
     code2wav = int(pipeline.code2wav_stage)
     procs = [
         Proc(
             "head",
             [*common, "--stage-id", "0", "--host", "127.0.0.1", "--port", str(http_port)],
             folder / "head",
-            dict(base),
+            dict(head_env),
             folder / "head.log",
         )
     ]
@@ -207,7 +229,7 @@ def start(family: str, folder: Path, tokens: int, startup_timeout_s: float) -> D
                     f"stage{sid}",
                     [*common, "--stage-id", str(sid), "--headless"],
                     folder / "head",
-                    dict(base),
+                    dict(head_env),
                     folder / f"stage{sid}.log",
                 )
             )
@@ -220,7 +242,7 @@ def start(family: str, folder: Path, tokens: int, startup_timeout_s: float) -> D
             folder / "node.log",
         )
     )
-    deployment = Deployment(family, procs, http_port, model, stats)
+    deployment = Deployment(family, procs, http_port, model, stats, records)
     began = time.monotonic()
     for proc in procs:
         proc.start()
@@ -251,29 +273,41 @@ def _request(family: str, model: Path, stream: bool, tokens: int) -> tuple[str, 
         return "/v1/chat/completions", {"model": str(model), **chat}, None
     from vllm_omni_token2wav.model_executor.models.standin.toy.cosyvoice3 import PIPELINE
 
-    path, body = PIPELINE.http_request(text, stream=stream, codes=tokens)
-    return path, {"model": str(model), **body}, tokens * SAMPLES_PER_CODE
+    # upstream's speech adapter floors the talker at 2 codes per text token (`min_tokens`) and lets `max_new_tokens`
+    # cap it: the toy's default `max_new_tokens` is that floor, so the reply is exactly that long (a larger cap
+    # lets the random talker stop anywhere between)
+    path, body = PIPELINE.http_request(text, stream=stream)
+    return path, {"model": str(model), **body}, int(body["max_new_tokens"]) * SAMPLES_PER_CODE
 
 
-def _samples(family: str, stream: bool, reads: list[bytes]) -> tuple[int, str]:
-    """(samples in the reply, a note); raises ValueError where the reply carries no 24 kHz mono 16-bit audio."""
+def _pcm(data: bytes) -> np.ndarray:
+    return np.frombuffer(data, dtype="<i2").astype(np.float32) / 32768.0
+
+
+def _wav_audio(data: bytes) -> np.ndarray:
+    rate, channels, width, _ = _wav(data)
+    if (rate, channels, width) != (SAMPLE_RATE, 1, 2):
+        raise ValueError(f"WAV {rate} Hz, {channels} ch, {width} B: expected {SAMPLE_RATE} Hz mono 16-bit")
+    with wave.open(io.BytesIO(data)) as w:
+        return _pcm(w.readframes(w.getnframes()))
+
+
+def _audio(family: str, stream: bool, reads: list[bytes]) -> tuple[np.ndarray, str]:
+    """(the reply's audio, a note); raises ValueError where the reply carries no 24 kHz mono 16-bit audio."""
     data = b"".join(reads)
     if family != "minicpmo_4_5":
-        if stream:
-            if len(reads) < 2:
-                raise ValueError(f"one read only ({len(data)} bytes): not streamed")
-            return len(data) // 2, f"{len(reads)} reads"
-        rate, channels, width, frames = _wav(data)
-        if (rate, channels, width) != (SAMPLE_RATE, 1, 2):
-            raise ValueError(f"WAV {rate} Hz, {channels} ch, {width} B")
-        return frames, "WAV"
+        if not stream:
+            return _wav_audio(data), "WAV"
+        if len(reads) < 2:
+            raise ValueError(f"one read only ({len(data)} bytes): not streamed")
+        return _pcm(data), f"{len(reads)} reads"
     wavs: list[bytes] = []
     if stream:
         for line in data.split(b"\n"):
             if line.startswith(b"data:") and line[5:].strip() != b"[DONE]":
                 for choice in json.loads(line[5:]).get("choices", []):
                     content = (choice.get("delta") or {}).get("content")
-                    if isinstance(content, str) and content.startswith("UklGR"):
+                    if isinstance(content, str) and content.startswith("UklGR"):  # base64 of "RIFF"
                         wavs.append(base64.b64decode(content))
     else:
         choices = json.loads(data)["choices"]
@@ -282,10 +316,14 @@ def _samples(family: str, stream: bool, reads: list[bytes]) -> tuple[int, str]:
         wavs = [base64.b64decode(c["message"]["audio"]["data"]) for c in choices if c["message"].get("audio")]
     if not wavs:
         raise ValueError("no audio in the reply")
-    heads = [_wav(w) for w in wavs]
-    if any(h[:3] != (SAMPLE_RATE, 1, 2) for h in heads):
-        raise ValueError(f"audio formats {sorted({h[:3] for h in heads})}")
-    return sum(h[3] for h in heads), f"{len(wavs)} WAV{'s' if len(wavs) > 1 else ''}"
+    if stream and len(wavs) < 2:
+        raise ValueError("one audio delta only: not streamed")
+    return np.concatenate([_wav_audio(w) for w in wavs]), f"{len(wavs)} WAV{'s' if len(wavs) > 1 else ''}"
+
+
+def _new_key(before: Mapping[str, Any], after: Mapping[str, Any]) -> str | None:
+    new = [k for k in after if k not in before]
+    return new[0] if len(new) == 1 else None
 
 
 def check(deployment: Deployment, tokens: int, timeout_s: float) -> None:
@@ -306,19 +344,61 @@ def check(deployment: Deployment, tokens: int, timeout_s: float) -> None:
             deployment.outcomes.append(Outcome(family, mode, False, _error(status, b"".join(reads))))
             continue
         try:
-            samples, note = _samples(family, stream, reads)
+            audio, note = _audio(family, stream, reads)
         except (ValueError, KeyError, json.JSONDecodeError, wave.Error, EOFError) as exc:
             deployment.outcomes.append(Outcome(family, mode, False, f"{type(exc).__name__}: {exc}"))
             continue
+        voiced = _voiced(deployment.stats, family)
+        key = _new_key(before, voiced)
         if expected is None:  # MiniCPM-o: the codes the node voiced for this request
-            new = {k: n for k, n in _voiced(deployment.stats, family).items() if k not in before}
-            if len(new) != 1:
-                deployment.outcomes.append(Outcome(family, mode, False, f"node counters: {len(new)} new requests"))
+            if key is None:
+                deployment.outcomes.append(Outcome(family, mode, False, "node counters: not one new request"))
                 continue
-            expected = next(iter(new.values())) * SAMPLES_PER_CODE
-        ok = samples == expected and samples > 0
+            expected = voiced[key] * SAMPLES_PER_CODE
+        samples = int(audio.shape[0])
+        ok = samples == expected and samples > 0 and bool(np.abs(audio).max() > 0)
         detail = f"{samples} samples ({note}), expected {expected}, {took:.1f} s"
-        deployment.outcomes.append(Outcome(family, mode, ok, detail))
+        deployment.outcomes.append(Outcome(family, mode, ok, detail, audio, key))
+
+
+def compare_with_stage_alone(deployment: Deployment) -> None:
+    """Each reply that passed against our stage alone on the recorded chunks, with the node's seed."""
+    from tests.e2e.references import reference_stage, streamed_request
+    from vllm_omni_token2wav.model_executor.models.standin.chunk_producer import ChunkPayload
+    from vllm_omni_token2wav.model_executor.models.standin.toy.recorder import read_records
+
+    family = deployment.family
+    raw = json.loads(deployment.stats.read_text()) if deployment.stats.is_file() else {}
+    records = read_records(deployment.records)
+    reference = reference_stage(family, deployment.model, async_chunk=True, max_rows=1)
+    for outcome in deployment.outcomes:
+        if not outcome.ok or outcome.key is None:
+            continue
+        key = outcome.key
+        if raw.get("voices", {}).get(key):
+            outcome.detail += "; not compared (the request carried a voice the recorder does not keep)"
+            continue
+        matches = [r for r in records if key == r or key.startswith(f"{r}-") or r.startswith(f"{key}-")]
+        if len(matches) != 1:
+            outcome.ok = False
+            outcome.detail += f"; node key {key} matches {len(matches)} recorded requests of {sorted(records)}"
+            continue
+        chunks = [
+            ChunkPayload(f"ref-{key}", tuple(r["codes"]), bool(r["last"]), n) for n, r in enumerate(records[matches[0]])
+        ]
+        served = [(len(c.tokens), c.last) for c in chunks]
+        if [tuple(c) for c in raw["chunks"][key]] != served:
+            outcome.ok = False
+            outcome.detail += f"; the node served chunks {raw['chunks'][key]}, upstream sent {served}"
+            continue
+        want = np.clip(streamed_request(reference, chunks, int(raw["noise_seeds"][key])), -1.0, 1.0)
+        if want.shape != outcome.audio.shape:
+            outcome.ok = False
+            outcome.detail += f"; stage alone gives {want.shape[0]} samples"
+            continue
+        diff = float(np.abs(outcome.audio.astype(np.float64) - want).max())
+        outcome.ok = diff <= PCM_TOLERANCE
+        outcome.detail += f"; vs our stage alone on the recorded chunks: max |diff| {diff:.1e} ({len(chunks)} chunks)"
 
 
 def table(outcomes: list[Outcome], started: Mapping[str, str]) -> str:
@@ -332,10 +412,13 @@ def table(outcomes: list[Outcome], started: Mapping[str, str]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--families", default=",".join(FAMILIES), help="comma-separated, of " + ", ".join(FAMILIES))
-    parser.add_argument("--tokens", type=int, default=40, help="codes per reply (Step-Audio2, CosyVoice3)")
+    parser.add_argument("--tokens", type=int, default=40, help="codes per Step-Audio2 reply (pinned in the deployment)")
     parser.add_argument("--folder", type=Path, default=None, help="logs and overlays (default: a temp folder)")
     parser.add_argument("--startup-timeout", type=float, default=900.0)
     parser.add_argument("--request-timeout", type=float, default=300.0)
+    parser.add_argument(
+        "--no-reference", dest="reference", action="store_false", help="skip the comparison with our stage alone"
+    )
     args = parser.parse_args(argv)
     families = [f.strip() for f in args.families.split(",") if f.strip()]
     unknown = sorted(set(families) - set(FAMILIES))
@@ -358,6 +441,13 @@ def main(argv: list[str] | None = None) -> int:
             check(deployment, args.tokens, args.request_timeout)
         finally:
             deployment.kill()
+        if args.reference and family in REFERENCE_FAMILIES:
+            try:
+                compare_with_stage_alone(deployment)
+            except Exception as exc:  # noqa: BLE001 - a reference that cannot run is reported, the next family runs
+                for outcome in deployment.outcomes:
+                    outcome.ok = False
+                    outcome.detail += f"; the reference did not run: {type(exc).__name__}: {exc}"
         outcomes += deployment.outcomes
         started[family] = f"ready in {deployment.started_s:.0f} s, logs in {folder}"
         print(table(deployment.outcomes, {}), flush=True)
