@@ -18,15 +18,14 @@ then sends one whole and one streamed request through the head as the served tes
 (`tests/e2e/test_upstream_pipelines_served.py`, the CosyVoice3 served test) and checks that each reply is 24 kHz
 audio of the expected length: Step-Audio2 the pinned codes x 960 samples, CosyVoice3 the request's
 `max_new_tokens` x 960 (the toy's: 2 codes per text byte, upstream's floor), MiniCPM-o the codes the code2wav
-node voiced for it (its counters) x 960. Where cheap (Step-Audio2, MiniCPM-o; `--no-reference` skips it) each
-reply is also compared with our stage alone in this process on the chunks upstream's async-chunk function handed
-the node (recorded in the head's processes by the toy recorder,
-`vllm_omni_token2wav/model_executor/models/standin/toy/recorder.py`), with the noise seed the node's stage used
-(its counters), as `tests/e2e/test_upstream_pipelines.py` and the split-node test do: equal to one 16-bit PCM
-step. CosyVoice3's chunks carry the talker's conditioning tensors, which that recorder does not keep: length
-only. It prints a table family x whole/streamed x works/fails (with the reason), kills every process group it
-started, and exits non-zero if anything failed. The reference needs the repository root on `PYTHONPATH`
-(`tests/e2e/references.py`).
+node voiced for it (its counters) x 960. Each reply is also compared with our stage alone in this process on
+the chunks upstream's async-chunk function handed the node, recorded in the head's processes by the toy recorders
+(`vllm_omni_token2wav/model_executor/models/standin/toy/recorder.py`; CosyVoice3's with the talker's
+conditioning tensors: `vllm_omni_token2wav/model_executor/models/standin/toy/cosyvoice3_door.py`), with the noise
+seed the node's stage used (its counters), as `tests/e2e/test_upstream_pipelines.py` and the split-node test do:
+equal to one 16-bit PCM step (`--no-reference` skips it). It prints a table family x whole/streamed x
+works/fails (with the reason), kills every process group it started, and exits non-zero if anything failed.
+The reference needs the repository root on `PYTHONPATH` (`tests/e2e/references.py`).
 
     PYTHONPATH=$PWD /work/main/.venv/bin/python tools/check_split_pipelines.py [--families step_audio2,...]
 """
@@ -47,7 +46,7 @@ import tempfile
 import time
 import wave
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -60,8 +59,8 @@ SAMPLES_PER_CODE = 960  # 24 kHz audio, 25 Hz codes
 MINICPMO_CONTEXT_CODES = 3
 #: One 16-bit PCM step (the served audio is int16) plus float rounding.
 PCM_TOLERANCE = 1.5 / 32768
-#: Families whose recorded chunks (codes, last) are all our stage needs to redo a reply alone.
-REFERENCE_FAMILIES = ("step_audio2", "minicpmo_4_5")
+#: Families whose replies are compared with our stage alone on the recorded chunks.
+REFERENCE_FAMILIES = FAMILIES
 
 
 @dataclass
@@ -212,6 +211,8 @@ def start(family: str, folder: Path, tokens: int, startup_timeout_s: float) -> D
     records.mkdir(parents=True, exist_ok=True)
     # the head's processes (the producing stages) record what upstream's async-chunk function hands the node
     head_env = {**base, "PYTHONPATH": site_pythonpath(base.get("PYTHONPATH")), RECORD_ENV: str(records)}
+    if family == "cosyvoice3":  # its producer is recorded by the CosyVoice3 door (conditioning tensors kept)
+        head_env = pipeline.engine_env(records, base=head_env)
     code2wav = int(pipeline.code2wav_stage)
     procs = [
         Proc(
@@ -361,21 +362,44 @@ def check(deployment: Deployment, tokens: int, timeout_s: float) -> None:
         deployment.outcomes.append(Outcome(family, mode, ok, detail, audio, key))
 
 
+def _recorded_chunks(family: str, folder: Path) -> dict[str, list[Any]]:
+    """request id -> the chunks upstream's async-chunk function handed the code2wav node, as `ChunkPayload`s."""
+    from vllm_omni_token2wav.model_executor.models.standin.chunk_producer import ChunkPayload
+
+    out: dict[str, list[Any]] = {}
+    if family != "cosyvoice3":
+        from vllm_omni_token2wav.model_executor.models.standin.toy.recorder import read_records
+
+        for rid, lines in read_records(folder).items():
+            out[rid] = [ChunkPayload(rid, tuple(r["codes"]), bool(r["last"]), n) for n, r in enumerate(lines)]
+        return out
+    import torch
+
+    for path in sorted(folder.glob("*-talker2code2wav_async_chunk.pt")):  # the door's files sort by call time
+        entry = torch.load(path, weights_only=False)
+        rid, payload = str(entry["request_id"]), entry["result"]
+        tokens = tuple(int(t) for t in payload["codes"]["audio"].reshape(-1).tolist())
+        meta = payload["meta"]
+        last = bool(meta.get("stream_finished", meta.get("finished", False)))
+        offset = int(meta.get("left_context_size", 0) or 0) if tokens else None
+        chunks = out.setdefault(rid, [])
+        chunks.append(ChunkPayload(rid, tokens, last, len(chunks), offset=offset, embed=payload.get("embed")))
+    return out
+
+
 def compare_with_stage_alone(deployment: Deployment) -> None:
     """Each reply that passed against our stage alone on the recorded chunks, with the node's seed."""
     from tests.e2e.references import reference_stage, streamed_request
-    from vllm_omni_token2wav.model_executor.models.standin.chunk_producer import ChunkPayload
-    from vllm_omni_token2wav.model_executor.models.standin.toy.recorder import read_records
 
     family = deployment.family
     raw = json.loads(deployment.stats.read_text()) if deployment.stats.is_file() else {}
-    records = read_records(deployment.records)
+    records = _recorded_chunks(family, deployment.records)
     reference = reference_stage(family, deployment.model, async_chunk=True, max_rows=1)
     for outcome in deployment.outcomes:
         if not outcome.ok or outcome.key is None:
             continue
         key = outcome.key
-        if raw.get("voices", {}).get(key):
+        if family != "cosyvoice3" and raw.get("voices", {}).get(key):
             outcome.detail += "; not compared (the request carried a voice the recorder does not keep)"
             continue
         matches = [r for r in records if key == r or key.startswith(f"{r}-") or r.startswith(f"{key}-")]
@@ -383,10 +407,8 @@ def compare_with_stage_alone(deployment: Deployment) -> None:
             outcome.ok = False
             outcome.detail += f"; node key {key} matches {len(matches)} recorded requests of {sorted(records)}"
             continue
-        chunks = [
-            ChunkPayload(f"ref-{key}", tuple(r["codes"]), bool(r["last"]), n) for n, r in enumerate(records[matches[0]])
-        ]
-        served = [(len(c.tokens), c.last) for c in chunks]
+        chunks = [replace(c, request_id=f"ref-{key}") for c in records[matches[0]]]
+        served = [(len(c.tokens) - (c.offset or 0), c.last) for c in chunks]
         if [tuple(c) for c in raw["chunks"][key]] != served:
             outcome.ok = False
             outcome.detail += f"; the node served chunks {raw['chunks'][key]}, upstream sent {served}"
@@ -398,7 +420,7 @@ def compare_with_stage_alone(deployment: Deployment) -> None:
             continue
         diff = float(np.abs(outcome.audio.astype(np.float64) - want).max())
         outcome.ok = diff <= PCM_TOLERANCE
-        outcome.detail += f"; vs our stage alone on the recorded chunks: max |diff| {diff:.1e} ({len(chunks)} chunks)"
+        outcome.detail += f"; vs our stage alone on the recorded chunks: max abs diff {diff:.1e} ({len(chunks)} chunks)"
 
 
 def table(outcomes: list[Outcome], started: Mapping[str, str]) -> str:
