@@ -59,8 +59,6 @@ SAMPLES_PER_CODE = 960  # 24 kHz audio, 25 Hz codes
 MINICPMO_CONTEXT_CODES = 3
 #: One 16-bit PCM step (the served audio is int16) plus float rounding.
 PCM_TOLERANCE = 1.5 / 32768
-#: Families whose replies are compared with our stage alone on the recorded chunks.
-REFERENCE_FAMILIES = FAMILIES
 
 
 @dataclass
@@ -113,17 +111,21 @@ class Proc:
 
 @dataclass
 class Outcome:
+    """One request's row of the table."""
+
     family: str
     mode: str
     ok: bool
     detail: str
     #: the reply's audio (float32 in [-1, 1]) and its request's key in the node's counters, for the reference
-    audio: Any = None
+    audio: np.ndarray | None = None
     key: str | None = None
 
 
 @dataclass
 class Deployment:
+    """The processes of one family's split deployment and what its requests gave."""
+
     family: str
     procs: list[Proc]
     port: int
@@ -245,18 +247,23 @@ def start(family: str, folder: Path, tokens: int, startup_timeout_s: float) -> D
     )
     deployment = Deployment(family, procs, http_port, model, stats, records)
     began = time.monotonic()
-    for proc in procs:
-        proc.start()
-    deadline = began + startup_timeout_s
-    while time.monotonic() < deadline:
+    try:
         for proc in procs:
-            if not proc.alive():
-                deployment.kill()
-                raise RuntimeError(f"{proc.name} exited before the deployment was ready ({proc.log}):\n{proc.tail()}")
-        if _health(http_port) == 200:
-            deployment.started_s = time.monotonic() - began
-            return deployment
-        time.sleep(2.0)
+            proc.start()
+        deadline = began + startup_timeout_s
+        while time.monotonic() < deadline:
+            for proc in procs:
+                if not proc.alive():
+                    raise RuntimeError(
+                        f"{proc.name} exited before the deployment was ready ({proc.log}):\n{proc.tail()}"
+                    )
+            if _health(http_port) == 200:
+                deployment.started_s = time.monotonic() - began
+                return deployment
+            time.sleep(2.0)
+    except BaseException:  # Ctrl-C included: nothing started here outlives the script
+        deployment.kill()
+        raise
     deployment.kill()
     raise RuntimeError(f"not ready after {startup_timeout_s:.0f} s; logs in {folder}:\n{procs[0].tail()}")
 
@@ -396,7 +403,7 @@ def compare_with_stage_alone(deployment: Deployment) -> None:
     records = _recorded_chunks(family, deployment.records)
     reference = reference_stage(family, deployment.model, async_chunk=True, max_rows=1)
     for outcome in deployment.outcomes:
-        if not outcome.ok or outcome.key is None:
+        if not outcome.ok or outcome.key is None or outcome.audio is None:
             continue
         key = outcome.key
         if family != "cosyvoice3" and raw.get("voices", {}).get(key):
@@ -463,7 +470,7 @@ def main(argv: list[str] | None = None) -> int:
             check(deployment, args.tokens, args.request_timeout)
         finally:
             deployment.kill()
-        if args.reference and family in REFERENCE_FAMILIES:
+        if args.reference:
             try:
                 compare_with_stage_alone(deployment)
             except Exception as exc:  # noqa: BLE001 - a reference that cannot run is reported, the next family runs
