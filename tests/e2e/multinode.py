@@ -2,7 +2,8 @@
 """The cross-host edge the multi-node engine tests configure: Mooncake's transfer engine over TCP on loopback.
 
 `mooncake_edge(port)` is the deploy YAML's top-level `connectors:` entry (`connector_of_mooncake`) that
-`test_mooncake_edge.py` (one engine) and `test_split_node.py` (head + headless code2wav node) put on the stand-in
+`tests/patch/worker/test_patch_mooncake_engine.py` (one engine) and
+`tests/entrypoints/cli/test_serve_split_node.py` (head + headless code2wav node) put on the stand-in
 stream pipeline's stage-0 -> stage-1 edge; the README's "Running the code2wav stage on its own node" shows the same
 keys. `memory_pool_device` is left at upstream's default (`cpu`): the plugin's patch makes it `cpu:0` on a host
 without an accelerator. The chunk keys (`codec_chunk_frames`, `codec_left_context_frames`) and polling waits are

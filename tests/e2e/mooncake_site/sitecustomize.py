@@ -1,12 +1,13 @@
 # SPDX-License-Identifier: Apache-2.0
 """TESTS ONLY: records every put / get of vLLM-Omni's `MooncakeTransferEngineConnector` in an engine process.
 
-`tests/e2e/test_mooncake_edge.py` puts this folder first on the `PYTHONPATH` of the engine it starts and sets
-`TOKEN2WAV_TEST_MOONCAKE_RECORD` to a folder; Python imports this `sitecustomize` at start-up in every engine
-process, which wraps the connector's `put` and `get` right after its module is imported (a `sys.meta_path` finder:
-importing vLLM-Omni here would run before the plugin loads). Each put and each get that returned data appends one
-JSON line to `<folder>/<pid>.jsonl`: `{"op", "key", "ok", "ms", "class"}`, so the test sees that the chunks
-crossed Mooncake (the receiver's gets) and how long each transfer took. Without the variable it does nothing.
+`tests/patch/worker/test_patch_mooncake_engine.py` puts this folder first on the `PYTHONPATH` of the engine it
+starts and sets `TOKEN2WAV_TEST_MOONCAKE_RECORD` to a folder; Python imports this `sitecustomize` at start-up in
+every engine process, which wraps the connector's `put` and `get` right after its module is imported (a
+`sys.meta_path` finder: importing vLLM-Omni here would run before the plugin loads). Each put and each get that
+returned data appends one JSON line to `<folder>/<pid>.jsonl`: `{"op", "key", "ok", "ms", "class"}`, so the test
+sees that the chunks crossed Mooncake (the receiver's gets) and how long each transfer took. Without the variable
+it does nothing.
 """
 
 from __future__ import annotations

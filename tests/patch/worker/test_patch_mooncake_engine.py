@@ -10,9 +10,11 @@ default left in place here, as `cpu:0` on a host without an accelerator).
 
 Checks: concurrent streamed requests each equal the same chunks (cut by upstream's own async-chunk function)
 streamed through our stage alone in this process (<= 1e-6), complete (960 samples per code); the stage saw
-exactly those chunks; every chunk crossed Mooncake (a tests-only recorder, `mooncake_site/sitecustomize.py`,
-logs each connector put / get in the engine processes: one put in stage 0's process and one get in stage 1's per
-chunk, keyed by the request); a request whose prompt exceeds the producer's 4096 positions fails alone.
+exactly those chunks; every chunk crossed Mooncake (a tests-only recorder,
+`tests/e2e/mooncake_site/sitecustomize.py`, logs each connector put / get in the engine processes: one put in
+stage 0's process and one get in stage 1's per chunk, keyed by the request); a request whose prompt exceeds the
+producer's 4096 positions fails alone. Outside `tests/e2e/` (whose conftest puts this checkout on the engine
+processes' `PYTHONPATH`), the fixture does that itself.
 
 Needs `mooncake-transfer-engine-non-cuda` and its system libraries (`tools/dev_setup.sh` installs both; in CI
 the module fails instead of skipping when they are missing).
@@ -53,8 +55,9 @@ FAMILY = "step_audio2"
 TOLERANCE = 1e-6
 #: Codes per request: chunk-boundary ends (75, 100) and remainders; 2 to 4 chunks each.
 LENGTHS = (53, 75, 100, 61)
-SITE = Path(__file__).parent / "mooncake_site"
-RECORD_ENV = "TOKEN2WAV_TEST_MOONCAKE_RECORD"  # mooncake_site/sitecustomize.py
+REPO_ROOT = Path(__file__).resolve().parents[3]
+SITE = REPO_ROOT / "tests" / "e2e" / "mooncake_site"
+RECORD_ENV = "TOKEN2WAV_TEST_MOONCAKE_RECORD"  # tests/e2e/mooncake_site/sitecustomize.py
 MAX_MODEL_LEN = 4096  # the stand-in producer's (standin_step_audio2_stream.yaml)
 
 
@@ -98,7 +101,7 @@ def mooncake_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[
         top={"connectors": mooncake_edge(_free_port())},
     )
     saved = {k: os.environ.get(k) for k in ("PYTHONPATH", RECORD_ENV)}
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(SITE), saved["PYTHONPATH"]) if p)
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(SITE), str(REPO_ROOT), saved["PYTHONPATH"]) if p)
     os.environ[RECORD_ENV] = str(records)
     try:
         engine = OfflineEngine(ensure_engine_model_dir(FAMILY), deploy, tmp / "stage_stats.json")
