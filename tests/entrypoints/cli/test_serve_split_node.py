@@ -426,10 +426,10 @@ def test_two_nodes_behind_the_head_share_requests_and_one_killed_leaves_the_othe
     assert time.monotonic() - killed_at < 90
     assert split.head.alive() and split.node.alive(), split.head.tail()
     served = set(split.counters()["noise_seeds"]) - known
-    assert len(served) == 1, served  # round-robin: one of the two went to the surviving node
+    assert served, "the surviving node served neither reply"  # round-robin: one of the two was routed to it
     statuses = {text: status for text, (status, _) in results.items()}
     whole = [t for t, (status, body) in results.items() if status == 200]
-    assert whole, statuses
+    assert whole and len(whole) <= len(served), (statuses, served)
     for text in whole:
         assert pcm(results[text], wav=True).shape == (SAMPLES_PER_TOKEN * REPLY_TOKENS,), text
     for status, body in results.values():
