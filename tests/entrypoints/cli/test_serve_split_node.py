@@ -76,6 +76,12 @@ PCM_TOLERANCE = 1.5 / 32768
 HAS_MOONCAKE = importlib.util.find_spec("mooncake") is not None
 EDGE = "mooncake" if HAS_MOONCAKE else "shared_memory"
 REPO_ROOT = Path(__file__).resolve().parents[3]
+#: The head marks a node that stopped reporting lost after this long (upstream's default 30 s; the nodes report
+#: every 5 s, `omni_coord_client_for_stage.py`): a killed node's requests end and its replica is dropped ~15 s
+#: sooner, in the kill test and in the two-node test.
+HEARTBEAT_TIMEOUT_S = 15.0
+#: The head answers SIGTERM by stopping its stages in ~8 s and then lingers; the group is killed after this.
+STOP_WAIT_S = 15.0
 
 
 def _free_port() -> int:
@@ -109,13 +115,13 @@ class Proc:
     def alive(self) -> bool:
         return self.popen is not None and self.popen.poll() is None
 
-    def kill(self, sig: int = signal.SIGKILL) -> None:
+    def kill(self, sig: int = signal.SIGKILL, wait_s: float = 30.0) -> None:
         if self.popen is None:
             return
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.popen.pid, sig)
         with contextlib.suppress(subprocess.TimeoutExpired):
-            self.popen.wait(timeout=30)
+            self.popen.wait(timeout=wait_s)
         with contextlib.suppress(ProcessLookupError):  # engine cores / workers left in the group
             os.killpg(self.popen.pid, signal.SIGKILL)
 
@@ -246,7 +252,7 @@ def split(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Split]:
     base_env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), base_env.get("PYTHONPATH", "")) if p)
     head = Proc(
         [*common, "--stage-id", "0", "--host", "127.0.0.1", "--port", str(http_port)]
-        + ["--omni-lb-policy", "round-robin"],
+        + ["--omni-lb-policy", "round-robin", "--omni-heartbeat-timeout", str(HEARTBEAT_TIMEOUT_S)],
         tmp / "head",
         dict(base_env),
         tmp / "head.log",
@@ -270,9 +276,9 @@ def split(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Split]:
         deployment.wait_healthy()
         yield deployment
     finally:
-        node2.kill(signal.SIGTERM)
-        node.kill(signal.SIGTERM)
-        head.kill(signal.SIGTERM)
+        node2.kill(signal.SIGTERM, STOP_WAIT_S)
+        node.kill(signal.SIGTERM, STOP_WAIT_S)
+        head.kill(signal.SIGTERM, STOP_WAIT_S)
 
 
 def _reference_check(
