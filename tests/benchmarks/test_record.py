@@ -22,8 +22,16 @@ FORMER_SCRIPTS = (
     "token2wav_rtf",
     "token2wav_serve",
 )
-#: Recorders added since (`bench engine-ab`, `bench token2wav-serve --engine --soak`, the memory budget, replicas).
-NEW_RECORDERS = ("engine_ab", "token2wav_serve_soak", "upstream_audio", "token2wav_memory_budget", "code2wav_replicas")
+#: Recorders added since (`bench engine-ab`, `bench token2wav-serve --engine --soak`, the memory budget, replicas,
+#: `bench token2wav-serve --engine --edge`).
+NEW_RECORDERS = (
+    "engine_ab",
+    "token2wav_serve_soak",
+    "upstream_audio",
+    "token2wav_memory_budget",
+    "code2wav_replicas",
+    "token2wav_serve_edges",
+)
 
 
 @pytest.fixture
