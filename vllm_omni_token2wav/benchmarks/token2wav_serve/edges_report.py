@@ -56,7 +56,7 @@ def render_text(report: EdgeReport) -> str:
     cfg = report.config
     parts = [
         "token2wav-serve --engine --edge: the code2wav edge, SharedMemory vs Mooncake TE, one engine on loopback",
-        environment_line(report.environment),
+        environment_line(report.environment) if report.environment else "host: not recorded (the run stopped early)",
         f"stack: {report.model.get('deploy', '?')} (stand-in producer -> our Step-Audio2 code2wav), "
         f"{cfg.audio_seconds:g} s replies ({cfg.tokens} codes), closed loop; server start-up "
         + ", ".join(f"{e} {s:.0f} s" for e, s in report.startup_s.items()),
