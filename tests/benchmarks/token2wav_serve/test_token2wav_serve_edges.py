@@ -51,6 +51,8 @@ def test_transfer_summary_pairs_puts_and_gets_by_key() -> None:
         _line("put", "b", 3.0, 11.000, 1),
         _line("get", "b", 4.0, 11.010, 1),  # same process: counted, not cross-process
         _line("put", "c", 9.0, 12.000, 1),  # never got: not a chunk
+        _line("miss", "c", 0.5, 12.001, 2),
+        _line("miss", "c", 1.5, 12.011, 2),
     ]
     s = transfer_summary(lines)
     assert (s["chunks"], s["puts"], s["gets"], s["cross_process"]) == (2, 3, 2, 1)
@@ -58,6 +60,7 @@ def test_transfer_summary_pairs_puts_and_gets_by_key() -> None:
     assert s["get_ms"]["p50"] == 2.0 and s["transfer_ms"]["p50"] == 3.0 and s["transfer_ms"]["p99"] == 7.0
     assert s["handoff_ms"]["p50"] == pytest.approx(6.0) and s["handoff_ms"]["p99"] == pytest.approx(14.0)
     assert s["connectors"] == ["C"] and s["bytes_per_chunk_mean"] == 100
+    assert s["misses"] == 2 and s["miss_ms_total"] == 2.0 and s["miss_ms"]["p50"] == 0.5
     assert transfer_summary([])["chunks"] == 0 and transfer_summary([])["transfer_ms"]["p50"] is None
 
 
@@ -90,13 +93,14 @@ def test_the_site_times_put_and_every_get_that_returned_data(tmp_path: Path) -> 
     lines = read_transfers(records)
     assert [(r["op"], r["key"], r["bytes"], r["connector"]) for r in lines] == [
         ("put", "k0", 3, "SharedMemoryConnector"),
+        ("miss", "miss", None, "SharedMemoryConnector"),
         ("get", "k0", 7, "SharedMemoryConnector"),
     ]
     assert all(r["ms"] >= 0 and r["end"] >= r["start"] for r in lines)
     # without the variable the site does nothing
     env.pop(TRANSFERS_ENV)
     subprocess.run([sys.executable, "-c", script], check=True, env=env, cwd=tmp_path)
-    assert len(read_transfers(records)) == 2
+    assert len(read_transfers(records)) == 3
 
 
 def test_the_mooncake_overlay_names_the_connector_on_both_ends_of_the_edge(tmp_path: Path) -> None:

@@ -15,7 +15,9 @@ loop). Per edge and level:
   its `PYTHONPATH` (its `sitecustomize` times every connector `put` and every `get` that returned data, in
   every engine process); per chunk key: the put (serialise + store / pool write), the get (fetch +
   deserialise; for Mooncake the TCP read), their sum (**transfer**) and the **hand-off** (put start to get end,
-  across the two processes: the transfer plus the receiver's polling wait).
+  across the two processes: the transfer plus the receiver's polling wait), and the receiver's polls that found
+  nothing yet (**misses**: how many, and the time its scheduler spent in them; for Mooncake each is a ZMQ
+  round trip to the sender, for SharedMemory a file lookup).
 
 The verdict compares the Mooncake edge with the targets of issue 35 at the largest level: transfer p50
 <= `TRANSFER_TARGET_MS` and TTFP p50 within `TTFP_TARGET` of SharedMemory's. The report (`EdgeReport`) is filled as
@@ -159,6 +161,7 @@ def transfer_summary(lines: Sequence[dict[str, Any]]) -> dict[str, Any]:
     puts = {r["key"]: r for r in lines if r["op"] == "put" and r.get("ok", True)}
     gets = {r["key"]: r for r in lines if r["op"] == "get"}
     keys = [k for k in puts if k in gets]
+    misses = [r["ms"] for r in lines if r["op"] == "miss"]
     sizes = [puts[k]["bytes"] for k in keys if puts[k].get("bytes")]
     return {
         "chunks": len(keys),
@@ -171,6 +174,9 @@ def transfer_summary(lines: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "get_ms": percentiles([gets[k]["ms"] for k in keys]),
         "transfer_ms": percentiles([puts[k]["ms"] + gets[k]["ms"] for k in keys]),
         "handoff_ms": percentiles([1e3 * (gets[k]["end"] - puts[k]["start"]) for k in keys]),
+        "misses": len(misses),
+        "miss_ms": percentiles(misses),
+        "miss_ms_total": sum(misses),
     }
 
 

@@ -19,6 +19,10 @@ def _ms(p: dict[str, Any], key: str) -> str:
     return f"{fmt(p.get('p50'), '.2f')}/{fmt(p.get(key), '.2f')}"
 
 
+def _miss(t: dict[str, Any]) -> str:
+    return f"{fmt((t.get('miss_ms') or {}).get('p50'), '.2f')}/{fmt(t.get('miss_ms_total'), '.0f')}"
+
+
 def table_lines(report: EdgeReport) -> list[str]:
     head = (
         f"{'edge':<18} {'c':>3} {'req':>4} {'fail':>4} {'TTFP p50/p99 s':>15} {'audio s/s':>9} {'chunks':>6} "
@@ -33,7 +37,8 @@ def table_lines(report: EdgeReport) -> list[str]:
             f"{_EDGE_NAMES[s['edge']]:<18} {s['concurrency']:>3} {s['requests']:>4} {len(s['failures']):>4} "
             f"{fmt(ttfp['p50'], '.3f') + '/' + fmt(ttfp['p99'], '.3f'):>15} "
             f"{fmt(s['throughput_audio_s_per_s'], '.2f'):>9} {t['chunks']:>6} {_ms(t['put_ms'], 'p99'):>15} "
-            f"{_ms(t['get_ms'], 'p99'):>15} {_ms(t['transfer_ms'], 'p99'):>16} {_ms(t['handoff_ms'], 'p99'):>20}"
+            f"{_ms(t['get_ms'], 'p99'):>15} {_ms(t['transfer_ms'], 'p99'):>16} {_ms(t['handoff_ms'], 'p99'):>20} "
+            f"{t.get('misses', 0):>6} {_miss(t):>16}"
         )
     return lines
 
@@ -61,7 +66,8 @@ def render_text(report: EdgeReport) -> str:
         f"{cfg.audio_seconds:g} s replies ({cfg.tokens} codes), closed loop; server start-up "
         + ", ".join(f"{e} {s:.0f} s" for e, s in report.startup_s.items()),
         "xfer = put + get of one chunk (serialise/store + fetch/deserialise, timed in the engine processes); "
-        "hand-off = put start to get end (the transfer plus the receiver's polling wait)",
+        "hand-off = put start to get end (the transfer plus the receiver's polling wait); misses = the receiver's "
+        "gets that found no chunk yet (their ms p50 and sum: time its scheduler spent polling)",
         "",
         *table_lines(report),
         "",

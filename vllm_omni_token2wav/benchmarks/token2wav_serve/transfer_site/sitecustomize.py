@@ -6,9 +6,10 @@
 this folder first on the server's `PYTHONPATH` and sets `VLLM_OMNI_TOKEN2WAV_BENCH_TRANSFERS` to a folder. Python
 imports `sitecustomize` at start-up in every engine process; this one wraps both connectors' `put` and `get` as
 their modules are imported (a `sys.meta_path` finder: importing vLLM-Omni here would run before the plugin
-loads). Each put, and each get that returned data (the receiver polls; a miss is not a transfer), appends one JSON
-line to `<folder>/<pid>.jsonl`: `{"op", "key", "ok", "ms", "start", "end", "bytes", "connector"}` (`start` /
-`end`: `time.time()`, so a put and the get of the same key in two processes give the hand-off delay too).
+loads). Each put and each get appends one JSON line to `<folder>/<pid>.jsonl`: `{"op", "key", "ok", "ms", "start",
+"end", "bytes", "connector"}` (`start` / `end`: `time.time()`, so a put and the get of the same key in two processes
+give the hand-off delay too); a get that returned nothing (the receiver polls before the chunk is there) is `"op":
+"miss"`: not a transfer, but time the receiver's scheduler spent asking.
 Without the variable it does nothing. Standard library only.
 """
 
@@ -58,13 +59,12 @@ def _wrap(op: str, name: str, original: Callable[..., Any]) -> Callable[..., Any
         start_wall, start = time.time(), time.perf_counter()
         result = original(self, *args, **kwargs)
         elapsed = time.perf_counter() - start
-        if op == "get" and result is None:
-            return result
-        ok = bool(result[0]) if op == "put" and isinstance(result, tuple) else True
+        miss = op == "get" and result is None
+        ok = bool(result[0]) if op == "put" and isinstance(result, tuple) else not miss
         key = kwargs.get("put_key") or kwargs.get("get_key") or (args[2] if len(args) > 2 else None)
         _write(
             {
-                "op": op,
+                "op": "miss" if miss else op,
                 "key": str(key),
                 "ok": ok,
                 "ms": 1e3 * elapsed,
