@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -30,6 +31,7 @@ from vllm_omni_token2wav.benchmarks.token2wav_serve.edges import (
     edge_overlay,
     read_transfers,
     transfer_summary,
+    tree_cpu_s,
 )
 from vllm_omni_token2wav.benchmarks.token2wav_serve.run import RequestResult
 from vllm_omni_token2wav.cli_types import CLIUsageError
@@ -161,6 +163,21 @@ def test_a_short_reply_or_an_error_is_a_failure(tmp_path: Path) -> None:
     assert len(doc["levels"][0]["failures"]) == 2
     edges_report.write_plot(report, tmp_path / "r.png")
     assert (tmp_path / "r.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_tree_cpu_counts_a_child_that_burns_cpu() -> None:
+    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass\ntime.sleep(30)"
+    child = subprocess.Popen([sys.executable, "-c", burn])
+    try:
+        deadline = time.monotonic() + 20
+        while (tree_cpu_s(child.pid) or 0.0) < 0.3 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert 0.3 <= (tree_cpu_s(child.pid) or 0.0) < 5.0
+        assert (tree_cpu_s(os.getpid()) or 0.0) >= (tree_cpu_s(child.pid) or 0.0)  # the parent's tree holds it
+    finally:
+        child.kill()
+        child.wait()
+    assert tree_cpu_s(None) is None
 
 
 def _args(*argv: str) -> argparse.Namespace:

@@ -17,7 +17,10 @@ loop). Per edge and level:
   deserialise; for Mooncake the TCP read), their sum (**transfer**) and the **hand-off** (put start to get end,
   across the two processes: the transfer plus the receiver's polling wait), and the receiver's polls that found
   nothing yet (**misses**: how many, and the time its scheduler spent in them; for Mooncake each is a ZMQ
-  round trip to the sender, for SharedMemory a file lookup).
+  round trip to the sender, for SharedMemory a file lookup);
+- **server CPU**: the CPU seconds of the server's process tree (API server, engine cores, workers, all their
+  threads) per level and per audio second, and its idle draw (cores busy over `IDLE_S` with no request) after
+  the warm-up: what the edge's machinery costs the stages on a shared host.
 
 The verdict compares the Mooncake edge with the targets of issue 35 at the largest level: transfer p50
 <= `TRANSFER_TARGET_MS` and TTFP p50 within `TTFP_TARGET` of SharedMemory's. The report (`EdgeReport`) is filled as
@@ -46,6 +49,7 @@ from vllm_omni_token2wav.benchmarks.token2wav_serve.engine import (
     warm_up_server,
 )
 from vllm_omni_token2wav.benchmarks.token2wav_serve.run import SAMPLE_RATE, TOKEN_RATE, RequestResult, percentiles
+from vllm_omni_token2wav.benchmarks.token2wav_serve.soak import process_tree
 
 SCHEMA: Final = "vllm-omni/bench-token2wav-serve-edges/1"
 EDGES: Final = ("shm", "mooncake")
@@ -54,6 +58,22 @@ SITE: Final = Path(__file__).resolve().parent / "transfer_site"
 CONNECTOR_NAME: Final = "connector_of_mooncake"
 TRANSFER_TARGET_MS: Final = 5.0
 TTFP_TARGET: Final = 0.15
+IDLE_S: Final = 3.0  # the server idle after its warm-up: what its processes burn with no request
+
+
+def tree_cpu_s(pid: int | None) -> float | None:
+    """User + system CPU seconds of `pid` and its descendants (Linux `/proc/<pid>/stat`), all their threads."""
+    if pid is None:
+        return None
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for p in process_tree(pid):
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
+    return total / tick
 
 
 class EdgeSetupError(Exception):
@@ -190,6 +210,7 @@ class EdgeLevel:
     expected_samples: int
     results: list[RequestResult]
     transfers: dict[str, Any]
+    cpu_s: float | None = None  # the server tree's CPU seconds during the level
 
     def failures(self) -> list[str]:
         out = [f"{r.request_id}: {r.errors[0]}" for r in self.results if r.errors]
@@ -213,6 +234,8 @@ class EdgeLevel:
             "throughput_audio_s_per_s": audio / self.wall_s if self.wall_s > 0 else None,
             "ttfp_s": percentiles(ttfp),
             "transfers": self.transfers,
+            "server_cpu_s": self.cpu_s,
+            "server_cpu_s_per_audio_s": self.cpu_s / audio if self.cpu_s is not None and audio > 0 else None,
         }
 
 
@@ -226,6 +249,7 @@ class EdgeReport:
     command: str = ""
     levels: list[EdgeLevel] = field(default_factory=list)
     startup_s: dict[str, float] = field(default_factory=dict)
+    idle_cores: dict[str, float] = field(default_factory=dict)  # per edge: server CPU s per wall s, no requests
     notes: list[str] = field(default_factory=list)
     complete: bool = False
 
@@ -273,6 +297,7 @@ class EdgeReport:
             "environment": self.environment,
             "model": self.model,
             "startup_s": self.startup_s,
+            "idle_cores": self.idle_cores,
             "levels": [lv.summary() for lv in self.levels],
             "targets": self.targets(),
             "notes": self.notes,
@@ -324,12 +349,17 @@ class EdgeBenchmark:
             self.report.startup_s[edge] = time.monotonic() - started
             self._stage(f"{edge}: ready in {self.report.startup_s[edge]:.0f} s; warming up")
             warm_up_server(server.port, cfg.tokens, cfg.request_timeout_s, f"the {edge} server")
+            before = tree_cpu_s(server.pid)
+            time.sleep(IDLE_S)
+            after = tree_cpu_s(server.pid)
+            if before is not None and after is not None:
+                self.report.idle_cores[edge] = (after - before) / IDLE_S
             for c in cfg.concurrency:
-                self.report.levels.append(self._level(edge, server.port, c, transfers))
+                self.report.levels.append(self._level(edge, server, c, transfers))
         finally:
             server.stop()
 
-    def _level(self, edge: str, port: int, c: int, transfers: Path) -> EdgeLevel:
+    def _level(self, edge: str, server: EngineServer, c: int, transfers: Path) -> EdgeLevel:
         cfg = self.config
         count = cfg.requests_at(c)
         requests = [
@@ -338,13 +368,16 @@ class EdgeBenchmark:
         ]
         self._stage(f"{edge}: c={c}, {count} requests")
         begin = time.time()
+        cpu_before = tree_cpu_s(server.pid)
         started = time.perf_counter()
-        results = run_closed_or_poisson(port, requests, c, timeout_s=cfg.request_timeout_s)
+        results = run_closed_or_poisson(server.port, requests, c, timeout_s=cfg.request_timeout_s)
         wall = time.perf_counter() - started
+        cpu_after = tree_cpu_s(server.pid)
+        cpu = None if cpu_before is None or cpu_after is None else cpu_after - cpu_before
         time.sleep(0.2)  # the last get's line is written after the reply's last chunk left the stage
         window = [r for r in read_transfers(transfers) if r["start"] >= begin]
         expected = cfg.tokens * SAMPLE_RATE // TOKEN_RATE
-        return EdgeLevel(edge, c, wall, expected, results, transfer_summary(window))
+        return EdgeLevel(edge, c, wall, expected, results, transfer_summary(window), cpu)
 
 
 __all__ = [

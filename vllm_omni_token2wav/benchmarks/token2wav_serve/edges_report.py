@@ -38,7 +38,7 @@ def table_lines(report: EdgeReport) -> list[str]:
             f"{fmt(ttfp['p50'], '.3f') + '/' + fmt(ttfp['p99'], '.3f'):>15} "
             f"{fmt(s['throughput_audio_s_per_s'], '.2f'):>9} {t['chunks']:>6} {_ms(t['put_ms'], 'p99'):>15} "
             f"{_ms(t['get_ms'], 'p99'):>15} {_ms(t['transfer_ms'], 'p99'):>16} {_ms(t['handoff_ms'], 'p99'):>20} "
-            f"{t.get('misses', 0):>6} {_miss(t):>16}"
+            f"{t.get('misses', 0):>6} {_miss(t):>16} {fmt(s.get('server_cpu_s_per_audio_s'), '.3f'):>13}"
         )
     return lines
 
@@ -64,10 +64,13 @@ def render_text(report: EdgeReport) -> str:
         environment_line(report.environment) if report.environment else "host: not recorded (the run stopped early)",
         f"stack: {report.model.get('deploy', '?')} (stand-in producer -> our Step-Audio2 code2wav), "
         f"{cfg.audio_seconds:g} s replies ({cfg.tokens} codes), closed loop; server start-up "
-        + ", ".join(f"{e} {s:.0f} s" for e, s in report.startup_s.items()),
+        + ", ".join(f"{e} {s:.0f} s" for e, s in report.startup_s.items())
+        + "; idle server CPU (cores) "
+        + ", ".join(f"{e} {v:.2f}" for e, v in report.idle_cores.items()),
         "xfer = put + get of one chunk (serialise/store + fetch/deserialise, timed in the engine processes); "
         "hand-off = put start to get end (the transfer plus the receiver's polling wait); misses = the receiver's "
-        "gets that found no chunk yet (their ms p50 and sum: time its scheduler spent polling)",
+        "gets that found no chunk yet (their ms p50 and sum: time its scheduler spent polling); cpu s/audio s = the "
+        "server process tree's CPU seconds per audio second served",
         "",
         *table_lines(report),
         "",
