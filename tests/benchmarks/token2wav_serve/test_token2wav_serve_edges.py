@@ -149,6 +149,9 @@ def test_targets_compare_mooncake_with_shared_memory_at_the_largest_level() -> N
     text = edges_report.render_text(report)
     assert "Mooncake transfer p50 6.00 ms <= 5 ms: NOT met" in text and "1.250 <= 1.15: NOT met" in text
     assert "SharedMemory" in text and "Mooncake TE (tcp)" in text
+    head, rule, *rows = edges_report.table_lines(report)
+    assert "misses" in head and "cpu s/audio s" in head and set(rule) == {"-"} and len(rows) == 4
+    assert all(len(row.split()) == len(rows[0].split()) for row in rows)
 
 
 def test_a_short_reply_or_an_error_is_a_failure(tmp_path: Path) -> None:

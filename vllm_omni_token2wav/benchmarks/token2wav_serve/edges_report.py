@@ -26,7 +26,8 @@ def _miss(t: dict[str, Any]) -> str:
 def table_lines(report: EdgeReport) -> list[str]:
     head = (
         f"{'edge':<18} {'c':>3} {'req':>4} {'fail':>4} {'TTFP p50/p99 s':>15} {'audio s/s':>9} {'chunks':>6} "
-        f"{'put ms p50/p99':>15} {'get ms p50/p99':>15} {'xfer ms p50/p99':>16} {'hand-off ms p50/p99':>20}"
+        f"{'put ms p50/p99':>15} {'get ms p50/p99':>15} {'xfer ms p50/p99':>16} {'hand-off ms p50/p99':>20} "
+        f"{'misses':>6} {'miss ms p50/sum':>16} {'cpu s/audio s':>13}"
     )
     lines = [head, "-" * len(head)]
     for level in report.levels:
