@@ -3,8 +3,9 @@
 the report and the CLI's refusals.
 
 Transfer lines and request results are written by hand with known times, so every expected percentile, hand-off and
-ratio is worked out from the inputs; the timing site (`transfer_site/sitecustomize.py`) is run in a child Python
-against a stand-in connector module of the same dotted name, so its wrapping is what an engine process gets.
+ratio is worked out from the inputs; the timing site (`token2wav_serve/transfer_site/sitecustomize.py`) is run in a
+child Python against a stand-in connector module of the same dotted name, so its wrapping is what an engine process
+gets.
 """
 
 from __future__ import annotations
