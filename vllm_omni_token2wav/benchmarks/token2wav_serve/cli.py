@@ -26,6 +26,12 @@ emulated stage (`--talker-rate`, `--voices`, `--threads`, ...) are usage errors 
 server tree's RSS over time and its least-squares slope, and TTFP per `--window` requests, to
 `./out/token2wav_serve_soak.{json,png}` (the JSON rewritten after every window).
 
+`--engine --edge shm,mooncake` serves the same stack once per code2wav edge, one server after the other
+(`edges.py` beside this module): SharedMemory, and Mooncake's transfer engine over TCP on loopback (the YAML
+`connectors:` edge; the `multinode` extra), at `--concurrency` (default 1,4,8): TTFP p50/p99, audio s/s and the
+per-chunk transfer time timed around the connectors' put / get in the engine processes, against issue 35's
+targets; reports go to `./out/token2wav_serve_edges.{json,png}`.
+
 Exit codes: 0 done; 1 some segment failed (the table says which); 2 usage error; 130 interrupted
 (the partial report is printed and its JSON written).
 
