@@ -186,7 +186,7 @@ class _OneCudaPlatform(CudaDevicePlatform):
 
 
 @pytest.mark.parametrize("family", ["minicpmo_4_5", "step_audio2", "cosyvoice3"])
-def test_every_familys_stage_hands_the_platform_default_or_the_explicit_dtype_to_its_facade(
+def test_the_stage_of_each_family_hands_the_platform_default_or_the_explicit_dtype_to_its_facade(
     family: str, serve_on: Any, tmp_path: Path
 ) -> None:
     from vllm_omni_token2wav.model_executor.models.cosyvoice3.cosyvoice3_code2wav import CosyVoice3Code2Wav
