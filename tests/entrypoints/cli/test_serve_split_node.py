@@ -57,10 +57,10 @@ import numpy as np
 import pytest
 
 from tests.e2e.engines import FAST_STAGE_OPTIONS, SAMPLES_PER_TOKEN, StageCounters, wait_for
-from tests.e2e.multinode import mooncake_edge
 from tests.e2e.references import new_tokens, reference_stage, streamed_request, upstream_chunks
 from tests.helpers.engine import require_engine
 from vllm_omni_token2wav import envs
+from vllm_omni_token2wav.benchmarks.token2wav_serve.edges import mooncake_connector
 from vllm_omni_token2wav.deploy import deploy_config
 from vllm_omni_token2wav.model_executor.models.standin.toy import write_overlay
 
@@ -234,7 +234,7 @@ def _edge_overlay() -> tuple[dict[int, dict[str, Any]], dict[str, Any]]:
         return stages, {}
     stages[0]["output_connectors"] = {"to_stage_1": "connector_of_mooncake"}
     stages[1]["input_connectors"] = {"from_stage_0": "connector_of_mooncake"}
-    return stages, {"connectors": mooncake_edge(_free_port())}
+    return stages, {"connectors": mooncake_connector(_free_port())}
 
 
 @pytest.fixture(scope="module")
