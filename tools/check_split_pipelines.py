@@ -3,9 +3,10 @@
 """Upstream's own pipelines at toy size, split: the code2wav stage on a headless node behind the head's HTTP API.
 
 Issue 35 item 1 asks whether vLLM-Omni 0.30's split deployment works with this plugin's code2wav stage behind
-upstream's own thinker/talker stages, not only behind the stand-in producer (`tests/e2e/test_split_node.py`).
-For each family's toy pipeline (`model_executor/models/standin/toy/`: upstream's deploy YAML as an overlay, the
-async-chunk variant, SharedMemory edges) this script starts, one deployment at a time:
+upstream's own thinker/talker stages, not only behind the stand-in producer
+(`tests/entrypoints/cli/test_serve_split_node.py`). For each family's toy pipeline
+(`vllm_omni_token2wav/model_executor/models/standin/toy/`: upstream's deploy YAML as an overlay, the async-chunk
+variant, SharedMemory edges) this script starts, one deployment at a time:
 
 - the head: `vllm-omni-token2wav serve <toy> --deploy-config <overlay> --stage-id 0 -oma 127.0.0.1 -omp P
   --host 127.0.0.1 --port H` (the HTTP API, the orchestrator, stage 0);

@@ -22,7 +22,8 @@ FORMER_SCRIPTS = (
     "token2wav_rtf",
     "token2wav_serve",
 )
-#: Recorders added since (`bench engine-ab`, `bench token2wav-serve --engine --soak`, the memory budget, replicas).
+#: Recorders added since (`bench engine-ab`, `bench token2wav-serve --engine --soak`, the memory budget, replicas,
+#: precision, `bench token2wav-serve --engine --edge`).
 NEW_RECORDERS = (
     "engine_ab",
     "token2wav_serve_soak",
@@ -30,6 +31,7 @@ NEW_RECORDERS = (
     "token2wav_memory_budget",
     "code2wav_replicas",
     "token2wav_precision",
+    "token2wav_serve_edges",
 )
 
 

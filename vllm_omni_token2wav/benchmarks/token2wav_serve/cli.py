@@ -26,6 +26,12 @@ emulated stage (`--talker-rate`, `--voices`, `--threads`, ...) are usage errors 
 server tree's RSS over time and its least-squares slope, and TTFP per `--window` requests, to
 `./out/token2wav_serve_soak.{json,png}` (the JSON rewritten after every window).
 
+`--engine --edge shm,mooncake` serves the same stack once per code2wav edge, one server after the other
+(`edges.py` beside this module): SharedMemory, and Mooncake's transfer engine over TCP on loopback (the YAML
+`connectors:` edge; the `multinode` extra), at `--concurrency` (default 1,4,8): TTFP p50/p99, audio s/s and the
+per-chunk transfer time timed around the connectors' put / get in the engine processes, against issue 35's
+targets; reports go to `./out/token2wav_serve_edges.{json,png}`.
+
 Exit codes: 0 done; 1 some segment failed (the table says which); 2 usage error; 130 interrupted
 (the partial report is printed and its JSON written).
 
@@ -48,6 +54,8 @@ DEFAULT_JSON = str(bench_cli.DEFAULT_REPORT_DIR / "token2wav_serve.json")
 DEFAULT_PLOT = str(bench_cli.DEFAULT_REPORT_DIR / "token2wav_serve.png")
 ENGINE_JSON = str(bench_cli.DEFAULT_REPORT_DIR / "token2wav_serve_engine.json")
 ENGINE_PLOT = str(bench_cli.DEFAULT_REPORT_DIR / "token2wav_serve_engine.png")
+EDGES_JSON = str(bench_cli.DEFAULT_REPORT_DIR / "token2wav_serve_edges.json")
+EDGES_PLOT = str(bench_cli.DEFAULT_REPORT_DIR / "token2wav_serve_edges.png")
 SOAK_JSON = str(bench_cli.DEFAULT_REPORT_DIR / "token2wav_serve_soak.json")
 SOAK_PLOT = str(bench_cli.DEFAULT_REPORT_DIR / "token2wav_serve_soak.png")
 #: Options of `--engine` that `--soak` refuses, and why.
@@ -219,6 +227,13 @@ class Token2WavServeSubcommand:
             help="measure the real served stack (stand-in producer -> our code2wav in vllm-omni-token2wav serve, "
             "loopback), code2wav max_num_seqs = largest level vs 1, beside the in-process run of the same work",
         )
+        parser.add_argument(
+            "--edge",
+            metavar="E,E",
+            help="with --engine: compare the code2wav edge on shm (SharedMemory) and mooncake (Mooncake TE over tcp "
+            "loopback; the multinode extra), one server at a time, at --concurrency (default 1,4,8): TTFP, "
+            "throughput, per-chunk transfer time",
+        )
         parser.add_argument("--server-logs", metavar="DIR", help="--engine: keep the servers' logs in DIR")
         parser.add_argument(
             "--soak",
@@ -233,10 +248,14 @@ class Token2WavServeSubcommand:
 
     def run(self, args: argparse.Namespace) -> int:
         if args.soak:
+            if args.edge is not None:
+                raise CLIUsageError("--edge compares two edges over levels; it cannot be combined with --soak")
             return run_soak(args)
         for option in SOAK_ONLY:
             if getattr(args, option) is not None:
                 raise CLIUsageError(f"--{option.replace('_', '-')} shapes a soak run; add --engine --soak")
+        if args.edge is not None:
+            return run_edges(args)
         if args.engine:
             return run_engine(args)
         config = build_config(args)
@@ -437,6 +456,96 @@ def run_soak(args: argparse.Namespace) -> int:
     )
 
 
+#: Options of `--engine` that `--edge` refuses, and why.
+EDGE_REFUSED = {
+    "request_rate": "the edge comparison is a closed loop at each --concurrency",
+    "max_num_seqs": "both edges serve the shipped deployment's max_num_seqs",
+    "clock": "the edge comparison runs no in-process comparison",
+}
+
+
+def build_edge_config(args: argparse.Namespace) -> Any:
+    """The validated `EdgeConfig` for `--engine --edge` (raises `CLIUsageError` before any work)."""
+    if not args.engine:
+        raise CLIUsageError("--edge compares served deployments; add --engine")
+    for option, why in {**ENGINE_REFUSED, **EDGE_REFUSED}.items():
+        value = getattr(args, option)
+        if value not in (None, False):
+            raise CLIUsageError(f"--{option.replace('_', '-')} does not apply to --engine --edge: {why}")
+    if args.family is not None and canonical_family(args.family) != "step_audio2":
+        raise CLIUsageError(
+            f"--family {args.family} does not apply to --engine --edge: the served stack is Step-Audio2's"
+        )
+    if bench_cli.check_device(args.device) not in ("auto", "cpu"):
+        raise CLIUsageError(f"--device {args.device} does not apply to --engine: the engine serves on its platform")
+    bench_cli.check_output_files(args)
+    bench_cli.check_at_least("--requests", args.requests, 1)
+    if args.server_logs is not None and Path(args.server_logs).exists() and not Path(args.server_logs).is_dir():
+        raise CLIUsageError(f"--server-logs {args.server_logs}: not a folder")
+
+    from vllm_omni_token2wav.benchmarks.token2wav_serve.edges import PLANS, EdgeConfig, missing_mooncake, parse_edges
+    from vllm_omni_token2wav.benchmarks.token2wav_serve.engine import ENGINE_INSTALL_HINT, missing_engine
+
+    missing = missing_engine()
+    if missing:
+        raise CLIUsageError(f"--engine --edge needs {missing}, which this environment lacks; {ENGINE_INSTALL_HINT}")
+    edges = parse_edges(args.edge)
+    if "mooncake" in edges and (lacking := missing_mooncake()):
+        raise CLIUsageError(f"--edge mooncake needs {lacking}, which this environment lacks")
+    plan = "edges-smoke" if args.smoke else "edges"
+    sizes: dict[str, Any] = dict(PLANS[plan])
+    if args.concurrency:
+        sizes["concurrency"] = parse_levels(args.concurrency)
+    if args.requests is not None:
+        sizes["requests"] = args.requests
+    if args.audio_seconds:
+        lo, hi = parse_seconds_range(args.audio_seconds)
+        if lo != hi:
+            raise CLIUsageError(
+                f"--audio-seconds {args.audio_seconds}: the served stack gives every reply one length; give one value"
+            )
+        sizes["audio_seconds"] = lo
+    config = EdgeConfig(
+        edges=edges,
+        seed=args.seed,
+        plan=plan,
+        server_logs=None if args.server_logs is None else Path(args.server_logs).expanduser(),
+        **sizes,
+    )
+    try:
+        config.validate()
+    except ValueError as exc:
+        raise CLIUsageError(f"--edge {args.edge}: {exc}") from None
+    return config
+
+
+def run_edges(args: argparse.Namespace) -> int:
+    config = build_edge_config(args)
+    from vllm_omni_token2wav.benchmarks.engine_server import EngineServerError
+    from vllm_omni_token2wav.benchmarks.token2wav_serve import edges_report
+    from vllm_omni_token2wav.benchmarks.token2wav_serve.edges import EdgeBenchmark, EdgeSetupError
+
+    bench = EdgeBenchmark(config, stage=bench_cli.stage_printer("token2wav-serve --engine --edge"))
+    bench.report.command = bench_cli.invoked_command()
+    failed_to_serve = False
+    try:
+        interrupted = bench_cli.run_benchmark(bench.run, EdgeSetupError)
+    except EngineServerError as exc:  # the note says which server and where its log is
+        print(f"vllm-omni-token2wav: {exc}", file=sys.stderr)
+        bench.report.notes.append(f"server failure: {str(exc).splitlines()[0]}")
+        interrupted, failed_to_serve = False, True
+    report = bench.report
+    return bench_cli.publish_report(
+        report,
+        edges_report,
+        Path(args.json or EDGES_JSON),
+        Path(args.plot or EDGES_PLOT),
+        plot=bool(report.levels),
+        interrupted=interrupted,
+        code=1 if failed_to_serve or report.failed() else 0,
+    )
+
+
 SUBCOMMAND = Token2WavServeSubcommand()
 
 
@@ -448,6 +557,8 @@ def stem_for(argv: Sequence[str]) -> str:
     """
     if "--soak" in argv:
         return soak_stem(argv)
+    if "--edge" in argv:
+        return edges_stem(argv)
     if "--engine" in argv:
         rate = bench_cli.option_value(argv, "--request-rate")
         wall = "_wallclock" if bench_cli.option_value(argv, "--clock") == "wall" else ""
@@ -457,6 +568,11 @@ def stem_for(argv: Sequence[str]) -> str:
     if talker is not None and float(talker) != 100.0:
         stem += f"_talker{float(talker):g}"
     return stem + bench_cli.thread_clock_suffix(argv)
+
+
+def edges_stem(argv: Sequence[str]) -> str:
+    """`token2wav_serve_edges[_smoke]`: `--engine --edge` (the plain name for the full comparison)."""
+    return "token2wav_serve_edges" + ("_smoke" if "--smoke" in argv else "")
 
 
 def soak_stem(argv: Sequence[str]) -> str:
@@ -481,5 +597,12 @@ RECORDERS = (
         summary="token2wav_serve_soak[_mns<N>]_<device>: one server, 1,000 streamed requests at c=8 and a burst "
         "at c=64 (failures, RSS slope, TTFP per window)",
         recorded_codes=(0, 1),
+    ),
+    bench_cli.Recorder(
+        name="token2wav_serve_edges",
+        command=("bench", "token2wav-serve", "--engine", "--edge", "shm,mooncake"),
+        stem=edges_stem,
+        summary="token2wav_serve_edges[_smoke]_<device>: the code2wav edge on SharedMemory vs Mooncake TE (tcp "
+        "loopback) at c=1,4,8: TTFP, throughput, per-chunk transfer time",
     ),
 )

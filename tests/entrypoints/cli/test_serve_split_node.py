@@ -6,7 +6,8 @@ One split deployment for the module (README, "Running the code2wav stage on its 
 orchestrator and the stand-in producer) and a headless code2wav node (`... --stage-id 1 --headless -oma 127.0.0.1
 -omp P`), each in its own process group, working folder and environment (the node's alone carries the stage's
 counters file), the stage-0 -> stage-1 edge on `EDGE` (`MooncakeTransferEngineConnector` over TCP where the
-`multinode` extra imports, as `test_mooncake_edge.py` configures it; else the shipped SharedMemory edge).
+`multinode` extra imports, as `tests/patch/worker/test_patch_mooncake_engine.py` configures it; else the shipped
+SharedMemory edge).
 
 Checks, in order (one deployment, the tests share it):
 1. concurrent whole replies (`/v1/audio/speech`, WAV) and a streamed one (raw PCM) each equal, to the 16-bit PCM
@@ -17,7 +18,18 @@ Checks, in order (one deployment, the tests share it):
    a stream whose 200 header was sent ends short), the head stays up, `/health` turns 503 and a new request fails
    naming stage 1 ("Stage-1 has no live replica", `error_stage_id: 1`);
 3. the node started again: vLLM-Omni 0.30's master server registers it as a new replica, `/health` is 200 again
-   and a reply is whole.
+   and a reply is whole;
+4. two code2wav nodes behind the head: a second headless node (the same command, its own process group, folder and
+   counters file) registers as one more replica of stage 1 beside the first (vLLM-Omni places each headless
+   process as a replica; `--omni-dp-size-local K` would put K replicas in one process, which one node's loss takes
+   down together). The head routes with `--omni-lb-policy round-robin` (upstream's default, `random`, leaves one
+   node idle for 4 requests one time in 8): 4 concurrent whole replies are served by both nodes (each node's
+   counters file holds new request keys) and each equals our stage alone; then the second node is killed while
+   two replies are in flight: each ends within a minute, the one on the surviving node whole, the head detaches
+   the lost replica and the next two replies are whole, both served by the surviving node.
+
+Outside `tests/e2e/` (whose conftest puts this checkout on the engine processes' `PYTHONPATH`), the fixture puts it
+on the served processes' `PYTHONPATH` itself.
 """
 
 from __future__ import annotations
@@ -44,11 +56,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.e2e.engines import FAST_STAGE_OPTIONS, SAMPLES_PER_TOKEN, StageCounters
-from tests.e2e.multinode import mooncake_edge
+from tests.e2e.engines import FAST_STAGE_OPTIONS, SAMPLES_PER_TOKEN, StageCounters, wait_for
 from tests.e2e.references import new_tokens, reference_stage, streamed_request, upstream_chunks
 from tests.helpers.engine import require_engine
 from vllm_omni_token2wav import envs
+from vllm_omni_token2wav.benchmarks.token2wav_serve.edges import mooncake_connector
 from vllm_omni_token2wav.deploy import deploy_config
 from vllm_omni_token2wav.model_executor.models.standin.toy import write_overlay
 
@@ -63,6 +75,13 @@ STARTUP_TIMEOUT_S = 480.0
 PCM_TOLERANCE = 1.5 / 32768
 HAS_MOONCAKE = importlib.util.find_spec("mooncake") is not None
 EDGE = "mooncake" if HAS_MOONCAKE else "shared_memory"
+REPO_ROOT = Path(__file__).resolve().parents[3]
+#: The head marks a node that stopped reporting lost after this long (upstream's default 30 s; the nodes report
+#: every 5 s, `omni_coord_client_for_stage.py`): a killed node's requests end and its replica is dropped ~15 s
+#: sooner, in the kill test and in the two-node test.
+HEARTBEAT_TIMEOUT_S = 15.0
+#: The head answers SIGTERM by stopping its stages in ~8 s and then lingers; the group is killed after this.
+STOP_WAIT_S = 15.0
 
 
 def _free_port() -> int:
@@ -96,13 +115,13 @@ class Proc:
     def alive(self) -> bool:
         return self.popen is not None and self.popen.poll() is None
 
-    def kill(self, sig: int = signal.SIGKILL) -> None:
+    def kill(self, sig: int = signal.SIGKILL, wait_s: float = 30.0) -> None:
         if self.popen is None:
             return
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.popen.pid, sig)
         with contextlib.suppress(subprocess.TimeoutExpired):
-            self.popen.wait(timeout=30)
+            self.popen.wait(timeout=wait_s)
         with contextlib.suppress(ProcessLookupError):  # engine cores / workers left in the group
             os.killpg(self.popen.pid, signal.SIGKILL)
 
@@ -114,9 +133,12 @@ class Proc:
 class Split:
     head: Proc
     node: Proc
+    #: a second code2wav node (the same command in its own folder, with its own counters file)
+    node2: Proc
     url: str
     model: Path
     stats: Path
+    stats2: Path
     node_starts: list[float] = field(default_factory=list)
 
     def start_node(self) -> None:
@@ -136,6 +158,24 @@ class Split:
 
     def counters(self) -> StageCounters:
         return StageCounters.read(self.stats)
+
+    def head_log_count(self, text: str) -> int:
+        return self.head.log.read_text(errors="replace").count(text)
+
+
+#: the head's log lines for a stage-1 replica joining and leaving (vLLM-Omni 0.30 `engine/membership_controller.py`)
+ATTACHED = "attached remote replica stage=1 "
+DETACHED = "detached replica stage=1 "
+
+
+def merged(*counters: StageCounters) -> StageCounters:
+    """The counters of several nodes as one (request keys are unique across nodes)."""
+    raw: dict[str, Any] = {"errors": 0, "noise_seeds": {}, "chunks": {}}
+    for c in counters:
+        raw["errors"] += c["errors"]
+        raw["noise_seeds"].update(c["noise_seeds"])
+        raw["chunks"].update(c["chunks"])
+    return StageCounters(raw)
 
 
 def health(url: str) -> int:
@@ -194,7 +234,7 @@ def _edge_overlay() -> tuple[dict[int, dict[str, Any]], dict[str, Any]]:
         return stages, {}
     stages[0]["output_connectors"] = {"to_stage_1": "connector_of_mooncake"}
     stages[1]["input_connectors"] = {"from_stage_0": "connector_of_mooncake"}
-    return stages, {"connectors": mooncake_edge(_free_port())}
+    return stages, {"connectors": mooncake_connector(_free_port())}
 
 
 @pytest.fixture(scope="module")
@@ -207,10 +247,12 @@ def split(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Split]:
     deploy = write_overlay(tmp / "deploy.yaml", deploy_config(f"standin_{FAMILY}_stream"), stages, top=top)
     master_port, http_port = _free_port(), _free_port()
     common = [str(model), "--deploy-config", str(deploy), "-oma", "127.0.0.1", "-omp", str(master_port)]
-    stats = tmp / "node" / "stage_stats.json"
+    stats, stats2 = tmp / "node" / "stage_stats.json", tmp / "node2" / "stage_stats.json"
     base_env = {k: v for k, v in os.environ.items() if k != envs.STAGE_STATS_ENV}
+    base_env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), base_env.get("PYTHONPATH", "")) if p)
     head = Proc(
-        [*common, "--stage-id", "0", "--host", "127.0.0.1", "--port", str(http_port)],
+        [*common, "--stage-id", "0", "--host", "127.0.0.1", "--port", str(http_port)]
+        + ["--omni-lb-policy", "round-robin", "--omni-heartbeat-timeout", str(HEARTBEAT_TIMEOUT_S)],
         tmp / "head",
         dict(base_env),
         tmp / "head.log",
@@ -221,20 +263,30 @@ def split(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Split]:
         {**base_env, envs.STAGE_STATS_ENV: str(stats)},
         tmp / "node.log",
     )
-    deployment = Split(head, node, f"http://127.0.0.1:{http_port}", model, stats)
+    node2 = Proc(
+        [*common, "--stage-id", "1", "--headless"],
+        tmp / "node2",
+        {**base_env, envs.STAGE_STATS_ENV: str(stats2)},
+        tmp / "node2.log",
+    )
+    deployment = Split(head, node, node2, f"http://127.0.0.1:{http_port}", model, stats, stats2)
     try:
         head.start()
         deployment.start_node()
         deployment.wait_healthy()
         yield deployment
     finally:
-        node.kill(signal.SIGTERM)
-        head.kill(signal.SIGTERM)
+        node2.kill(signal.SIGTERM, STOP_WAIT_S)
+        node.kill(signal.SIGTERM, STOP_WAIT_S)
+        head.kill(signal.SIGTERM, STOP_WAIT_S)
 
 
-def _reference_check(split: Split, replies: dict[str, np.ndarray], known: set[str]) -> set[str]:
-    """Each reply equals our stage alone on its text's codes with the seed of exactly one new stage key."""
-    counters = split.counters()
+def _reference_check(
+    split: Split, replies: dict[str, np.ndarray], known: set[str], counters: StageCounters | None = None
+) -> set[str]:
+    """Each reply equals our stage alone on its text's codes with the seed of exactly one new stage key
+    (of `counters`: the node's by default)."""
+    counters = counters or split.counters()
     assert counters["errors"] == 0, counters.raw
     new_keys = sorted(set(counters["noise_seeds"]) - known)
     assert len(new_keys) == len(replies), (new_keys, list(replies))
@@ -326,3 +378,78 @@ def test_the_node_killed_mid_stream_fails_its_requests_and_the_head_serves_again
     split.wait_healthy()
     audio = pcm(speech(split.url, "after the node came back", stream=False), wav=True)
     assert audio.shape == (SAMPLES_PER_TOKEN * REPLY_TOKENS,)
+
+
+def _whole_replies(split: Split, texts: list[str], *, kill: Proc | None = None) -> dict[str, tuple[int, bytes]]:
+    """`texts` as concurrent whole replies; with `kill`, that node's process group is killed 0.6 s in. Each
+    request is bounded (90 s) and the threads must end."""
+    results: dict[str, tuple[int, bytes]] = {}
+
+    def fetch(text: str) -> None:
+        try:
+            results[text] = speech(split.url, text, stream=False, timeout_s=90)
+        except Exception as exc:  # noqa: BLE001 - a connection the head dropped is one of the allowed endings
+            results[text] = (-1, repr(exc).encode())
+
+    threads = [threading.Thread(target=fetch, args=(t,)) for t in texts]
+    for t in threads:
+        t.start()
+    if kill is not None:
+        time.sleep(0.6)  # admitted and routed; a 100-code reply takes ~2 s here
+        kill.kill(signal.SIGKILL)
+    for t in threads:
+        t.join(timeout=120)
+    assert not any(t.is_alive() for t in threads), "a request hung"
+    return results
+
+
+def test_two_nodes_behind_the_head_share_requests_and_one_killed_leaves_the_other_serving(split: Split) -> None:
+    assert split.node.alive() and health(split.url) == 200, "the previous test leaves one node serving"
+    attached = split.head_log_count(ATTACHED)
+    split.node2.start()
+    wait_for(
+        lambda: split.head_log_count(ATTACHED) > attached or not split.node2.alive(),
+        timeout_s=STARTUP_TIMEOUT_S,
+        what="the second node registered as a replica of stage 1",
+    )
+    assert split.node2.alive(), split.node2.tail()
+
+    # both nodes serve: round-robin over the two live replicas
+    known = set(split.counters()["noise_seeds"])
+    texts = [f"two nodes reply {i}" for i in range(4)]
+    results = _whole_replies(split, texts)
+    replies = {t: pcm(results[t], wav=True) for t in texts}
+    first, second = split.counters(), StageCounters.read(split.stats2)
+    on_first, on_second = set(first["noise_seeds"]) - known, set(second["noise_seeds"])
+    assert on_first and on_second and len(on_first) + len(on_second) == len(texts), (on_first, on_second)
+    _reference_check(split, replies, known, merged(first, second))
+
+    # the second node killed with a reply in flight on each node: both end, the first node's whole
+    detached = split.head_log_count(DETACHED)
+    known = set(split.counters()["noise_seeds"])
+    killed_at = time.monotonic()
+    results = _whole_replies(split, ["one node lost a", "one node lost b"], kill=split.node2)
+    assert time.monotonic() - killed_at < 90
+    assert split.head.alive() and split.node.alive(), split.head.tail()
+    served = set(split.counters()["noise_seeds"]) - known
+    assert served, "the surviving node served neither reply"  # round-robin: one of the two was routed to it
+    statuses = {text: status for text, (status, _) in results.items()}
+    whole = [t for t, (status, body) in results.items() if status == 200]
+    assert whole and len(whole) <= len(served), (statuses, served)
+    for text in whole:
+        assert pcm(results[text], wav=True).shape == (SAMPLES_PER_TOKEN * REPLY_TOKENS,), text
+    for status, body in results.values():
+        assert status == 200 or (status == 500 and b"replica disappeared" in body) or status == -1, (status, body)
+    wait_for(
+        lambda: split.head_log_count(DETACHED) > detached,
+        timeout_s=60,
+        what="the head detached the lost node's replica",
+    )
+    assert health(split.url) == 200
+
+    # the surviving node serves what comes next
+    known = set(split.counters()["noise_seeds"])
+    texts = ["after one node was lost", "After one node was lost!"]
+    results = _whole_replies(split, texts)
+    replies = {t: pcm(results[t], wav=True) for t in texts}
+    _reference_check(split, replies, known)

@@ -10,9 +10,12 @@ default left in place here, as `cpu:0` on a host without an accelerator).
 
 Checks: concurrent streamed requests each equal the same chunks (cut by upstream's own async-chunk function)
 streamed through our stage alone in this process (<= 1e-6), complete (960 samples per code); the stage saw
-exactly those chunks; every chunk crossed Mooncake (a tests-only recorder, `mooncake_site/sitecustomize.py`,
-logs each connector put / get in the engine processes: one put in stage 0's process and one get in stage 1's per
-chunk, keyed by the request); a request whose prompt exceeds the producer's 4096 positions fails alone.
+exactly those chunks; every chunk crossed Mooncake (the edge benchmark's recorder,
+`vllm_omni_token2wav/benchmarks/token2wav_serve/transfer_site/sitecustomize.py`, logs each connector put / get in
+the engine processes: one Mooncake put in stage 0's process and one get in stage 1's per chunk, keyed by the
+request); a request whose prompt exceeds the
+producer's 4096 positions fails alone. Outside `tests/e2e/` (whose conftest puts this checkout on the engine
+processes' `PYTHONPATH`), the fixture does that itself.
 
 Needs `mooncake-transfer-engine-non-cuda` and its system libraries (`tools/dev_setup.sh` installs both; in CI
 the module fails instead of skipping when they are missing).
@@ -31,9 +34,11 @@ from typing import Any
 import pytest
 
 from tests.e2e.engines import FAST_STAGE_OPTIONS, SAMPLES_PER_TOKEN, OfflineEngine
-from tests.e2e.multinode import mooncake_edge
 from tests.e2e.references import max_abs, new_tokens, reference_stage, streamed_request, upstream_chunks
 from tests.helpers.engine import in_ci, require_engine
+from vllm_omni_token2wav.benchmarks.token2wav_serve import transfer_site
+from vllm_omni_token2wav.benchmarks.token2wav_serve.edges import mooncake_connector
+from vllm_omni_token2wav.benchmarks.token2wav_serve.transfer_site.sitecustomize import ENV as TRANSFERS_ENV
 from vllm_omni_token2wav.deploy import deploy_config
 from vllm_omni_token2wav.model_executor.models.standin.toy import write_overlay
 
@@ -53,8 +58,10 @@ FAMILY = "step_audio2"
 TOLERANCE = 1e-6
 #: Codes per request: chunk-boundary ends (75, 100) and remainders; 2 to 4 chunks each.
 LENGTHS = (53, 75, 100, 61)
-SITE = Path(__file__).parent / "mooncake_site"
-RECORD_ENV = "TOKEN2WAV_TEST_MOONCAKE_RECORD"  # mooncake_site/sitecustomize.py
+REPO_ROOT = Path(__file__).resolve().parents[3]
+SITE = Path(transfer_site.__file__).parent  # its sitecustomize times every connector put / get
+RECORD_ENV = TRANSFERS_ENV
+MOONCAKE = "MooncakeTransferEngineConnector"
 MAX_MODEL_LEN = 4096  # the stand-in producer's (standin_step_audio2_stream.yaml)
 
 
@@ -95,10 +102,10 @@ def mooncake_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[
             0: {"output_connectors": {"to_stage_1": "connector_of_mooncake"}},
             1: {"additional_config": FAST_STAGE_OPTIONS, "input_connectors": {"from_stage_0": "connector_of_mooncake"}},
         },
-        top={"connectors": mooncake_edge(_free_port())},
+        top={"connectors": mooncake_connector(_free_port())},
     )
     saved = {k: os.environ.get(k) for k in ("PYTHONPATH", RECORD_ENV)}
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(SITE), saved["PYTHONPATH"]) if p)
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(SITE), str(REPO_ROOT), saved["PYTHONPATH"]) if p)
     os.environ[RECORD_ENV] = str(records)
     try:
         engine = OfflineEngine(ensure_engine_model_dir(FAMILY), deploy, tmp / "stage_stats.json")
@@ -115,8 +122,11 @@ def mooncake_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[
 
 
 def transfers(folder: Path) -> dict[int, list[dict[str, Any]]]:
-    """The recorder's lines per engine process (pid)."""
-    return {int(p.stem): [json.loads(line) for line in p.read_text().splitlines()] for p in folder.glob("*.jsonl")}
+    """The recorder's Mooncake lines per engine process (pid)."""
+    return {
+        int(p.stem): [r for r in map(json.loads, p.read_text().splitlines()) if r["connector"] == MOONCAKE]
+        for p in folder.glob("*.jsonl")
+    }
 
 
 def _sampling(max_tokens: int) -> list[Any]:
