@@ -35,13 +35,10 @@ from __future__ import annotations
 
 import argparse
 import base64
-import contextlib
 import http.client
 import io
 import json
 import os
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -53,6 +50,8 @@ from typing import Any
 
 import numpy as np
 
+from tests.helpers.serve_process import ServeProcess
+
 FAMILIES = ("step_audio2", "minicpmo_4_5", "cosyvoice3")
 SAMPLE_RATE = 24000
 SAMPLES_PER_CODE = 960  # 24 kHz audio, 25 Hz codes
@@ -60,54 +59,6 @@ SAMPLES_PER_CODE = 960  # 24 kHz audio, 25 Hz codes
 MINICPMO_CONTEXT_CODES = 3
 #: One 16-bit PCM step (the served audio is int16) plus float rounding.
 PCM_TOLERANCE = 1.5 / 32768
-
-
-@dataclass
-class Proc:
-    """One `vllm-omni-token2wav serve` process in its own process group, working folder and environment."""
-
-    name: str
-    args: list[str]
-    cwd: Path
-    env: dict[str, str]
-    log: Path
-    popen: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        self.cwd.mkdir(parents=True, exist_ok=True)
-        with self.log.open("ab") as out:
-            self.popen = subprocess.Popen(
-                [sys.executable, "-m", "vllm_omni_token2wav", "serve", *self.args],
-                cwd=self.cwd,
-                env=self.env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-
-    def alive(self) -> bool:
-        return self.popen is not None and self.popen.poll() is None
-
-    def kill(self) -> None:
-        """SIGTERM to the group, then SIGKILL to whatever of it is left (engine cores, workers)."""
-        if self.popen is None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.popen.pid, signal.SIGTERM)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.popen.wait(timeout=30)
-        deadline = time.monotonic() + 5.0
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            while time.monotonic() < deadline:
-                os.killpg(self.popen.pid, 0)
-                time.sleep(0.2)
-            os.killpg(self.popen.pid, signal.SIGKILL)
-
-    def tail(self, lines: int = 25) -> str:
-        try:
-            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no log)"
 
 
 @dataclass
@@ -128,7 +79,7 @@ class Deployment:
     """The processes of one family's split deployment and what its requests gave."""
 
     family: str
-    procs: list[Proc]
+    procs: list[ServeProcess]
     port: int
     model: Path
     stats: Path
@@ -218,32 +169,32 @@ def start(family: str, folder: Path, tokens: int, startup_timeout_s: float) -> D
         head_env = pipeline.engine_env(records, base=head_env)
     code2wav = int(pipeline.code2wav_stage)
     procs = [
-        Proc(
-            "head",
+        ServeProcess(
             [*common, "--stage-id", "0", "--host", "127.0.0.1", "--port", str(http_port)],
             folder / "head",
             dict(head_env),
             folder / "head.log",
+            name="head",
         )
     ]
     for sid in pipeline.ar_stages:
         if sid != 0:
             procs.append(
-                Proc(
-                    f"stage{sid}",
+                ServeProcess(
                     [*common, "--stage-id", str(sid), "--headless"],
                     folder / "head",
                     dict(head_env),
                     folder / f"stage{sid}.log",
+                    name=f"stage{sid}",
                 )
             )
     procs.append(
-        Proc(
-            "node",
+        ServeProcess(
             [*common, "--stage-id", str(code2wav), "--headless"],
             folder / "node",
             {**base, envs.STAGE_STATS_ENV: str(stats)},
             folder / "node.log",
+            name="node",
         )
     )
     deployment = Deployment(family, procs, http_port, model, stats, records)

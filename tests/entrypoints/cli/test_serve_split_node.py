@@ -41,8 +41,6 @@ import io
 import json
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 import urllib.error
@@ -59,6 +57,7 @@ import pytest
 from tests.e2e.engines import FAST_STAGE_OPTIONS, SAMPLES_PER_TOKEN, StageCounters, wait_for
 from tests.e2e.references import new_tokens, reference_stage, streamed_request, upstream_chunks
 from tests.helpers.engine import require_engine
+from tests.helpers.serve_process import ServeProcess
 from vllm_omni_token2wav import envs
 from vllm_omni_token2wav.benchmarks.token2wav_serve.edges import mooncake_connector
 from vllm_omni_token2wav.deploy import deploy_config
@@ -91,50 +90,11 @@ def _free_port() -> int:
 
 
 @dataclass
-class Proc:
-    """A `vllm-omni-token2wav serve` process in its own process group, working folder and environment."""
-
-    args: list[str]
-    cwd: Path
-    env: dict[str, str]
-    log: Path
-    popen: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        self.cwd.mkdir(parents=True, exist_ok=True)
-        with self.log.open("ab") as out:
-            self.popen = subprocess.Popen(
-                [sys.executable, "-m", "vllm_omni_token2wav", "serve", *self.args],
-                cwd=self.cwd,
-                env=self.env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-
-    def alive(self) -> bool:
-        return self.popen is not None and self.popen.poll() is None
-
-    def kill(self, sig: int = signal.SIGKILL, wait_s: float = 30.0) -> None:
-        if self.popen is None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.popen.pid, sig)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.popen.wait(timeout=wait_s)
-        with contextlib.suppress(ProcessLookupError):  # engine cores / workers left in the group
-            os.killpg(self.popen.pid, signal.SIGKILL)
-
-    def tail(self, lines: int = 40) -> str:
-        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
-
-
-@dataclass
 class Split:
-    head: Proc
-    node: Proc
+    head: ServeProcess
+    node: ServeProcess
     #: a second code2wav node (the same command in its own folder, with its own counters file)
-    node2: Proc
+    node2: ServeProcess
     url: str
     model: Path
     stats: Path
@@ -250,20 +210,20 @@ def split(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Split]:
     stats, stats2 = tmp / "node" / "stage_stats.json", tmp / "node2" / "stage_stats.json"
     base_env = {k: v for k, v in os.environ.items() if k != envs.STAGE_STATS_ENV}
     base_env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), base_env.get("PYTHONPATH", "")) if p)
-    head = Proc(
+    head = ServeProcess(
         [*common, "--stage-id", "0", "--host", "127.0.0.1", "--port", str(http_port)]
         + ["--omni-lb-policy", "round-robin", "--omni-heartbeat-timeout", str(HEARTBEAT_TIMEOUT_S)],
         tmp / "head",
         dict(base_env),
         tmp / "head.log",
     )
-    node = Proc(
+    node = ServeProcess(
         [*common, "--stage-id", "1", "--headless"],
         tmp / "node",
         {**base_env, envs.STAGE_STATS_ENV: str(stats)},
         tmp / "node.log",
     )
-    node2 = Proc(
+    node2 = ServeProcess(
         [*common, "--stage-id", "1", "--headless"],
         tmp / "node2",
         {**base_env, envs.STAGE_STATS_ENV: str(stats2)},
@@ -380,7 +340,7 @@ def test_the_node_killed_mid_stream_fails_its_requests_and_the_head_serves_again
     assert audio.shape == (SAMPLES_PER_TOKEN * REPLY_TOKENS,)
 
 
-def _whole_replies(split: Split, texts: list[str], *, kill: Proc | None = None) -> dict[str, tuple[int, bytes]]:
+def _whole_replies(split: Split, texts: list[str], *, kill: ServeProcess | None = None) -> dict[str, tuple[int, bytes]]:
     """`texts` as concurrent whole replies; with `kill`, that node's process group is killed 0.6 s in. Each
     request is bounded (90 s) and the threads must end."""
     results: dict[str, tuple[int, bytes]] = {}
