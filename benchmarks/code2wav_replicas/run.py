@@ -24,9 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from vllm_omni_token2wav import envs
-from vllm_omni_token2wav.atomic_io import write_bytes_atomic
 from vllm_omni_token2wav.benchmarks.bench_cli import invoked_command
-from vllm_omni_token2wav.benchmarks.common import cpu_model, load_average, usable_cores
+from vllm_omni_token2wav.benchmarks.common import cpu_model, load_average, publish_json_and_text, usable_cores
 from vllm_omni_token2wav.logger import init_logger
 
 logger = init_logger(__name__)
@@ -286,9 +285,5 @@ def execute(args: argparse.Namespace, replica_counts: tuple[int, ...]) -> int:
         "runs": runs,
     }
     text = render(document)
-    print(text, end="")
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    write_bytes_atomic(args.json, (json.dumps(document, indent=2) + "\n").encode())
-    write_bytes_atomic(args.json.with_suffix(".txt"), text.encode())
-    print(f"wrote {args.json} and {args.json.with_suffix('.txt')}")
+    publish_json_and_text(document, text, args.json)
     return 1 if any(run["failures"] for run in runs) else 0

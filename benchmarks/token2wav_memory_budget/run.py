@@ -26,7 +26,6 @@ Writes out/token2wav_memory_budget.json and .txt (atomically; `--json` elsewhere
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import tempfile
 import time
@@ -36,9 +35,8 @@ from typing import Any
 import torch
 
 from benchmarks.token2wav_memory_budget.cli import FAMILIES, KV_DTYPES
-from vllm_omni_token2wav.atomic_io import write_bytes_atomic
 from vllm_omni_token2wav.benchmarks.bench_cli import invoked_command
-from vllm_omni_token2wav.benchmarks.common import load_average, run_environment, torch_threads
+from vllm_omni_token2wav.benchmarks.common import load_average, publish_json_and_text, run_environment, torch_threads
 from vllm_omni_token2wav.model_executor.layers.flow_cosyvoice3 import REAL_FLOW_CONFIG
 from vllm_omni_token2wav.model_executor.models.standin.chunk_producer import (
     ChunkPayload,
@@ -332,10 +330,6 @@ def execute(args: argparse.Namespace) -> int:
         **result,
     }
     text = render(result)
-    print(text, end="")
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    write_bytes_atomic(args.json, (json.dumps(result, indent=2) + "\n").encode())
-    write_bytes_atomic(args.json.with_suffix(".txt"), text.encode())
-    print(f"wrote {args.json} and {args.json.with_suffix('.txt')}")
+    publish_json_and_text(result, text, args.json)
     ok = all(r["completed"] == r["streams"] and r["budget_waits"] > 0 for r in result["budget"])
     return 0 if ok else 1

@@ -27,16 +27,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from vllm_omni_token2wav.atomic_io import write_bytes_atomic
 from vllm_omni_token2wav.benchmarks.bench_cli import invoked_command
-from vllm_omni_token2wav.benchmarks.common import load_average, run_environment, torch_threads
+from vllm_omni_token2wav.benchmarks.common import load_average, publish_json_and_text, run_environment, torch_threads
 from vllm_omni_token2wav.model_executor.layers.hift.generator import HiFTGenerator
 from vllm_omni_token2wav.model_executor.layers.hift_causal.generator import CausalHiFTGenerator
 
@@ -346,11 +344,7 @@ def execute(args: argparse.Namespace) -> int:
         **measured,
     }
     text = render(result)
-    print(text, end="")
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    write_bytes_atomic(args.json, (json.dumps(result, indent=2) + "\n").encode())
-    write_bytes_atomic(args.json.with_suffix(".txt"), text.encode())
-    print(f"wrote {args.json} and {args.json.with_suffix('.txt')}")
+    publish_json_and_text(result, text, args.json)
     finite = all(
         v == v and v != float("inf")
         for row in result["flow"]

@@ -27,15 +27,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import time
 from typing import Any
 
 import torch
 
-from vllm_omni_token2wav.atomic_io import write_bytes_atomic
 from vllm_omni_token2wav.benchmarks.bench_cli import invoked_command
-from vllm_omni_token2wav.benchmarks.common import load_average, run_environment, torch_threads
+from vllm_omni_token2wav.benchmarks.common import load_average, publish_json_and_text, run_environment, torch_threads
 from vllm_omni_token2wav.model_executor.layers.flow.kv_cache import EstimatorKV
 from vllm_omni_token2wav.model_executor.models.standin.token2wav_dir import ensure_standin_token2wav_dir
 from vllm_omni_token2wav.model_executor.models.token2wav_core.stage_backend import CosyVoice2Voice
@@ -178,9 +176,5 @@ def execute(args: argparse.Namespace) -> int:
         **result,
     }
     text = render(result)
-    print(text, end="")
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    write_bytes_atomic(args.json, (json.dumps(result, indent=2) + "\n").encode())
-    write_bytes_atomic(args.json.with_suffix(".txt"), text.encode())
-    print(f"wrote {args.json} and {args.json.with_suffix('.txt')}")
+    publish_json_and_text(result, text, args.json)
     return 0

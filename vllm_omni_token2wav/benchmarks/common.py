@@ -227,6 +227,16 @@ def write_json(document: dict[str, Any], path: Path) -> None:
     write_bytes_atomic(path, json_text(document).encode())
 
 
+def publish_json_and_text(document: dict[str, Any], text: str, path: Path) -> None:
+    """Print a developer benchmark's table, then write the document to `path` and the table beside it (`.txt`),
+    both atomically (the recorded pair `benchmarks/results/<name>_cpu.{json,txt}`)."""
+    print(text, end="")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_json(document, path)
+    write_bytes_atomic(path.with_suffix(".txt"), text.encode())
+    print(f"wrote {path} and {path.with_suffix('.txt')}")
+
+
 def agg_figure(width: float, height: float) -> Figure:
     """A matplotlib figure on its own Agg canvas (no pyplot, no global backend switch)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -257,6 +267,7 @@ __all__ = [
     "json_text",
     "load_average",
     "png_bytes",
+    "publish_json_and_text",
     "resolve_device",
     "run_environment",
     "stamp_load_at_end",
