@@ -133,7 +133,11 @@ def upstream() -> None:
 @pytest.fixture
 def installed_sender(upstream: None, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     module = importlib.import_module(sender.TARGET_MODULE)
-    stock = module._should_create_payload_connector
+    before = module._should_create_payload_connector
+    # an engine-patch run earlier in this process (the plugin's apply_engine_patches) may have installed it already
+    stock = before.__wrapped__ if getattr(before, sender._MARK, False) else before
+    sender.uninstall()
+    assert module._should_create_payload_connector is stock
     monkeypatch.setattr(sender, "applies", lambda: True)  # whether or not mooncake is installed here
     sender.install()
     sender.install()  # idempotent
@@ -142,6 +146,7 @@ def installed_sender(upstream: None, monkeypatch: pytest.MonkeyPatch) -> Iterato
     finally:
         sender.uninstall()
         assert module._should_create_payload_connector is stock
+        module._should_create_payload_connector = before  # the process as it was
 
 
 def test_the_installed_runtime_builds_no_second_sender_for_the_chunk_adapters_edge(installed_sender: Any) -> None:
@@ -162,7 +167,13 @@ def te_module(upstream: None, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
         "vllm_omni.distributed.omni_connectors.connectors.mooncake_transfer_engine_connector"
     )
     cls = module.MooncakeTransferEngineConnector
+    classes = [
+        connectors.resolve(connectors.ROW.module, connectors.ROW.written_against, d) for d, _ in connectors.CONNECTORS
+    ]
+    before = [c.__init__ for c in classes]
+    connectors.uninstall()  # an engine-patch run earlier in this process may have installed it already
     stock = cls.__init__
+    assert not getattr(stock, connectors._MARK, False)
     monkeypatch.setattr(connectors, "applies", lambda: True)
     monkeypatch.setattr(connectors, "_accelerator_present", lambda: False)
     connectors.install()  # checks the real upstream methods before they are stubbed below
@@ -176,6 +187,8 @@ def te_module(upstream: None, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     finally:
         connectors.uninstall()
         assert cls.__init__ is stock
+        for connector_cls, init in zip(classes, before, strict=True):  # the process as it was
+            connector_cls.__init__ = init
 
 
 def test_the_te_connector_gets_its_stage_id_and_a_host_pool(te_module: Any) -> None:
