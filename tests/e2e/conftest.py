@@ -7,19 +7,20 @@ Engine processes (vLLM's engine cores and workers, a `vllm-omni-token2wav serve`
 
 The served deployments start once per run of this folder (a served process takes ~2 minutes on a 2-core
 CPU) and are shared by every test that needs them: the stand-in Step-Audio2 stream (`/v1/audio/speech`) and
-Step-Audio2's code2wav stage alone (`/v1/completions` with codec ids). They are launched when this
-folder's first test starts, if a collected test uses them, and the served tests run last, so the servers
-come up while the offline tests run (starting an engine is mostly one process importing at a time: the
-second core is free for another); their tests then wait until `/health` answers. Each writes its code2wav
-stage's counters to its own `VLLM_OMNI_TOKEN2WAV_STAGE_STATS` file; every process group is stopped after
-the folder's last test.
+Step-Audio2's code2wav stage alone (`/v1/completions` with codec ids). The served tests run last; the
+first of them launches both servers together (their start-ups overlap) and each test waits until `/health`
+answers. They used to start with the folder's first test, to come up while the offline tests ran, but then
+held ~4 GB idle for the whole folder while the suite's other engine unit runs beside it on the second xdist
+worker (tests/conftest.py `work_unit`): on the 24 GB host memory matters more than those ~2 minutes. Each
+writes its code2wav stage's counters to its own `VLLM_OMNI_TOKEN2WAV_STAGE_STATS` file; every process group
+is stopped after the folder's last test.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -91,7 +92,7 @@ def _launch(tmp: Path, family: str, name: str, stage_id: int) -> Served:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Among this folder's tests, the served ones last (their servers come up while the others run)."""
+    """Among this folder's tests, the served ones last (their servers start with the first of them)."""
     here = Path(__file__).parent
     slots = [i for i, item in enumerate(items) if here in Path(str(item.path)).parents]
     ordered = sorted((items[i] for i in slots), key=lambda it: bool(set(getattr(it, "fixturenames", ())) & set(SERVED)))
@@ -99,36 +100,47 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[i] = item
 
 
+@dataclass
+class ServedDeployments:
+    """The folder's served deployments: launched together when the first served test asks for one (their start-ups
+    overlap), stopped after the folder's last test. Not at the folder's first test: idle for the whole folder they
+    held ~4 GB while the suite's other engine unit runs beside this folder (tests/conftest.py `work_unit`)."""
+
+    wanted: set[str]
+    tmp_path_factory: pytest.TempPathFactory
+    launched: dict[str, Served] = field(default_factory=dict)
+
+    def ready(self, name: str) -> Served:
+        if not self.launched:
+            for wanted in sorted(self.wanted | {name}):
+                self.launched[wanted] = _launch(self.tmp_path_factory.mktemp(wanted), *SERVED[wanted])
+        served = self.launched[name]
+        served.server.wait_ready()  # type: ignore[attr-defined]
+        return served
+
+
 @pytest.fixture(scope="package", autouse=True)
 def _served_deployments(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[dict[str, Served]]:
-    """Launch, when this folder's first test starts, every served deployment its collected tests use; stop them
-    all after its last test (package scope: the rest of a full run does not carry idle servers)."""
+) -> Iterator[ServedDeployments]:
+    """Every served deployment this folder's collected tests use (started on first use, stopped after its last
+    test: package scope, so the rest of a full run does not carry idle servers)."""
     wanted = {name for item in request.session.items for name in getattr(item, "fixturenames", ()) if name in SERVED}
-    launched: dict[str, Served] = {}
+    deployments = ServedDeployments(wanted, tmp_path_factory)
     try:
-        for name in sorted(wanted):
-            launched[name] = _launch(tmp_path_factory.mktemp(name), *SERVED[name])
-        yield launched
+        yield deployments
     finally:
-        for served in launched.values():
+        for served in deployments.launched.values():
             served.server.stop()  # type: ignore[attr-defined]
 
 
-def _ready(launched: dict[str, Served], name: str) -> Served:
-    served = launched[name]
-    served.server.wait_ready()  # type: ignore[attr-defined]
-    return served
-
-
 @pytest.fixture(scope="package")
-def stream_server(_served_deployments: dict[str, Served]) -> Served:
+def stream_server(_served_deployments: ServedDeployments) -> Served:
     """`standin_step_audio2_stream` served on 127.0.0.1 (stand-in producer -> our code2wav, 2 Euler steps)."""
-    return _ready(_served_deployments, "stream_server")
+    return _served_deployments.ready("stream_server")
 
 
 @pytest.fixture(scope="package")
-def code2wav_server(_served_deployments: dict[str, Served]) -> Served:
+def code2wav_server(_served_deployments: ServedDeployments) -> Served:
     """`step_audio2_code2wav` served on 127.0.0.1: requests are codec ids (`/v1/completions`)."""
-    return _ready(_served_deployments, "code2wav_server")
+    return _served_deployments.ready("code2wav_server")
