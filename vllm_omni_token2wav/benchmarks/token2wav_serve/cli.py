@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -336,29 +336,55 @@ def build_engine_config(args: argparse.Namespace) -> Any:
     return config
 
 
-def run_engine(args: argparse.Namespace) -> int:
-    config = build_engine_config(args)
+def _serve_and_publish(
+    bench: Any,
+    setup_error: type[Exception],
+    report_module: Any,
+    json_path: Path,
+    plot_path: Path,
+    *,
+    has_plot: Callable[[Any], bool],
+    note_failure: bool,
+) -> int:
+    """Run a served benchmark (`--engine`, `--soak`, `--edge`) and publish its report: a server that failed to start
+    or serve is one stderr line (`note_failure`: also a note in the report) and exit code 1, never a traceback."""
     from vllm_omni_token2wav.benchmarks.engine_server import EngineServerError
-    from vllm_omni_token2wav.benchmarks.token2wav_serve import engine_report as token2wav_serve_engine_report
-    from vllm_omni_token2wav.benchmarks.token2wav_serve.engine import EngineServeBenchmark, EngineServeSetupError
 
-    bench = EngineServeBenchmark(config, stage=bench_cli.stage_printer("token2wav-serve --engine"))
     bench.report.command = bench_cli.invoked_command()
     failed_to_serve = False
     try:
-        interrupted = bench_cli.run_benchmark(bench.run, EngineServeSetupError)
-    except EngineServerError as exc:  # the note says which server and where its log is
+        interrupted = bench_cli.run_benchmark(bench.run, setup_error)
+    except EngineServerError as exc:  # the message says which server and where its log is
         print(f"vllm-omni-token2wav: {exc}", file=sys.stderr)
+        if note_failure:
+            bench.report.notes.append(f"server failure: {str(exc).splitlines()[0]}")
         interrupted, failed_to_serve = False, True
     report = bench.report
     return bench_cli.publish_report(
         report,
+        report_module,
+        json_path,
+        plot_path,
+        plot=has_plot(report),
+        interrupted=interrupted,
+        code=1 if failed_to_serve or report.failed() else 0,
+    )
+
+
+def run_engine(args: argparse.Namespace) -> int:
+    config = build_engine_config(args)
+    from vllm_omni_token2wav.benchmarks.token2wav_serve import engine_report as token2wav_serve_engine_report
+    from vllm_omni_token2wav.benchmarks.token2wav_serve.engine import EngineServeBenchmark, EngineServeSetupError
+
+    bench = EngineServeBenchmark(config, stage=bench_cli.stage_printer("token2wav-serve --engine"))
+    return _serve_and_publish(
+        bench,
+        EngineServeSetupError,
         token2wav_serve_engine_report,
         Path(args.json or ENGINE_JSON),
         Path(args.plot or ENGINE_PLOT),
-        plot=bool(report.served),
-        interrupted=interrupted,
-        code=1 if failed_to_serve or report.failed() else 0,
+        has_plot=lambda report: bool(report.served),
+        note_failure=False,
     )
 
 
@@ -426,7 +452,6 @@ def build_soak_config(args: argparse.Namespace) -> Any:
 
 def run_soak(args: argparse.Namespace) -> int:
     config = build_soak_config(args)
-    from vllm_omni_token2wav.benchmarks.engine_server import EngineServerError
     from vllm_omni_token2wav.benchmarks.token2wav_serve import soak_report
     from vllm_omni_token2wav.benchmarks.token2wav_serve.soak import SoakBenchmark, SoakSetupError
 
@@ -436,23 +461,14 @@ def run_soak(args: argparse.Namespace) -> int:
         stage=bench_cli.stage_printer("token2wav-serve --engine --soak"),
         checkpoint=lambda report: soak_report.write_json(report, json_path),  # after each window: a partial report
     )
-    bench.report.command = bench_cli.invoked_command()
-    failed_to_serve = False
-    try:
-        interrupted = bench_cli.run_benchmark(bench.run, SoakSetupError)
-    except EngineServerError as exc:  # the note says where the server's log is
-        print(f"vllm-omni-token2wav: {exc}", file=sys.stderr)
-        bench.report.notes.append(f"server failure: {str(exc).splitlines()[0]}")
-        interrupted, failed_to_serve = False, True
-    report = bench.report
-    return bench_cli.publish_report(
-        report,
+    return _serve_and_publish(
+        bench,
+        SoakSetupError,
         soak_report,
         json_path,
         Path(args.plot or SOAK_PLOT),
-        plot=bool(report.requests),
-        interrupted=interrupted,
-        code=1 if failed_to_serve or report.failed() else 0,
+        has_plot=lambda report: bool(report.requests),
+        note_failure=True,
     )
 
 
@@ -521,28 +537,18 @@ def build_edge_config(args: argparse.Namespace) -> Any:
 
 def run_edges(args: argparse.Namespace) -> int:
     config = build_edge_config(args)
-    from vllm_omni_token2wav.benchmarks.engine_server import EngineServerError
     from vllm_omni_token2wav.benchmarks.token2wav_serve import edges_report
     from vllm_omni_token2wav.benchmarks.token2wav_serve.edges import EdgeBenchmark, EdgeSetupError
 
     bench = EdgeBenchmark(config, stage=bench_cli.stage_printer("token2wav-serve --engine --edge"))
-    bench.report.command = bench_cli.invoked_command()
-    failed_to_serve = False
-    try:
-        interrupted = bench_cli.run_benchmark(bench.run, EdgeSetupError)
-    except EngineServerError as exc:  # the note says which server and where its log is
-        print(f"vllm-omni-token2wav: {exc}", file=sys.stderr)
-        bench.report.notes.append(f"server failure: {str(exc).splitlines()[0]}")
-        interrupted, failed_to_serve = False, True
-    report = bench.report
-    return bench_cli.publish_report(
-        report,
+    return _serve_and_publish(
+        bench,
+        EdgeSetupError,
         edges_report,
         Path(args.json or EDGES_JSON),
         Path(args.plot or EDGES_PLOT),
-        plot=bool(report.levels),
-        interrupted=interrupted,
-        code=1 if failed_to_serve or report.failed() else 0,
+        has_plot=lambda report: bool(report.levels),
+        note_failure=True,
     )
 
 
