@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from tests.helpers.log_capture import RootLogSnapshot
 from tests.helpers.mark import HARDWARE_MARKS, LEVEL_MARKS, hardware_skip_reason
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -111,6 +112,22 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     reason = hardware_skip_reason(marker.kwargs["res"], marker.kwargs.get("num_cards", 1))
     if reason is not None:
         pytest.skip(reason)
+
+
+_ROOT_LOGS = pytest.StashKey[RootLogSnapshot]()
+
+
+@pytest.hookimpl(trylast=True)  # after pytest's logging plugin has built its handlers
+def pytest_configure(config: pytest.Config) -> None:
+    config.stash[_ROOT_LOGS] = RootLogSnapshot.take(config)
+
+
+@pytest.fixture(autouse=True)
+def _restore_root_logging(request: pytest.FixtureRequest) -> None:
+    """An in-process engine test can leave pytest's capture handlers at ERROR (`tests/helpers/log_capture.py`)."""
+    snapshot = request.config.stash.get(_ROOT_LOGS, None)
+    if snapshot is not None:
+        snapshot.restore()
 
 
 @pytest.fixture(autouse=True)
