@@ -275,58 +275,92 @@ class Token2WavServeSubcommand:
         )
 
 
-def build_engine_config(args: argparse.Namespace) -> Any:
-    """The validated `EngineServeConfig` for `--engine` (raises `CLIUsageError` before any work)."""
-    for option, why in ENGINE_REFUSED.items():
+#: Why `--audio-seconds` takes one value under `--engine`, and under `--soak` / `--edge`.
+ONE_LENGTH_ENGINE = (
+    "--engine gives every reply one length (the producer's max_tokens; the speech endpoint has no per-request "
+    "length for this model)"
+)
+ONE_LENGTH_SERVED = "the served stack gives every reply one length"
+
+
+def _check_served_args(
+    args: argparse.Namespace,
+    mode: str,
+    refused: dict[str, str],
+    *,
+    family_why: str,
+    at_least: Sequence[tuple[str, int]],
+) -> None:
+    """What `--engine`, `--engine --soak` and `--engine --edge` all check before any work (`mode` names the one
+    running in the messages): refused options, the served family, the device, output files, the lower bounds, and
+    that `--server-logs` is a folder."""
+    for option, why in refused.items():
         value = getattr(args, option)
         if value not in (None, False):
-            raise CLIUsageError(f"--{option.replace('_', '-')} does not apply to --engine: {why}")
+            raise CLIUsageError(f"--{option.replace('_', '-')} does not apply to {mode}: {why}")
     if args.family is not None and canonical_family(args.family) != "step_audio2":
-        raise CLIUsageError(
-            f"--family {args.family} does not apply to --engine: the served stand-in stack is Step-Audio2's "
-            "(MiniCPM-o's talker hands codes over in a way the stand-in producer does not emulate)"
-        )
+        raise CLIUsageError(f"--family {args.family} does not apply to {mode}: {family_why}")
     if bench_cli.check_device(args.device) not in ("auto", "cpu"):
         raise CLIUsageError(f"--device {args.device} does not apply to --engine: the engine serves on its platform")
     bench_cli.check_output_files(args)
-    for option, low in (("requests", 1), ("max_num_seqs", 1)):
+    for option, low in at_least:
         bench_cli.check_at_least("--" + option.replace("_", "-"), getattr(args, option), low)
-    if args.request_rate is not None and not args.request_rate > 0:
-        raise CLIUsageError(f"--request-rate must be > 0, got {args.request_rate}")
     if args.server_logs is not None and Path(args.server_logs).exists() and not Path(args.server_logs).is_dir():
         raise CLIUsageError(f"--server-logs {args.server_logs}: not a folder")
 
-    from vllm_omni_token2wav.benchmarks.token2wav_serve.engine import (
-        ENGINE_INSTALL_HINT,
-        PLANS,
-        EngineServeConfig,
-        missing_engine,
-    )
+
+def _require_engine(mode: str) -> None:
+    from vllm_omni_token2wav.benchmarks.token2wav_serve.engine import ENGINE_INSTALL_HINT, missing_engine
 
     missing = missing_engine()
     if missing:
-        raise CLIUsageError(f"--engine needs {missing}, which this environment lacks; {ENGINE_INSTALL_HINT}")
+        raise CLIUsageError(f"{mode} needs {missing}, which this environment lacks; {ENGINE_INSTALL_HINT}")
+
+
+def _one_audio_seconds(args: argparse.Namespace, why: str) -> float | None:
+    """`--audio-seconds` as the one reply length the served stack can give (None: the plan's)."""
+    if not args.audio_seconds:
+        return None
+    lo, hi = parse_seconds_range(args.audio_seconds)
+    if lo != hi:
+        raise CLIUsageError(f"--audio-seconds {args.audio_seconds}: {why}; give one value")
+    return lo
+
+
+def _server_logs_dir(args: argparse.Namespace) -> Path | None:
+    return None if args.server_logs is None else Path(args.server_logs).expanduser()
+
+
+def build_engine_config(args: argparse.Namespace) -> Any:
+    """The validated `EngineServeConfig` for `--engine` (raises `CLIUsageError` before any work)."""
+    _check_served_args(
+        args,
+        "--engine",
+        ENGINE_REFUSED,
+        family_why="the served stand-in stack is Step-Audio2's "
+        "(MiniCPM-o's talker hands codes over in a way the stand-in producer does not emulate)",
+        at_least=(("requests", 1), ("max_num_seqs", 1)),
+    )
+    if args.request_rate is not None and not args.request_rate > 0:
+        raise CLIUsageError(f"--request-rate must be > 0, got {args.request_rate}")
+    _require_engine("--engine")
+    from vllm_omni_token2wav.benchmarks.token2wav_serve.engine import PLANS, EngineServeConfig
+
     plan = "engine-smoke" if args.smoke else "engine"
     sizes: dict[str, Any] = dict(PLANS[plan])
     if args.concurrency:
         sizes["concurrency"] = parse_levels(args.concurrency)
     if args.requests is not None:
         sizes["requests"] = args.requests
-    if args.audio_seconds:
-        lo, hi = parse_seconds_range(args.audio_seconds)
-        if lo != hi:
-            raise CLIUsageError(
-                f"--audio-seconds {args.audio_seconds}: --engine gives every reply one length (the producer's "
-                "max_tokens; the speech endpoint has no per-request length for this model); give one value"
-            )
-        sizes["audio_seconds"] = lo
+    if (seconds := _one_audio_seconds(args, ONE_LENGTH_ENGINE)) is not None:
+        sizes["audio_seconds"] = seconds
     config = EngineServeConfig(
         request_rate=args.request_rate,
         max_num_seqs=args.max_num_seqs,
         seed=args.seed,
         in_process_clock=args.clock or "cpu",
         plan=plan,
-        server_logs=None if args.server_logs is None else Path(args.server_logs).expanduser(),
+        server_logs=_server_logs_dir(args),
         **sizes,
     )
     try:
@@ -392,34 +426,16 @@ def build_soak_config(args: argparse.Namespace) -> Any:
     """The validated `SoakConfig` for `--engine --soak` (raises `CLIUsageError` before any work)."""
     if not args.engine:
         raise CLIUsageError("--soak runs through the real served stack; add --engine")
-    for option, why in {**ENGINE_REFUSED, **SOAK_REFUSED}.items():
-        value = getattr(args, option)
-        if value not in (None, False):
-            raise CLIUsageError(f"--{option.replace('_', '-')} does not apply to --engine --soak: {why}")
-    if args.family is not None and canonical_family(args.family) != "step_audio2":
-        raise CLIUsageError(
-            f"--family {args.family} does not apply to --engine --soak: the served stack is Step-Audio2's"
-        )
-    if bench_cli.check_device(args.device) not in ("auto", "cpu"):
-        raise CLIUsageError(f"--device {args.device} does not apply to --engine: the engine serves on its platform")
-    bench_cli.check_output_files(args)
-    for option, low in (
-        ("requests", 1),
-        ("max_num_seqs", 1),
-        ("burst_requests", 0),
-        ("burst_concurrency", 1),
-        ("window", 1),
-    ):
-        bench_cli.check_at_least("--" + option.replace("_", "-"), getattr(args, option), low)
-    if args.server_logs is not None and Path(args.server_logs).exists() and not Path(args.server_logs).is_dir():
-        raise CLIUsageError(f"--server-logs {args.server_logs}: not a folder")
-
-    from vllm_omni_token2wav.benchmarks.token2wav_serve.engine import ENGINE_INSTALL_HINT, missing_engine
+    _check_served_args(
+        args,
+        "--engine --soak",
+        {**ENGINE_REFUSED, **SOAK_REFUSED},
+        family_why="the served stack is Step-Audio2's",
+        at_least=(("requests", 1), ("max_num_seqs", 1), ("burst_requests", 0), ("burst_concurrency", 1), ("window", 1)),
+    )
+    _require_engine("--engine --soak")
     from vllm_omni_token2wav.benchmarks.token2wav_serve.soak import PLANS, SoakConfig
 
-    missing = missing_engine()
-    if missing:
-        raise CLIUsageError(f"--engine --soak needs {missing}, which this environment lacks; {ENGINE_INSTALL_HINT}")
     plan = "soak-smoke" if args.smoke else "soak"
     sizes: dict[str, Any] = dict(PLANS[plan])
     if args.concurrency:
@@ -427,22 +443,12 @@ def build_soak_config(args: argparse.Namespace) -> Any:
         if len(levels) != 1:
             raise CLIUsageError(f"--concurrency {args.concurrency}: --soak sustains one level; give one value like 8")
         sizes["concurrency"] = levels[0]
-    if args.audio_seconds:
-        lo, hi = parse_seconds_range(args.audio_seconds)
-        if lo != hi:
-            raise CLIUsageError(
-                f"--audio-seconds {args.audio_seconds}: the served stack gives every reply one length; give one value"
-            )
-        sizes["audio_seconds"] = lo
+    if (seconds := _one_audio_seconds(args, ONE_LENGTH_SERVED)) is not None:
+        sizes["audio_seconds"] = seconds
     for option in ("requests", "burst_requests", "burst_concurrency", "window", "max_num_seqs"):
         if getattr(args, option) is not None:
             sizes[option] = getattr(args, option)
-    config = SoakConfig(
-        seed=args.seed,
-        plan=plan,
-        server_logs=None if args.server_logs is None else Path(args.server_logs).expanduser(),
-        **sizes,
-    )
+    config = SoakConfig(seed=args.seed, plan=plan, server_logs=_server_logs_dir(args), **sizes)
     try:
         config.validate()
     except ValueError as exc:
@@ -484,27 +490,16 @@ def build_edge_config(args: argparse.Namespace) -> Any:
     """The validated `EdgeConfig` for `--engine --edge` (raises `CLIUsageError` before any work)."""
     if not args.engine:
         raise CLIUsageError("--edge compares served deployments; add --engine")
-    for option, why in {**ENGINE_REFUSED, **EDGE_REFUSED}.items():
-        value = getattr(args, option)
-        if value not in (None, False):
-            raise CLIUsageError(f"--{option.replace('_', '-')} does not apply to --engine --edge: {why}")
-    if args.family is not None and canonical_family(args.family) != "step_audio2":
-        raise CLIUsageError(
-            f"--family {args.family} does not apply to --engine --edge: the served stack is Step-Audio2's"
-        )
-    if bench_cli.check_device(args.device) not in ("auto", "cpu"):
-        raise CLIUsageError(f"--device {args.device} does not apply to --engine: the engine serves on its platform")
-    bench_cli.check_output_files(args)
-    bench_cli.check_at_least("--requests", args.requests, 1)
-    if args.server_logs is not None and Path(args.server_logs).exists() and not Path(args.server_logs).is_dir():
-        raise CLIUsageError(f"--server-logs {args.server_logs}: not a folder")
-
+    _check_served_args(
+        args,
+        "--engine --edge",
+        {**ENGINE_REFUSED, **EDGE_REFUSED},
+        family_why="the served stack is Step-Audio2's",
+        at_least=(("requests", 1),),
+    )
+    _require_engine("--engine --edge")
     from vllm_omni_token2wav.benchmarks.token2wav_serve.edges import PLANS, EdgeConfig, missing_mooncake, parse_edges
-    from vllm_omni_token2wav.benchmarks.token2wav_serve.engine import ENGINE_INSTALL_HINT, missing_engine
 
-    missing = missing_engine()
-    if missing:
-        raise CLIUsageError(f"--engine --edge needs {missing}, which this environment lacks; {ENGINE_INSTALL_HINT}")
     edges = parse_edges(args.edge)
     if "mooncake" in edges and (lacking := missing_mooncake()):
         raise CLIUsageError(f"--edge mooncake needs {lacking}, which this environment lacks")
@@ -514,20 +509,9 @@ def build_edge_config(args: argparse.Namespace) -> Any:
         sizes["concurrency"] = parse_levels(args.concurrency)
     if args.requests is not None:
         sizes["requests"] = args.requests
-    if args.audio_seconds:
-        lo, hi = parse_seconds_range(args.audio_seconds)
-        if lo != hi:
-            raise CLIUsageError(
-                f"--audio-seconds {args.audio_seconds}: the served stack gives every reply one length; give one value"
-            )
-        sizes["audio_seconds"] = lo
-    config = EdgeConfig(
-        edges=edges,
-        seed=args.seed,
-        plan=plan,
-        server_logs=None if args.server_logs is None else Path(args.server_logs).expanduser(),
-        **sizes,
-    )
+    if (seconds := _one_audio_seconds(args, ONE_LENGTH_SERVED)) is not None:
+        sizes["audio_seconds"] = seconds
+    config = EdgeConfig(edges=edges, seed=args.seed, plan=plan, server_logs=_server_logs_dir(args), **sizes)
     try:
         config.validate()
     except ValueError as exc:
