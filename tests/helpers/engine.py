@@ -11,6 +11,7 @@ engine is an error, never a skip, because CI installs it (`tools/dev_setup.sh` r
 from __future__ import annotations
 
 import importlib.metadata
+import importlib.util
 import os
 
 import pytest
@@ -52,6 +53,20 @@ def require_engine(what: str, *, omni: bool = True, extra: tuple[str, ...] = ())
     if not missing:
         return
     reason = f"{' and '.join(missing)} not installed, so {what} cannot run; {INSTALL_HINT}"
+    if in_ci():
+        raise RuntimeError(f"CI is set but {reason}")
+    pytest.skip(reason, allow_module_level=True)
+
+
+def require_mooncake(what: str) -> None:
+    """Skip the calling module (module level) unless Mooncake's transfer engine (the `multinode` extra) is
+    installed; under CI, raise instead (tools/dev_setup.sh installs it there)."""
+    if importlib.util.find_spec("mooncake") is not None:
+        return
+    reason = (
+        f"mooncake-transfer-engine-non-cuda (the `multinode` extra) is not installed, so {what} cannot run; "
+        '`pip install -e ".[multinode]"` (tools/dev_setup.sh does)'
+    )
     if in_ci():
         raise RuntimeError(f"CI is set but {reason}")
     pytest.skip(reason, allow_module_level=True)

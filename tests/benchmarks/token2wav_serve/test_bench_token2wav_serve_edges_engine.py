@@ -14,26 +14,18 @@ module fails instead of skipping when they are missing).
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from typing import Any
 
 import pytest
 
 from tests.helpers.bench_cli import run_bench_subprocess
-from tests.helpers.engine import in_ci, require_engine
+from tests.helpers.engine import require_engine, require_mooncake
 
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu, pytest.mark.engine]
 
 require_engine("the served token2wav-serve edge comparison")
-if importlib.util.find_spec("mooncake") is None:
-    _MISSING = (
-        "mooncake-transfer-engine-non-cuda (the `multinode` extra) is not installed, so the edge comparison cannot "
-        'run; `pip install -e ".[multinode]"` (tools/dev_setup.sh does)'
-    )
-    if in_ci():
-        raise RuntimeError(f"CI is set but {_MISSING}")
-    pytest.skip(_MISSING, allow_module_level=True)
+require_mooncake("the edge comparison")
 
 REPLY_SAMPLES = 30 * 960  # the edges-smoke plan: 1.2 s replies
 CHUNKS = 2 * 2  # 2 requests, 30 codes in chunks of 25 + 5

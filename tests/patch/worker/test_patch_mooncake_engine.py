@@ -23,7 +23,6 @@ the module fails instead of skipping when they are missing).
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import socket
@@ -35,7 +34,7 @@ import pytest
 
 from tests.e2e.engines import FAST_STAGE_OPTIONS, SAMPLES_PER_TOKEN, OfflineEngine
 from tests.e2e.references import max_abs, new_tokens, reference_stage, streamed_request, upstream_chunks
-from tests.helpers.engine import in_ci, require_engine
+from tests.helpers.engine import in_ci, require_engine, require_mooncake
 from vllm_omni_token2wav.benchmarks.token2wav_serve import transfer_site
 from vllm_omni_token2wav.benchmarks.token2wav_serve.edges import mooncake_connector
 from vllm_omni_token2wav.benchmarks.token2wav_serve.transfer_site.sitecustomize import ENV as TRANSFERS_ENV
@@ -45,14 +44,7 @@ from vllm_omni_token2wav.model_executor.models.standin.toy import write_overlay
 pytestmark = [pytest.mark.core_model, pytest.mark.cpu, pytest.mark.engine]
 
 require_engine("the Mooncake edge engine tests")
-if importlib.util.find_spec("mooncake") is None:
-    _MISSING = (
-        "mooncake-transfer-engine-non-cuda (the `multinode` extra) is not installed, so the Mooncake edge engine "
-        'tests cannot run; `pip install -e ".[multinode]"` (tools/dev_setup.sh does)'
-    )
-    if in_ci():
-        raise RuntimeError(f"CI is set but {_MISSING}")
-    pytest.skip(_MISSING, allow_module_level=True)
+require_mooncake("the Mooncake edge engine tests")
 
 FAMILY = "step_audio2"
 TOLERANCE = 1e-6
