@@ -44,8 +44,7 @@ class Token2wavMemoryBudgetSubcommand:
         parser.add_argument("--n-timesteps", type=int, default=10)
         parser.add_argument("--threads", type=int, default=1)
         bench_cli.add_json_option(parser, bench_cli.DEFAULT_REPORT_DIR / "token2wav_memory_budget.json")
-        # record.py passes --plot to every recorder; this benchmark's report is its two tables, no figure
-        parser.add_argument("--plot", metavar="OUT.png", help="accepted for benchmarks/record.py; nothing is drawn")
+        bench_cli.add_unused_plot_option(parser)  # the report is its two tables
 
     def run(self, args: argparse.Namespace) -> int:
         from benchmarks.token2wav_memory_budget.run import execute

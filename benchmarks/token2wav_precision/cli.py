@@ -40,8 +40,7 @@ class Token2wavPrecisionSubcommand:
         parser.add_argument("--threads", type=int, default=1)
         bench_cli.add_device_option(parser)
         bench_cli.add_json_option(parser, bench_cli.DEFAULT_REPORT_DIR / "token2wav_precision.json")
-        # record.py passes --plot to every recorder; this benchmark's report is its table, no figure
-        parser.add_argument("--plot", metavar="OUT.png", help="accepted for benchmarks/record.py; nothing is drawn")
+        bench_cli.add_unused_plot_option(parser)  # the report is its table
 
     def run(self, args: argparse.Namespace) -> int:
         from benchmarks.token2wav_precision.run import execute

@@ -91,6 +91,12 @@ def add_report_file_options(parser: argparse.ArgumentParser, default_json: str, 
     )
 
 
+def add_unused_plot_option(parser: argparse.ArgumentParser) -> None:
+    """`--plot OUT.png`, parsed and ignored: benchmarks/record.py passes it to every recorder, and a benchmark whose
+    report is its table draws no figure."""
+    parser.add_argument("--plot", metavar="OUT.png", help="accepted for benchmarks/record.py; nothing is drawn")
+
+
 def add_json_option(parser: argparse.ArgumentParser, default: Path | None, *, deprecated: Sequence[str] = ()) -> None:
     """`--json OUT`: the one spelling of a report file across the subcommands (a folder is `--out-dir`).
 
