@@ -96,10 +96,16 @@ def measure(flow: Any, rows: int, chunks: int, hop: int, n_timesteps: int) -> di
         )
         for s, (_, state) in zip(streams, batched, strict=True):
             s["state"], s["fed"] = state, s["fed"] + s["hops"][k]
+    return _row_summary(rows, "chunks", out)
+
+
+def _row_summary(rows: int, key: str, out: list[dict[str, Any]]) -> dict[str, Any]:
+    """One row count's result: its measurements under `key`, their medians without the first (the first chunk, or
+    the warm-up repeat) and the largest launch-vs-solo difference."""
     steady = out[1:] or out
     return {
         "rows": rows,
-        "chunks": out,
+        key: out,
         "median_solo_cpu_s": statistics.median(r["solo_cpu_s"] for r in steady),
         "median_batched_cpu_s": statistics.median(r["batched_cpu_s"] for r in steady),
         "max_abs_diff": max(r["max_abs_diff"] for r in out),
@@ -158,14 +164,7 @@ def measure_whole(flow: Any, rows: int, repeats: int, tokens: int, n_timesteps: 
                 "frames": int(sum(m.shape[-1] for m in batched)),
             }
         )
-    steady = out[1:] or out
-    return {
-        "rows": rows,
-        "repeats": out,
-        "median_solo_cpu_s": statistics.median(r["solo_cpu_s"] for r in steady),
-        "median_batched_cpu_s": statistics.median(r["batched_cpu_s"] for r in steady),
-        "max_abs_diff": max(r["max_abs_diff"] for r in out),
-    }
+    return _row_summary(rows, "repeats", out)
 
 
 def run(config: BatchedFlowConfig) -> dict[str, Any]:
