@@ -5,28 +5,28 @@
 `MooncakeTransferEngineConnector`; neither connector reports how long one transfer takes, so the benchmark puts
 this folder first on the server's `PYTHONPATH` and sets `VLLM_OMNI_TOKEN2WAV_BENCH_TRANSFERS` to a folder. Python
 imports `sitecustomize` at start-up in every engine process; this one wraps both connectors' `put` and `get` as
-their modules are imported (a `sys.meta_path` finder: importing vLLM-Omni here would run before the plugin
-loads). Each put and each get appends one JSON line to `<folder>/<pid>.jsonl`: `{"op", "key", "ok", "ms", "start",
-"end", "bytes", "connector"}` (`start` / `end`: `time.time()`, so a put and the get of the same key in two processes
-give the hand-off delay too); a get that returned nothing (the receiver polls before the chunk is there) is `"op":
-"miss"`: not a transfer, but time the receiver's scheduler spent asking.
-Without the variable it does nothing. Standard library only.
+their modules are imported (`vllm_omni_token2wav/import_hooks.py`: importing vLLM-Omni here would run before
+the plugin loads). Each put and each get appends one JSON line to `<folder>/<pid>.jsonl`: `{"op", "key", "ok",
+"ms", "start", "end", "bytes", "connector"}` (`start` / `end`: `time.time()`, so a put and the get of the same key
+in two processes give the hand-off delay too); a get that returned nothing (the receiver polls before the chunk is
+there) is `"op": "miss"`: not a transfer, but time the receiver's scheduler spent asking.
+Without the variable it does nothing. Standard library and `vllm_omni_token2wav.import_hooks` only (importing
+the package is cheap and patches nothing).
 """
 
 from __future__ import annotations
 
 import functools
-import importlib.abc
-import importlib.machinery
 import json
 import os
-import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
+
+from vllm_omni_token2wav.import_hooks import install_after_import
 
 ENV = "VLLM_OMNI_TOKEN2WAV_BENCH_TRANSFERS"
 _PACKAGE = "vllm_omni.distributed.omni_connectors.connectors."
@@ -80,7 +80,7 @@ def _wrap(op: str, name: str, original: Callable[..., Any]) -> Callable[..., Any
     return timed
 
 
-def _patch(module: ModuleType, name: str) -> None:
+def _patch(module: ModuleType, *, name: str) -> None:
     cls = getattr(module, name, None)
     if cls is None:
         return
@@ -90,25 +90,7 @@ def _patch(module: ModuleType, name: str) -> None:
             setattr(cls, op, _wrap(op, name, method))
 
 
-class _Finder(importlib.abc.MetaPathFinder):
-    def find_spec(self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None) -> Any:
-        if fullname not in CONNECTORS:
-            return None
-        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
-        if spec is None or spec.loader is None:
-            return None
-        exec_module = spec.loader.exec_module
-
-        def exec_and_patch(module: ModuleType) -> None:
-            exec_module(module)
-            _patch(module, CONNECTORS[fullname])
-
-        spec.loader.exec_module = exec_and_patch  # type: ignore[method-assign]
-        return spec
-
-
 if os.environ.get(ENV):
-    for _module, _name in CONNECTORS.items():
-        if _module in sys.modules:
-            _patch(sys.modules[_module], _name)
-    sys.meta_path.insert(0, _Finder())
+    install_after_import(
+        "bench-transfer-timer", {module: functools.partial(_patch, name=name) for module, name in CONNECTORS.items()}
+    )

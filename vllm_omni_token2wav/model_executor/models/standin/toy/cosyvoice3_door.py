@@ -27,7 +27,7 @@ needs the same answer:
    (`torch.save` of plain dicts / lists / tensors, one file per call, named `<ns>-<pid>-<function>.pt`)
    before it is returned unchanged. Tests compare it with what our code2wav stage counted.
 
-Both act on import (a `sys.meta_path` finder runs the patch right after the module executes), or at once
+Both act on import (`vllm_omni_token2wav/import_hooks.py` runs the patch right after the module executes), or at once
 if the module is already imported; `uninstall()` restores the originals (a test process that drove a toy
 engine undoes its own door afterwards).
 """
@@ -35,8 +35,6 @@ engine undoes its own door afterwards).
 from __future__ import annotations
 
 import functools
-import importlib.abc
-import importlib.machinery
 import os
 import sys
 import threading
@@ -47,6 +45,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Final
 
+from vllm_omni_token2wav.import_hooks import install_after_import, uninstall_after_import
 from vllm_omni_token2wav.logger import init_logger
 
 logger = init_logger(__name__)
@@ -196,54 +195,17 @@ _PATCHES: Final[dict[str, Callable[[ModuleType], None]]] = {
 }
 
 
-class _Loader(importlib.abc.Loader):
-    """Runs the module's own loader, then its patch."""
-
-    def __init__(self, inner: importlib.abc.Loader, patch: Callable[[ModuleType], None]) -> None:
-        self._inner = inner
-        self._patch = patch
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
-        return self._inner.create_module(spec)
-
-    def exec_module(self, module: ModuleType) -> None:
-        self._inner.exec_module(module)
-        self._patch(module)
-
-
-class _AfterImport(importlib.abc.MetaPathFinder):
-    """Finds the patched modules through the other finders and wraps their loaders."""
-
-    def find_spec(
-        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
-    ) -> importlib.machinery.ModuleSpec | None:
-        patch = _PATCHES.get(fullname)
-        if patch is None:
-            return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(fullname, path, target)
-            if spec is not None:
-                if spec.loader is not None:
-                    spec.loader = _Loader(spec.loader, patch)
-                return spec
-        return None
+_OWNER = "toy-cosyvoice3-doors"
 
 
 def install() -> None:
     """Activate both doors in this process (idempotent): patch the modules now, or when they are imported."""
-    if not any(isinstance(f, _AfterImport) for f in sys.meta_path):
-        sys.meta_path.insert(0, _AfterImport())
-    for name, patch in _PATCHES.items():
-        module = sys.modules.get(name)
-        if module is not None:
-            patch(module)
+    install_after_import(_OWNER, _PATCHES)
 
 
 def uninstall() -> None:
     """Undo `install()` in this process: the finder leaves `sys.meta_path`, patched functions get their originals."""
-    sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _AfterImport)]
+    uninstall_after_import(_OWNER)
     for module_name, names in ((S3_MODULE, ("load_model",)), (PRODUCER_MODULE, RECORDED_FUNCTIONS)):
         module = sys.modules.get(module_name)
         for name in names:

@@ -9,24 +9,23 @@ spawn, so the chunks upstream's own function cut in the engine can be compared w
 counted (MiniCPM-o's talker codes never reach the client: this is the only way to see them).
 
 `install()` wraps `RECORDED` (upstream's `tts2code2wav_async_chunk` and `thinker2token2wav_async_chunk`) right
-after their module is imported (a `sys.meta_path` finder), or at once if it already is. Each call that returns
-a payload appends one JSON line to `<RECORD_ENV>/<pid>.jsonl`: `{"function", "request_id", "codes", "last",
-"chunk_seq"}` (`last`: MiniCPM-o's `meta.last_chunk`, Step-Audio2's `meta.finished`); the payload is returned
+after their module is imported (`vllm_omni_token2wav/import_hooks.py`), or at once if it already is. Each call
+that returns a payload appends one JSON line to `<RECORD_ENV>/<pid>.jsonl`: `{"function", "request_id", "codes",
+"last", "chunk_seq"}` (`last`: MiniCPM-o's `meta.last_chunk`, Step-Audio2's `meta.finished`); the payload is returned
 unchanged. `read_records(folder)` gathers every process's lines per request id.
 """
 
 from __future__ import annotations
 
 import functools
-import importlib.abc
-import importlib.machinery
 import json
 import os
-import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Final
+
+from vllm_omni_token2wav.import_hooks import install_after_import
 
 __all__ = ["RECORDED", "RECORD_ENV", "install", "read_records"]
 
@@ -85,35 +84,11 @@ def _patch(module: ModuleType) -> None:
             setattr(module, name, _wrap(name, original))
 
 
-class _Finder(importlib.abc.MetaPathFinder):
-    """Patches a recorded module right after it executes."""
-
-    def find_spec(self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None) -> Any:
-        if fullname not in RECORDED:
-            return None
-        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
-        if spec is None or spec.loader is None:
-            return None
-        loader = spec.loader
-        exec_module = loader.exec_module
-
-        def exec_and_patch(module: ModuleType) -> None:
-            exec_module(module)
-            _patch(module)
-
-        loader.exec_module = exec_and_patch  # type: ignore[method-assign]
-        return spec
-
-
 def install() -> None:
     """Wrap the recorded functions (now if imported, else on import); a no-op without `RECORD_ENV`."""
     if not os.environ.get(RECORD_ENV):
         return
-    for name in RECORDED:
-        if name in sys.modules:
-            _patch(sys.modules[name])
-    if not any(isinstance(f, _Finder) for f in sys.meta_path):
-        sys.meta_path.insert(0, _Finder())
+    install_after_import("toy-chunk-recorder", dict.fromkeys(RECORDED, _patch))
 
 
 def read_records(folder: Path) -> dict[str, list[dict[str, Any]]]:
