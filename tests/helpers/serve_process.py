@@ -10,14 +10,13 @@ upstream's pipelines split (`tools/check_split_pipelines.py`).
 
 from __future__ import annotations
 
-import contextlib
-import os
 import signal
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from vllm_omni_token2wav.benchmarks.engine_server import log_tail, stop_process_group
 
 
 @dataclass
@@ -47,27 +46,14 @@ class ServeProcess:
         return self.popen is not None and self.popen.poll() is None
 
     def kill(self, sig: int = signal.SIGTERM, wait_s: float = 30.0) -> None:
-        """`sig` to the whole group, wait up to `wait_s` for the leader, then SIGKILL what is left of the group
-        (engine cores and workers outlive their leader; the head hangs after stopping its stages on SIGTERM)."""
-        if self.popen is None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.popen.pid, sig)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.popen.wait(timeout=wait_s)
-        deadline = time.monotonic() + 5.0
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            while time.monotonic() < deadline:  # raises ProcessLookupError once the group is empty
-                os.killpg(self.popen.pid, 0)
-                time.sleep(0.2)
-            os.killpg(self.popen.pid, signal.SIGKILL)
+        """`sig` to the whole group, SIGKILL after `wait_s`, then SIGKILL to what is left of the group (engine cores
+        and workers outlive their leader; the head hangs after stopping its stages on SIGTERM)."""
+        if self.popen is not None:
+            stop_process_group(self.popen, sig, wait_s)
 
     def tail(self, lines: int = 40) -> str:
         """The last `lines` lines of the log (for failure messages)."""
-        try:
-            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no log)"
+        return log_tail(self.log, lines)
 
 
 __all__ = ["ServeProcess"]

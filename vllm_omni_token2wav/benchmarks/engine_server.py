@@ -35,11 +35,34 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _tail(path: Path, lines: int = 40) -> str:
+def log_tail(path: Path, lines: int = 40) -> str:
+    """The last `lines` lines of a server's log (for failure messages)."""
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
         return "(no log)"
+
+
+def stop_process_group(proc: subprocess.Popen[bytes], sig: int, grace_s: float) -> None:
+    """Stop `proc` and its process group (it was started with `start_new_session`): `sig` to the group while the
+    leader runs, SIGKILL after `grace_s`; then whatever of the group outlived its leader gets 5 s, then SIGKILL."""
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, sig)
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=grace_s)
+        except ProcessLookupError:
+            pass
+    # Engine cores and workers can outlive the API server that led the group (a crash, a slow exit):
+    # a few seconds to finish their own shutdown, then SIGKILL.
+    deadline = time.monotonic() + 5.0
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        while time.monotonic() < deadline:
+            os.killpg(proc.pid, 0)  # raises ProcessLookupError once no process of the group is left
+            time.sleep(0.2)
+        os.killpg(proc.pid, signal.SIGKILL)
 
 
 @dataclass
@@ -107,7 +130,7 @@ class EngineServer:
                 self.stop()  # what of its group outlived it (engine cores, workers)
                 raise EngineServerError(
                     f"the server exited with code {code} before it was ready; log {self.log_path}:\n"
-                    + _tail(self.log_path)
+                    + log_tail(self.log_path)
                 )
             if self.healthy():
                 return
@@ -115,7 +138,7 @@ class EngineServer:
         self.stop()
         raise EngineServerError(
             f"the server was not ready after {self.startup_timeout_s:.0f} s; log {self.log_path}:\n"
-            + _tail(self.log_path)
+            + log_tail(self.log_path)
         )
 
     def healthy(self) -> bool:
@@ -139,25 +162,8 @@ class EngineServer:
     def stop(self, grace_s: float = 20.0) -> None:
         """SIGINT to the process group, SIGKILL after `grace_s`; then SIGKILL to whatever of the group remains."""
         proc, self._proc = self._proc, None
-        if proc is None:
-            return
-        if proc.poll() is None:
-            try:
-                os.killpg(proc.pid, signal.SIGINT)
-                proc.wait(timeout=grace_s)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=grace_s)
-            except ProcessLookupError:
-                pass
-        # Engine cores and workers can outlive the API server that led the group (a crash, a slow exit):
-        # a few seconds to finish their own shutdown, then SIGKILL.
-        deadline = time.monotonic() + 5.0
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            while time.monotonic() < deadline:
-                os.killpg(proc.pid, 0)  # raises ProcessLookupError once no process of the group is left
-                time.sleep(0.2)
-            os.killpg(proc.pid, signal.SIGKILL)
+        if proc is not None:
+            stop_process_group(proc, signal.SIGINT, grace_s)
 
     def __enter__(self) -> EngineServer:
         return self.start()
